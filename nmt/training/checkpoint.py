@@ -100,3 +100,141 @@ def load_for_inference(path: str | Path, device: str | torch.device = "cpu"):
         raise CheckpointError(f"{path}: weights do not fit the saved model config: {err}") from None
     model.to(device).eval()
     return model, tokenizer, cfg
+
+
+# ------------------------------------------------------------------ training-side helpers
+def link_atomic(src: str | Path, dst: str | Path) -> None:
+    """Make ``dst`` another name of the finished file ``src``, atomically.
+
+    Checkpoint files are never modified in place (every write is a new file + rename), so a
+    hard link is as good as a copy and costs nothing. Falls back to a copy where the file
+    system has no hard links.
+    """
+    src, dst = Path(src), Path(dst)
+    tmp = dst.with_name(f".{dst.name}.{os.getpid()}.link")
+    tmp.unlink(missing_ok=True)
+    try:
+        os.link(src, tmp)
+    except OSError:
+        import shutil
+
+        shutil.copyfile(src, tmp)
+    os.replace(tmp, dst)
+
+
+class CheckpointManager:
+    """Step checkpoints ``step_<k>.pt`` plus ``last.pt`` and ``best.pt`` in one directory.
+
+    :meth:`save` writes ``step_<k>.pt`` atomically and points ``last.pt`` (and ``best.pt``
+    when asked) at it; only the ``keep_last`` newest step files are kept (0 keeps none:
+    then ``last.pt`` is written directly).
+    """
+
+    def __init__(self, directory: str | Path, keep_last: int) -> None:
+        self.directory = Path(directory)
+        self.keep_last = keep_last
+
+    @property
+    def last(self) -> Path:
+        return self.directory / "last.pt"
+
+    @property
+    def best(self) -> Path:
+        return self.directory / "best.pt"
+
+    def step_files(self) -> list[Path]:
+        """Existing ``step_<k>.pt`` files, oldest first."""
+        files = [p for p in self.directory.glob("step_*.pt") if p.stem[5:].isdigit()]
+        return sorted(files, key=lambda p: int(p.stem[5:]))
+
+    def save(self, ckpt: dict, step: int, is_best: bool = False) -> Path:
+        """Write ``ckpt`` for optimizer step ``step``; returns the path of ``last.pt``."""
+        if self.keep_last > 0:
+            step_path = self.directory / f"step_{step}.pt"
+            save_atomic(ckpt, step_path)
+            link_atomic(step_path, self.last)
+        else:
+            save_atomic(ckpt, self.last)
+        if is_best:
+            link_atomic(self.last, self.best)
+        if self.keep_last > 0:
+            for old in self.step_files()[: -self.keep_last]:
+                old.unlink(missing_ok=True)
+        return self.last
+
+
+def rng_state() -> dict:
+    """Python, NumPy and torch (CPU and, when present, CUDA) random generator states."""
+    import random
+
+    import numpy as np
+
+    state = {"python": random.getstate(), "numpy": np.random.get_state(),
+             "torch": torch.get_rng_state()}
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    return state
+
+
+def set_rng_state(state: dict) -> None:
+    """Restore the generators saved by :func:`rng_state`."""
+    import random
+
+    import numpy as np
+
+    random.setstate(state["python"])
+    np.random.set_state(state["numpy"])
+    torch.set_rng_state(state["torch"])
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])
+
+
+def _diff(a: Any, b: Any, prefix: str) -> list[str]:
+    """Dotted keys where two plain nested dicts differ, as ``key: saved -> now``."""
+    if isinstance(a, dict) and isinstance(b, dict):
+        out: list[str] = []
+        for key in sorted(set(a) | set(b)):
+            out += _diff(a.get(key, "<absent>"), b.get(key, "<absent>"), f"{prefix}.{key}")
+        return out
+    return [] if a == b else [f"{prefix}: checkpoint has {a!r}, now {b!r}"]
+
+
+# Keys whose change makes a saved model/optimizer unusable for the current run.
+COMPATIBILITY_KEYS = ("model", "data.src_lang", "data.tgt_lang", "data.tokenizer")
+
+
+def check_compatible(path: str | Path, ckpt: dict, cfg: DictConfig,
+                     model: torch.nn.Module | None = None) -> None:
+    """Refuse to resume from a checkpoint made for another model or vocabulary.
+
+    Compares the model section, the language pair and the tokenizer settings of the saved
+    config with ``cfg``, then (when ``model`` is given) every parameter shape of the saved
+    weights with ``model``'s: a different vocabulary shows up as a different embedding shape.
+
+    Raises:
+        CheckpointError: one paragraph naming every difference and how to proceed.
+    """
+    saved = ckpt.get("config") or {}
+    now = OmegaConf.to_container(cfg, resolve=True)
+    problems: list[str] = []
+    for key in COMPATIBILITY_KEYS:
+        a, b = saved, now
+        for part in key.split("."):
+            a = a.get(part, "<absent>") if isinstance(a, dict) else "<absent>"
+            b = b.get(part, "<absent>") if isinstance(b, dict) else "<absent>"
+        problems += _diff(a, b, key)
+    if model is not None and not problems:
+        saved_w, now_w = ckpt.get("model") or {}, model.state_dict()
+        for name in sorted(set(saved_w) | set(now_w)):
+            a = tuple(saved_w[name].shape) if name in saved_w else "<absent>"
+            b = tuple(now_w[name].shape) if name in now_w else "<absent>"
+            if a != b:
+                problems.append(f"weight {name}: checkpoint has shape {a}, now {b}")
+            if len(problems) >= 4:
+                problems.append("...")
+                break
+    if problems:
+        raise CheckpointError(
+            f"{path} was written by an incompatible run ({'; '.join(problems)}). Resume with the "
+            "original settings, or start afresh with another run_dir=... (or delete the old one)."
+        )

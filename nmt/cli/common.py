@@ -1,0 +1,190 @@
+"""Shared plumbing of the ``nmt-*`` command-line tools.
+
+Every CLI takes Hydra-style ``key=value`` overrides (``model=rnn train.max_steps=10``),
+composes its primary config from ``configs/<config_name>.yaml`` through
+:func:`nmt.config.compose_config`, and runs. Usage from a CLI module::
+
+    from nmt.cli.common import run_cli
+
+    USAGE = "nmt-evaluate checkpoint=PATH [split=NAME] [beam_size=5] [out_dir=DIR] ..."
+
+    def _run(cfg: DictConfig) -> int | None:
+        ...                       # do the work; return an exit status (None = 0)
+
+    def main(argv: list[str] | None = None) -> int:
+        return run_cli(_run, argv, config_name="evaluate", usage=USAGE, validate_fn=_check)
+
+    if __name__ == "__main__":
+        raise SystemExit(main())
+
+Behaviour shared by all tools:
+
+* ``-h`` / ``--help`` prints the usage line and the composed config (with any other
+  overrides applied, so ``nmt-train model=rnn --help`` shows the RNN defaults) and exits 0.
+* A user error -- :class:`nmt.config.ConfigError`, ``nmt.data.corpus.CorpusError``,
+  :class:`nmt.training.checkpoint.CheckpointError` -- is printed as one paragraph
+  ``<prog>: error: <message>`` on stderr and the tool exits with status 2 (no traceback).
+  Any other exception is a bug and propagates with its traceback.
+"""
+
+from __future__ import annotations
+
+import sys
+import textwrap
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+from omegaconf import DictConfig, OmegaConf
+
+from nmt.config import ConfigError, compose_config, validate
+
+EXIT_USER_ERROR = 2
+_DEFAULT = object()
+
+
+def user_error_types() -> tuple[type[BaseException], ...]:
+    """Exception classes that mean "the user must change something" (exit status 2).
+
+    ``CorpusError`` and ``CheckpointError`` are looked up only in modules that are already
+    imported: an exception of a class can only exist once its module is loaded, and this
+    keeps ``--help`` from importing the data and training packages.
+    """
+    types: list[type[BaseException]] = [ConfigError]
+    for module_name, class_name in (("nmt.data.corpus", "CorpusError"),
+                                    ("nmt.training.checkpoint", "CheckpointError")):
+        module = sys.modules.get(module_name)
+        cls = getattr(module, class_name, None) if module is not None else None
+        if isinstance(cls, type) and issubclass(cls, BaseException):
+            types.append(cls)
+    return tuple(types)
+
+
+def print_error(prog: str, err: BaseException | str) -> None:
+    """Print ``<prog>: error: <message>`` as one wrapped paragraph to stderr."""
+    message = " ".join(str(err).split())
+    print(textwrap.fill(f"{prog}: error: {message}", width=100), file=sys.stderr)
+
+
+def check_overrides(argv: Sequence[str]) -> list[str]:
+    """Return ``argv`` as a list after checking every item looks like ``key=value``.
+
+    Raises:
+        ConfigError: an argument without ``=`` (e.g. a bare file name or ``--beam 5``).
+    """
+    for arg in argv:
+        if arg.startswith("-") or ("=" not in arg and not arg.startswith("~")):
+            raise ConfigError(
+                f"argument {arg!r} is not an override: arguments are key=value pairs, "
+                "e.g. checkpoint=runs/tf/checkpoints/best.pt beam_size=5 (see --help)."
+            )
+    return list(argv)
+
+
+def run_cli(run: Callable[[DictConfig], int | None], argv: Sequence[str] | None = None, *,
+            config_name: str, usage: str, validate_fn=_DEFAULT, prog: str | None = None) -> int:
+    """Parse overrides, compose + validate the config, call ``run(cfg)``; return an exit status.
+
+    Args:
+        run: the tool's body; gets the composed config, returns an exit status or None (0).
+        argv: command-line arguments without the program name (default ``sys.argv[1:]``).
+        config_name: primary config under ``configs/`` (``config``, ``evaluate``, ...).
+        usage: one or more lines printed by ``--help`` above the config.
+        validate_fn: checker passed to :func:`compose_config`; default
+            :func:`nmt.config.validate` for ``config_name="config"``, else no check.
+        prog: name used in messages (default: the basename of ``sys.argv[0]``).
+
+    Returns:
+        0 on success (or ``run``'s status), 2 on a user error (message on stderr).
+    """
+    argv = list(sys.argv[1:] if argv is None else argv)
+    prog = prog or Path(sys.argv[0]).name or config_name
+    if validate_fn is _DEFAULT:
+        validate_fn = validate if config_name == "config" else None
+    if any(a in ("-h", "--help") for a in argv):
+        return _print_help(argv, config_name, usage, validate_fn, prog)
+    errors = user_error_types()
+    try:
+        cfg = compose_config(check_overrides(argv), config_name=config_name, validate_fn=validate_fn)
+        status = run(cfg)
+    except Exception as err:
+        errors = user_error_types()  # run() may have imported the data/training modules
+        if not isinstance(err, errors):
+            raise
+        print_error(prog, err)
+        return EXIT_USER_ERROR
+    return 0 if status is None else int(status)
+
+
+def _print_help(argv: list[str], config_name: str, usage: str, validate_fn, prog: str) -> int:
+    overrides = [a for a in argv if a not in ("-h", "--help")]
+    print(f"usage: {usage.strip()}\n")
+    print("Arguments are Hydra overrides key=value (nested keys with dots, e.g. data.root=DIR).")
+    try:
+        cfg = compose_config(check_overrides(overrides), config_name=config_name, validate_fn=None)
+    except ConfigError as err:
+        print_error(prog, err)
+        return EXIT_USER_ERROR
+    print(f"Config (configs/{config_name}.yaml with the overrides given; ??? = required):\n")
+    print(OmegaConf.to_yaml(cfg), end="")
+    return 0
+
+
+def resolve_device(name: str):
+    """``"auto"`` -> ``cuda`` when available, else ``cpu``; other names pass through.
+
+    Raises:
+        ConfigError: ``cuda`` requested but no CUDA device is available.
+    """
+    import torch
+
+    if name in (None, "", "auto"):
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if str(name).startswith("cuda") and not torch.cuda.is_available():
+        raise ConfigError(f"device={name} asked for CUDA, but no CUDA device is available: use device=cpu.")
+    try:
+        return torch.device(name)
+    except RuntimeError:
+        raise ConfigError(f"device={name!r} is not a device: use auto, cpu, cuda or cuda:N.") from None
+
+
+SEARCH_KEYS = ("beam_size", "length_penalty", "max_len_a", "max_len_b", "batch_sentences", "n_best")
+
+
+def require(cfg: DictConfig, *keys: str) -> None:
+    """Raise :class:`ConfigError` for each of ``keys`` still ``???`` (mandatory, not given)."""
+    for key in keys:
+        if OmegaConf.is_missing(cfg, key) or OmegaConf.select(cfg, key) in (None, ""):
+            raise ConfigError(f"{key} is required: add {key}=... to the command line.")
+
+
+def check_search(cfg: DictConfig) -> DictConfig:
+    """Validate the top-level search keys of ``evaluate``/``translate`` configs; returns ``cfg``.
+
+    Raises:
+        ConfigError: a non-numeric value, ``beam_size``/``batch_sentences``/``n_best`` < 1,
+            ``n_best > beam_size``, or negative ``max_len_a``/``max_len_b``.
+    """
+    types = {"beam_size": int, "length_penalty": float, "max_len_a": float, "max_len_b": int,
+             "batch_sentences": int, "n_best": int}
+    values = {}
+    for key, typ in types.items():
+        value = cfg[key]
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or (
+                typ is int and not float(value).is_integer()):
+            raise ConfigError(f"{key}={value!r} must be {'an integer' if typ is int else 'a number'}.")
+        values[key] = typ(value)
+    for key in ("beam_size", "batch_sentences", "n_best"):
+        if values[key] < 1:
+            raise ConfigError(f"{key}={values[key]} is impossible: it must be >= 1.")
+    for key in ("max_len_a", "max_len_b"):
+        if values[key] < 0:
+            raise ConfigError(f"{key}={values[key]} is impossible: it must be >= 0.")
+    if values["n_best"] > values["beam_size"]:
+        raise ConfigError(f"n_best={values['n_best']} exceeds beam_size={values['beam_size']}: "
+                          "a beam search returns at most beam_size hypotheses.")
+    return cfg
+
+
+def search_settings(cfg: DictConfig) -> dict:
+    """The search keys of ``cfg`` as the plain dict that :func:`nmt.inference.search.translate` takes."""
+    return {key: cfg[key] for key in SEARCH_KEYS}

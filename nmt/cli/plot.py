@@ -1,0 +1,82 @@
+"""``nmt-plot``: alignment heatmaps (Bahdanau et al. 2015, Fig. 3) from ``alignments.npz``.
+
+    nmt-plot alignments=runs/tf/eval/alignments.npz index=3 out=fig.png
+    nmt-plot alignments=runs/tf/eval/alignments.npz index=all out=figs      # figs/align_0000.png ...
+    nmt-plot alignments=runs/tf/eval/alignments.npz index=10:20 out=figs
+
+``index`` is a 0-based sentence number (one PNG at ``out``), ``all``, or a Python-style
+range ``start:stop`` (one PNG per sentence in the directory ``out``).
+Options: configs/plot.yaml (``nmt-plot --help``).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from omegaconf import DictConfig
+
+from nmt.cli.common import require, run_cli
+from nmt.config import ConfigError
+
+USAGE = "nmt-plot alignments=FILE.npz [index=N | index=all | index=A:B] [out=fig.png | out=DIR]"
+
+
+def parse_index(index, count: int) -> tuple[list[int], bool]:
+    """``index`` setting -> (sentence numbers, many) where many means "write into a directory".
+
+    Raises:
+        ConfigError: not an int, ``all`` or ``start:stop``, or out of range.
+    """
+    text = str(index).strip()
+    if text == "all":
+        return list(range(count)), True
+    if ":" in text:
+        try:
+            start, stop = (int(p) if p.strip() else None for p in text.split(":", 1))
+        except ValueError:
+            raise ConfigError(f"index={text!r} is not a range start:stop of integers.") from None
+        picked = list(range(count))[slice(start, stop)]
+        if not picked:
+            raise ConfigError(f"index={text} selects no sentence: the file holds {count} (0..{count - 1}).")
+        return picked, True
+    try:
+        i = int(text)
+    except ValueError:
+        raise ConfigError(f"index={text!r} must be a sentence number, 'all' or a range start:stop.") from None
+    if not -count <= i < count:
+        raise ConfigError(f"index={i} is out of range: the file holds {count} sentences (0..{count - 1}).")
+    return [i % count], False
+
+
+def _run(cfg: DictConfig) -> int:
+    from nmt.evaluation.alignments import load_alignments
+    from nmt.evaluation.plot import plot_alignment
+
+    try:
+        data = load_alignments(cfg.alignments)
+    except ValueError as err:
+        raise ConfigError(f"alignments={cfg.alignments}: {err}") from None
+    indices, many = parse_index(cfg.index, len(data))
+    out = Path(cfg.out)
+    if many and out.suffix.lower() == ".png":
+        raise ConfigError(f"index={cfg.index} writes one PNG per sentence: out={out} must be a directory.")
+    for i in indices:
+        item = data[i]
+        path = out / f"align_{i:04d}.png" if many else out
+        plot_alignment(item.matrix, item.src, item.tgt, path, cmap=str(cfg.cmap), dpi=int(cfg.dpi))
+    print(f"wrote {len(indices)} PNG file(s) to {out}")
+    return 0
+
+
+def _check(cfg: DictConfig) -> DictConfig:
+    require(cfg, "alignments", "out")
+    return cfg
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Console entry point ``nmt-plot``; returns the exit status (2 on user errors)."""
+    return run_cli(_run, argv, config_name="plot", usage=USAGE, validate_fn=_check, prog="nmt-plot")
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,597 @@
+"""The training loop: batches -> label-smoothed loss -> Adam + schedule -> validation -> checkpoints.
+
+One call runs a whole (possibly resumed, possibly distributed) training run::
+
+    summary = train(compose_config(["model=rnn", "run_dir=runs/rnn"]))
+
+Everything goes under ``run_dir``: ``config.yaml`` (resolved config), ``tokenizer/``,
+``checkpoints/{last,best,step_<k>}.pt``, ``tensorboard/`` (events), ``train.log`` and
+``summary.json``. If ``checkpoints/last.pt`` exists the run resumes from it.
+
+Order of one optimizer step (``s`` = steps done so far)::
+
+    group  = epoch_batches[b : b + world * accum]        # b = batch_in_epoch
+    mine   = group[rank::world]                          # this rank's micro-batches
+    for each micro-batch: loss_sum * world / tokens(group) -> backward (DDP sync on the last)
+    clip grad norm; lr = schedule(s + 1); optimizer.step(); s += 1; b += len(group)
+    epoch end -> epoch += 1, b = 0
+    every eval_every_steps and at epoch end: validate (loss, ppl, greedy BLEU), checkpoint
+
+Checkpoints are written only at step boundaries and hold the RNG states, so a run killed
+after a checkpoint and resumed takes exactly the same steps (same batches, same dropout
+masks) as an uninterrupted one. Validation uses no random numbers.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import resource
+import signal
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import numpy as np
+import torch
+from omegaconf import DictConfig, OmegaConf
+
+from nmt.config import ConfigError
+from nmt.training.checkpoint import (
+    CheckpointError,
+    CheckpointManager,
+    check_compatible,
+    load_checkpoint,
+    rng_state,
+    set_rng_state,
+)
+from nmt.training.distributed import (
+    DistInfo,
+    all_reduce_sum,
+    any_rank,
+    barrier,
+    broadcast_object,
+    cleanup_distributed,
+    gather_objects,
+    init_distributed,
+    local_share,
+    truncate_to_multiple,
+)
+from nmt.training.loss import label_smoothed_nll, perplexity
+from nmt.training.schedule import build_schedule
+
+log = logging.getLogger("nmt")
+
+KILL_ENV = "NMT_TEST_KILL_AT_STEP"   # tests: SIGKILL this process right after checkpoint <k>
+
+
+@dataclass
+class TrainState:
+    """Counters and early-stopping bookkeeping saved in every checkpoint (``trainer`` key)."""
+
+    step: int = 0                    # optimizer steps done
+    epoch: int = 0                   # current epoch (0-based)
+    batch_in_epoch: int = 0          # batches of the epoch list consumed (all ranks together)
+    best_bleu: float | None = None
+    best_step: int | None = None
+    bad_validations: int = 0         # validations since the last BLEU improvement
+    last_validated_step: int = -1
+    elapsed_s: float = 0.0           # training wall time of all runs so far (for max_minutes)
+    tgt_tokens: int = 0              # target tokens trained on so far
+    history: list = field(default_factory=list)   # one dict per validation
+
+
+def autocast_dtype(precision: str, device: torch.device) -> torch.dtype | None:
+    """bf16 for ``precision=bf16`` or ``auto`` on CUDA; None (fp32) otherwise."""
+    if precision == "bf16" or (precision == "auto" and device.type == "cuda"):
+        return torch.bfloat16
+    return None
+
+
+def build_optimizer(params: list[torch.nn.Parameter], train_cfg) -> torch.optim.Optimizer:
+    """Adam / AdamW with the configured betas, eps and weight decay (fused kernel if possible)."""
+    cls = torch.optim.AdamW if train_cfg.optimizer == "adamw" else torch.optim.Adam
+    kwargs = dict(lr=train_cfg.lr, betas=tuple(train_cfg.betas), eps=train_cfg.eps,
+                  weight_decay=train_cfg.weight_decay)
+    try:
+        return cls(params, fused=True, **kwargs)
+    except (RuntimeError, TypeError, ValueError):
+        return cls(params, foreach=True, **kwargs)
+
+
+def _tty_progress() -> bool:
+    return sys.stderr.isatty() and not os.environ.get("CI")
+
+
+def _setup_logging(run_dir: Path | None, info: DistInfo) -> list[logging.Handler]:
+    """Console (+ ``run_dir/train.log`` on rank 0) handlers on the ``nmt`` logger."""
+    fmt = logging.Formatter("%(asctime)s %(levelname)s %(message)s", "%Y-%m-%d %H:%M:%S")
+    handlers: list[logging.Handler] = [logging.StreamHandler(sys.stderr)]
+    handlers[0].setLevel(logging.INFO if info.is_main else logging.WARNING)
+    if run_dir is not None and info.is_main:
+        handlers.append(logging.FileHandler(run_dir / "train.log", encoding="utf-8"))
+    for h in handlers:
+        h.setFormatter(fmt)
+        log.addHandler(h)
+    log.setLevel(logging.INFO)
+    log.propagate = False
+    return handlers
+
+
+def check_run_dir(run_dir: Path) -> None:
+    """Create ``run_dir`` and make sure files can be written there.
+
+    Raises:
+        ConfigError: the directory cannot be created or written.
+    """
+    try:
+        run_dir.mkdir(parents=True, exist_ok=True)
+        probe = run_dir / f".write_test.{os.getpid()}"
+        probe.write_text("ok", encoding="utf-8")
+        probe.unlink()
+    except OSError as err:
+        raise ConfigError(
+            f"run_dir={run_dir} cannot be written ({err.strerror or err}): choose a writable "
+            "directory with run_dir=PATH."
+        ) from None
+
+
+class Trainer:
+    """Owns model, optimizer, schedule, data and the loop; see the module docstring.
+
+    Args:
+        cfg: validated ``nmt-train`` config (:func:`nmt.config.compose_config`).
+        info: distributed position (:func:`init_distributed`); ``DistInfo()`` for one process.
+        device: torch device of this rank.
+
+    Raises (from :meth:`setup`, before the first batch):
+        ConfigError: bad sizes, unwritable ``run_dir``, an empty training split.
+        CorpusError: missing or malformed data files.
+        CheckpointError: an unreadable or incompatible ``last.pt``.
+    """
+
+    def __init__(self, cfg: DictConfig, info: DistInfo, device: torch.device) -> None:
+        self.cfg = cfg
+        self.tcfg = cfg.train
+        self.info = info
+        self.device = device
+        self.run_dir = Path(cfg.run_dir)
+        self.ckpt_dir = self.run_dir / "checkpoints"
+        self.manager = CheckpointManager(self.ckpt_dir, cfg.train.keep_last)
+        self.state = TrainState()
+        self.amp_dtype = autocast_dtype(cfg.train.precision, device)
+        self.writer = None
+        self.stop_reason = ""
+        self._epoch_cache: tuple[int, list[np.ndarray]] | None = None
+        self._start = time.perf_counter()
+        self._train_time = 0.0        # seconds spent in training steps by this process
+        self._train_tokens = 0        # target tokens trained on by this process (global)
+        self._pause = 0.0             # validation/checkpoint seconds since the last log line
+        # Plain Python copies of the per-step settings (DictConfig access is slow in a loop).
+        self.t = SimpleNamespace(**OmegaConf.to_container(cfg.train, resolve=True))
+        self.label_smoothing = float(cfg.train.label_smoothing)
+        self.clip_grad_norm = float(cfg.train.clip_grad_norm)
+
+    # ------------------------------------------------------------------ setup
+    def setup(self) -> None:
+        """Data, model, optimizer, schedule; resume from ``last.pt`` if present."""
+        from nmt.data import TokenBatchSampler, prepare_data
+        from nmt.models import build_model
+
+        cfg, info = self.cfg, self.info
+        ckpt = None
+        if self.manager.last.exists():
+            ckpt = load_checkpoint(self.manager.last)
+            check_compatible(self.manager.last, ckpt, cfg)
+
+        # Rank 0 trains/caches the tokenizer first; the others then find it in the cache.
+        data = None
+        if info.is_main:
+            data = prepare_data(cfg.data, self.run_dir)
+        barrier(info)
+        if not info.is_main:
+            data = prepare_data(cfg.data, None)
+        self.tokenizer, self.train_split, self.valid_split = data.tokenizer, data.train, data.valid
+        if ckpt is not None and ckpt.get("tokenizer") is not None:
+            from nmt.data.tokenizer import Tokenizer
+
+            saved = Tokenizer.from_state_dict(ckpt["tokenizer"])
+            if saved.fingerprint != self.tokenizer.fingerprint:
+                raise CheckpointError(
+                    f"{self.manager.last} was trained with another tokenizer than the one built "
+                    "from the current data (training data or data.max_train_pairs changed?): "
+                    "resume with the original data, or use a new run_dir=...")
+        if len(self.train_split) == 0:
+            raise ConfigError("The training split is empty after filtering: check data.root, "
+                              "data.max_len and data.max_train_pairs.")
+        try:
+            self.sampler = TokenBatchSampler(self.train_split.src_lens, self.train_split.tgt_lens,
+                                             self.tcfg.batch_tokens, shuffle=True,
+                                             seed=self.tcfg.seed)
+        except ValueError as err:
+            raise ConfigError(str(err)) from None
+        if len(self.epoch_batches(0)) == 0:
+            raise ConfigError(
+                f"The training split yields fewer batches ({len(self.sampler.batches(0))}) than "
+                f"there are processes ({info.world_size}): use more data or fewer processes.")
+
+        seed = int(self.tcfg.seed)
+        import random
+
+        random.seed(seed)
+        np.random.seed(seed)
+        torch.manual_seed(seed)
+        self.model = build_model(cfg.model, self.tokenizer.src_vocab_size,
+                                 self.tokenizer.tgt_vocab_size).to(self.device)
+        # Dropout streams differ between ranks (the weights are the same: same seed above).
+        torch.manual_seed(seed + 1000 * info.rank + 1)
+        self.params = [p for p in self.model.parameters() if p.requires_grad]
+        self.optimizer = build_optimizer(self.params, self.tcfg)
+        self.schedule = build_schedule(self.optimizer, self.tcfg)
+        if ckpt is not None:
+            check_compatible(self.manager.last, ckpt, cfg, self.model)
+            self._restore(ckpt)
+        self.train_model: torch.nn.Module = self.model
+        if self.tcfg.compile:
+            self.train_model = torch.compile(self.model)
+        if info.enabled:
+            from torch.nn.parallel import DistributedDataParallel as DDP
+
+            ids = [self.device.index] if self.device.type == "cuda" else None
+            self.train_model = DDP(self.train_model, device_ids=ids)
+        self.valid_src_ids = [self.valid_split.src_ids(i) for i in range(len(self.valid_split))]
+        self.valid_refs = self.valid_split.tgt_texts()
+        # Validation pairs are never filtered: give over-long ones a batch of their own.
+        longest = int(max(self.valid_split.src_lens.max(initial=1),
+                          self.valid_split.tgt_lens.max(initial=1)))
+        valid_sampler = TokenBatchSampler(self.valid_split.src_lens, self.valid_split.tgt_lens,
+                                          max(self.tcfg.batch_tokens, longest), shuffle=False)
+        self.valid_batches = valid_sampler.batches(0)
+        if info.is_main:
+            OmegaConf.save(cfg, self.run_dir / "config.yaml", resolve=True)
+            from torch.utils.tensorboard import SummaryWriter
+
+            purge = self.state.step + 1 if self.state.step > 0 else None
+            self.writer = SummaryWriter(str(self.run_dir / "tensorboard"), purge_step=purge)
+        n_params = self.model.num_parameters()
+        self.n_params = n_params
+        log.info("model %s: %s parameters; vocab src %d tgt %d; train %d pairs, valid %d; "
+                 "device %s, %s, world %d", cfg.model.name, f"{n_params:,}",
+                 self.tokenizer.src_vocab_size, self.tokenizer.tgt_vocab_size,
+                 len(self.train_split), len(self.valid_split), self.device,
+                 "bf16 autocast" if self.amp_dtype else "fp32", info.world_size)
+
+    def _restore(self, ckpt: dict) -> None:
+        self.model.load_state_dict(ckpt["model"])
+        self.optimizer.load_state_dict(ckpt["optimizer"])
+        self.schedule.load_state_dict(ckpt["scheduler"])
+        self.state = TrainState(**ckpt["trainer"])
+        rng = ckpt["rng"]
+        if isinstance(rng, list) and len(rng) == self.info.world_size:
+            set_rng_state(rng[self.info.rank])
+        else:  # another world size: rank 0's state, other ranks reseeded deterministically
+            set_rng_state(rng[0] if isinstance(rng, list) else rng)
+            if self.info.rank > 0:
+                torch.manual_seed(self.tcfg.seed + 1000 * self.info.rank + self.state.step)
+        log.info("resumed from %s at step %d (epoch %d, batch %d of the epoch)",
+                 self.manager.last, self.state.step, self.state.epoch, self.state.batch_in_epoch)
+
+    # ------------------------------------------------------------------ batches
+    def epoch_batches(self, epoch: int) -> list[np.ndarray]:
+        """The epoch's batch list (same on every rank), truncated to a multiple of world size."""
+        if self._epoch_cache is None or self._epoch_cache[0] != epoch:
+            batches = truncate_to_multiple(self.sampler.batches(epoch), self.info.world_size)
+            self._epoch_cache = (epoch, batches)
+        return self._epoch_cache[1]
+
+    def _autocast(self):
+        if self.amp_dtype is None:
+            return contextlib.nullcontext()
+        return torch.autocast(device_type=self.device.type, dtype=self.amp_dtype)
+
+    # ------------------------------------------------------------------ one step
+    def train_step(self, group: list[np.ndarray]) -> tuple[torch.Tensor, torch.Tensor, int]:
+        """One optimizer step over the global ``group`` of batches.
+
+        Returns:
+            ``(sums [2] = (smoothed loss, nll) summed over this rank's tokens, grad_norm, tokens)``
+            where ``tokens`` counts the target tokens of the whole group (all ranks).
+        """
+        from nmt.data.tokenizer import PAD_ID
+
+        tgt_lens = self.train_split.tgt_lens
+        tokens = int(sum(int(tgt_lens[idx].sum()) for idx in group))
+        scale = self.info.world_size / max(tokens, 1)
+        mine = local_share(group, self.info)
+        sums = torch.zeros(2, device=self.device)
+        eps = self.label_smoothing
+        for i, idx in enumerate(mine):
+            batch = self.train_split.collate(idx).to(self.device)
+            last = i == len(mine) - 1
+            sync = contextlib.nullcontext() if (last or not self.info.enabled) else \
+                self.train_model.no_sync()
+            with sync:
+                with self._autocast():
+                    logits, _ = self.train_model(batch.src, batch.src_mask, batch.tgt_in,
+                                                 need_alignment=False)
+                loss_sum, nll_sum = label_smoothed_nll(logits, batch.tgt_out, eps, PAD_ID)
+                (loss_sum * scale).backward()
+            sums += torch.stack((loss_sum.detach(), nll_sum))
+        clip = self.clip_grad_norm
+        if clip > 0:
+            grad_norm = torch.nn.utils.clip_grad_norm_(self.params, clip, foreach=True)
+        else:
+            grad_norm = torch.nn.utils.get_total_norm([p.grad for p in self.params
+                                                       if p.grad is not None], foreach=True)
+        self.schedule.set_step(self.state.step + 1)
+        self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        return sums, grad_norm, tokens
+
+    # ------------------------------------------------------------------ validation
+    @torch.no_grad()
+    def validate(self) -> dict[str, float]:
+        """Loss, perplexity and greedy BLEU on the whole validation split (rank 0 computes).
+
+        Returns the same dict on every rank: ``loss``, ``nll``, ``ppl`` (per target token)
+        and ``bleu`` (sacreBLEU, detokenized, cased).
+        """
+        from nmt.data.tokenizer import EOS_ID, PAD_ID
+
+        result = None
+        if self.info.is_main:
+            from nmt.evaluation.metrics import corpus_scores
+            from nmt.inference.search import translate
+
+            model = self.model
+            model.eval()
+            sums = torch.zeros(2, device=self.device)
+            tokens = 0
+            eps = self.label_smoothing
+            with self._autocast():
+                for idx in self.valid_batches:
+                    batch = self.valid_split.collate(idx).to(self.device)
+                    logits, _ = model(batch.src, batch.src_mask, batch.tgt_in, need_alignment=False)
+                    loss_sum, nll_sum = label_smoothed_nll(logits, batch.tgt_out, eps, PAD_ID)
+                    sums += torch.stack((loss_sum, nll_sum))
+                    tokens += batch.n_tgt_tokens
+                hyps = translate(model, self.valid_src_ids, self.cfg.search, self.device)
+            model.train()
+            texts = [self.tokenizer.decode_tgt(h[0].tokens) if h else "" for h in hyps]
+            scores = corpus_scores(texts, self.valid_refs)
+            loss, nll = (sums / max(tokens, 1)).tolist()
+            result = {"loss": loss, "nll": nll, "ppl": perplexity(nll),
+                      "bleu": float(scores["bleu"])}
+            self._log_alignment(hyps, EOS_ID)
+        return broadcast_object(result, self.info)
+
+    def _log_alignment(self, hyps, eos_id: int) -> None:
+        """TensorBoard image of the alignment of the first non-empty validation sentence."""
+        if self.writer is None:
+            return
+        for i, h in enumerate(hyps):
+            if h and self.valid_src_ids[i]:
+                break
+        else:
+            return
+        from nmt.evaluation.plot import plot_alignment
+
+        hyp = h[0]
+        src_labels = self.tokenizer.src_pieces(list(self.valid_src_ids[i]) + [eos_id])
+        tgt_labels = self.tokenizer.tgt_pieces(list(hyp.tokens) + [eos_id])
+        fig = plot_alignment(np.asarray(hyp.alignment), src_labels, tgt_labels)
+        self.writer.add_figure("valid/alignment", fig, self.state.step, close=False)
+
+    def _after_validation(self, scores: dict[str, float], epoch_end: bool) -> bool:
+        """Bookkeeping + logging; returns True if this is the best BLEU so far."""
+        st = self.state
+        improved = st.best_bleu is None or scores["bleu"] > st.best_bleu
+        if improved:
+            st.best_bleu, st.best_step, st.bad_validations = scores["bleu"], st.step, 0
+        else:
+            st.bad_validations += 1
+        if self.schedule.on_validation(scores["bleu"]):
+            log.info("validation BLEU did not improve for %d validations: lr -> %.3g",
+                     self.tcfg.plateau_patience, self.schedule.lr_at(st.step + 1))
+        st.last_validated_step = st.step
+        elapsed = st.elapsed_s + time.perf_counter() - self._start
+        tps = self._train_tokens / max(self._train_time, 1e-9)
+        st.history.append({"step": st.step, "epoch": st.epoch, **scores, "elapsed_s": elapsed})
+        log.info("valid | step %d | epoch %d%s | loss %.4f | nll %.4f | ppl %.2f | bleu %.2f%s | "
+                 "tokens/s %.0f | elapsed %.1f min", st.step, st.epoch,
+                 " (end)" if epoch_end else "", scores["loss"], scores["nll"], scores["ppl"],
+                 scores["bleu"], " *best*" if improved else "", tps, elapsed / 60)
+        if self.writer is not None:
+            for key in ("loss", "ppl", "bleu"):
+                self.writer.add_scalar(f"valid/{key}", scores[key], st.step)
+            self.writer.flush()
+        return improved
+
+    # ------------------------------------------------------------------ checkpoints
+    def checkpoint(self, is_best: bool) -> None:
+        """Write ``step_<k>.pt`` / ``last.pt`` (/ ``best.pt``) on rank 0 (all ranks must call)."""
+        rngs = gather_objects(rng_state(), self.info)
+        st = self.state
+        st.elapsed_s += time.perf_counter() - self._start
+        self._start = time.perf_counter()
+        if self.info.is_main:
+            ckpt = {
+                "version": 1,
+                "model": self.model.state_dict(),
+                "config": OmegaConf.to_container(self.cfg, resolve=True),
+                "tokenizer": self.tokenizer.state_dict(),
+                "step": st.step, "epoch": st.epoch, "batch_in_epoch": st.batch_in_epoch,
+                "optimizer": self.optimizer.state_dict(),
+                "scheduler": self.schedule.state_dict(),
+                "scaler": None,          # bf16 autocast needs no loss scaling
+                "rng": rngs,
+                "trainer": asdict(st),
+            }
+            self.manager.save(ckpt, st.step, is_best=is_best)
+        kill_at = os.environ.get(KILL_ENV)
+        if kill_at and int(kill_at) == self.state.step:
+            os.kill(os.getpid(), signal.SIGKILL)
+
+    def _validate_and_save(self, epoch_end: bool) -> None:
+        t0 = time.perf_counter()
+        scores = self.validate()
+        is_best = self._after_validation(scores, epoch_end)
+        self.checkpoint(is_best)
+        self._pause += time.perf_counter() - t0
+
+    # ------------------------------------------------------------------ loop
+    def _should_stop(self) -> str:
+        st, t = self.state, self.t
+        if t.max_steps is not None and st.step >= t.max_steps:
+            return f"max_steps={t.max_steps} reached"
+        if t.max_epochs is not None and st.epoch >= t.max_epochs:
+            return f"max_epochs={t.max_epochs} reached"
+        patience = t.early_stopping_patience
+        if patience is not None and st.bad_validations >= patience:
+            return f"early stopping: no BLEU gain in {patience} validations"
+        return ""
+
+    def _out_of_time(self) -> bool:
+        if self.t.max_minutes is None:
+            return False
+        used = self.state.elapsed_s + time.perf_counter() - self._start
+        return used >= 60.0 * float(self.t.max_minutes)
+
+    def fit(self) -> dict[str, Any]:
+        """Train until a stop condition; returns the summary (also in ``summary.json``)."""
+        from tqdm.auto import tqdm
+
+        t, st, info = self.t, self.state, self.info
+        accum = int(t.accum_steps)
+        group_size = info.world_size * accum
+        steps_per_epoch = -(-len(self.epoch_batches(st.epoch)) // group_size)
+        total = t.max_steps if t.max_steps is not None else steps_per_epoch * (t.max_epochs or 1)
+        bar = tqdm(total=total, initial=st.step, unit="step", dynamic_ncols=True,
+                   disable=not (info.is_main and _tty_progress()))
+        self.model.train()
+        self._pause = 0.0
+        acc = torch.zeros(2, device=self.device)
+        acc_tokens, acc_steps, grad_norm = 0, 0, torch.zeros(())
+        t_log = time.perf_counter()
+        self.stop_reason = self._should_stop()
+        while not self.stop_reason:
+            batches = self.epoch_batches(st.epoch)
+            group = batches[st.batch_in_epoch: st.batch_in_epoch + group_size]
+            sums, grad_norm, tokens = self.train_step(group)
+            acc += sums
+            acc_tokens += tokens
+            acc_steps += 1
+            st.step += 1
+            st.tgt_tokens += tokens
+            st.batch_in_epoch += len(group)
+            epoch_end = st.batch_in_epoch >= len(batches)
+            if epoch_end:
+                st.epoch += 1
+                st.batch_in_epoch = 0
+            bar.update(1)
+            if st.step % t.log_every_steps == 0:
+                now = time.perf_counter()
+                span = max(now - t_log - self._pause, 1e-9)
+                all_reduce_sum(acc, info)
+                loss, nll = (acc / max(acc_tokens, 1)).tolist()
+                tps = acc_tokens / span
+                self._train_time += span
+                self._train_tokens += acc_tokens
+                lr = self.schedule.last_lr
+                gn = float(grad_norm)
+                if self.writer is not None:
+                    self.writer.add_scalar("train/loss", loss, st.step)
+                    self.writer.add_scalar("train/nll", nll, st.step)
+                    self.writer.add_scalar("train/ppl", perplexity(nll), st.step)
+                    self.writer.add_scalar("train/lr", lr, st.step)
+                    self.writer.add_scalar("train/grad_norm", gn, st.step)
+                    self.writer.add_scalar("train/tokens_per_s", tps, st.step)
+                bar.set_postfix(loss=f"{loss:.3f}", lr=f"{lr:.2e}", tok_s=f"{tps:.0f}")
+                log.info("train | step %d | epoch %d | loss %.4f | ppl %.2f | lr %.3g | "
+                             "grad_norm %.3f | tokens/s %.0f", st.step, st.epoch, loss,
+                             perplexity(nll), lr, gn, tps)
+                acc.zero_()
+                acc_tokens, acc_steps, t_log, self._pause = 0, 0, now, 0.0
+            if st.step % t.eval_every_steps == 0 or epoch_end:
+                self._validate_and_save(epoch_end)
+            self.stop_reason = self._should_stop()
+            if not self.stop_reason:
+                check_time = not info.enabled or st.step % t.log_every_steps == 0
+                if check_time and any_rank(self._out_of_time(), info, self.device):
+                    self.stop_reason = f"max_minutes={t.max_minutes} reached"
+        if acc_steps:
+            self._train_time += max(time.perf_counter() - t_log - self._pause, 0.0)
+            self._train_tokens += acc_tokens
+        bar.close()
+        if st.last_validated_step != st.step:
+            self._validate_and_save(epoch_end=False)
+        return self._summary()
+
+    def _summary(self) -> dict[str, Any]:
+        st = self.state
+        peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+        summary = {
+            "stop_reason": self.stop_reason,
+            "steps": st.step, "epochs_done": st.epoch, "params": self.n_params,
+            "wall_time_s": round(st.elapsed_s, 2),
+            "train_tokens_per_s": round(self._train_tokens / max(self._train_time, 1e-9), 1),
+            "best_bleu": st.best_bleu, "best_step": st.best_step,
+            "last": st.history[-1] if st.history else None,
+            "peak_rss_mb": round(peak_mb, 1), "world_size": self.info.world_size,
+            "device": str(self.device),
+        }
+        if self.device.type == "cuda":
+            summary["peak_cuda_mb"] = round(torch.cuda.max_memory_allocated(self.device) / 2**20, 1)
+        log.info("done (%s) | steps %d | params %s | wall %.1f min | train tokens/s %.0f | "
+                 "best bleu %s at step %s | peak RSS %.0f MiB", summary["stop_reason"],
+                 st.step, f"{self.n_params:,}", st.elapsed_s / 60,
+                 summary["train_tokens_per_s"],
+                 "n/a" if st.best_bleu is None else f"{st.best_bleu:.2f}", st.best_step, peak_mb)
+        if self.info.is_main:
+            (self.run_dir / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+        return summary
+
+    def close(self) -> None:
+        if self.writer is not None:
+            self.writer.close()
+            self.writer = None
+
+
+def train(cfg: DictConfig) -> dict[str, Any]:
+    """Run (or resume) the training described by ``cfg``; returns the summary dict.
+
+    Raises:
+        ConfigError, CorpusError, CheckpointError: user errors, before the first batch.
+    """
+    from nmt.cli.common import resolve_device
+
+    device = resolve_device(cfg.device)
+    info = init_distributed(device.type)
+    if info.enabled and device.type == "cuda":
+        device = torch.device("cuda", info.local_rank)
+    if device.type == "cuda":
+        torch.backends.cuda.matmul.allow_tf32 = True
+        torch.backends.cudnn.allow_tf32 = True
+    run_dir = Path(cfg.run_dir)
+    handlers: list[logging.Handler] = []
+    trainer = None
+    try:
+        if info.is_main:
+            check_run_dir(run_dir)
+        barrier(info)
+        handlers = _setup_logging(run_dir, info)
+        trainer = Trainer(cfg, info, device)
+        trainer.setup()
+        return trainer.fit()
+    finally:
+        if trainer is not None:
+            trainer.close()
+        for h in handlers:
+            log.removeHandler(h)
+            h.close()
+        cleanup_distributed()

@@ -1,0 +1,186 @@
+"""Benchmark the data pipeline: tokenizer training, tokenization + Arrow caching, one epoch.
+
+Usage::
+
+    python scripts/bench_data.py [--fresh-cache] [--replicate N] [--batch-tokens 4096] [overrides...]
+
+    python scripts/bench_data.py --fresh-cache                      # first-run figures
+    python scripts/bench_data.py                                     # cached run
+    python scripts/bench_data.py --fresh-cache --replicate 10        # + 290k-pair corpus
+    python scripts/bench_data.py data=multi30k_en_de data.root=/path/to/multi30k
+
+Each measurement runs in its own process, so ``peak_rss_mb`` is that process's peak resident
+memory (``anon_rss_mb`` / ``file_rss_mb``: heap vs memory-mapped pages at the end of the epoch;
+mapped pages count as resident once read but the OS can drop them at any time): phase ``prepare`` trains the tokenizer if needed and tokenizes + caches the training
+and validation splits; phase ``iterate`` opens the cache (memory-mapped Arrow) and collates
+every batch of one epoch into tensors. With ``--replicate N`` both phases run again on the
+training split repeated N times (built in a temporary directory) and their figures get the
+suffix ``_xN``. The last line printed holds all ``key=value`` pairs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import resource
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO_ROOT))
+
+
+def _peak_rss_mb() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
+
+
+def _rss_parts_mb() -> dict[str, str]:
+    """Current anonymous (heap) vs file-backed (memory-mapped, evictable) resident memory."""
+    try:
+        status = Path("/proc/self/status").read_text().splitlines()
+    except OSError:
+        return {}
+    out = {}
+    for line in status:
+        key, _, value = line.partition(":")
+        if key in ("RssAnon", "RssFile"):
+            out[f"{key[3:].lower()}_rss_mb"] = f"{int(value.split()[0]) / 1024:.0f}"
+    return out
+
+
+def phase_prepare(overrides: list[str]) -> dict[str, str]:
+    """Tokenizer (train or cache hit) + tokenization and caching; times each part."""
+    from nmt.config import compose_config
+    from nmt.data import batching, tokenizer
+
+    cfg = compose_config(overrides)
+    timings: dict[str, float] = {"tokenizer_train_s": 0.0, "tokenize_s": 0.0, "tokenize_valid_s": 0.0}
+    train_sp, write = tokenizer.train_sentencepiece, batching.write_split
+
+    def timed_train(*args, **kwargs):
+        t0 = time.perf_counter()
+        try:
+            return train_sp(*args, **kwargs)
+        finally:
+            timings["tokenizer_train_s"] += time.perf_counter() - t0
+
+    calls = []
+
+    def timed_write(*args, **kwargs):
+        t0 = time.perf_counter()
+        try:
+            return write(*args, **kwargs)
+        finally:
+            calls.append(time.perf_counter() - t0)
+
+    tokenizer.train_sentencepiece, batching.write_split = timed_train, timed_write
+    t0 = time.perf_counter()
+    data = batching.prepare_data(cfg.data)
+    prepare_s = time.perf_counter() - t0
+    if calls:  # train split first, then validation
+        timings["tokenize_s"] = calls[0]
+        timings["tokenize_valid_s"] = sum(calls[1:])
+    return {"prepare_s": f"{prepare_s:.2f}", **{k: f"{v:.2f}" for k, v in timings.items()},
+            "cache_hit": str(int(not calls)), "n_pairs": str(len(data.train)),
+            "vocab": str(data.tokenizer.tgt_vocab_size), "prepare_peak_rss_mb": f"{_peak_rss_mb():.0f}"}
+
+
+def phase_iterate(overrides: list[str], batch_tokens: int) -> dict[str, str]:
+    """Open the cached splits and collate every batch of one epoch into tensors."""
+    from nmt.config import compose_config
+    from nmt.data import TokenBatchSampler, pad_efficiency, prepare_data
+
+    cfg = compose_config(overrides)
+    rss_before = _peak_rss_mb()
+    t0 = time.perf_counter()
+    data = prepare_data(cfg.data)
+    open_s = time.perf_counter() - t0
+    split = data.train
+    t0 = time.perf_counter()
+    sampler = TokenBatchSampler(split.src_lens, split.tgt_lens, batch_tokens, seed=cfg.train.seed)
+    batches = sampler.batches(epoch=0)
+    real = padded = 0
+    for rows in batches:
+        batch = split.collate(rows)
+        real += batch.n_src_tokens + batch.n_tgt_tokens
+        padded += batch.src.numel() + batch.tgt_out.numel()
+    epoch_s = time.perf_counter() - t0
+    assert abs(real / padded - pad_efficiency(batches, split.src_lens, split.tgt_lens)) < 1e-9
+    return {"open_cache_s": f"{open_s:.2f}", "epoch_iter_s": f"{epoch_s:.2f}",
+            "pad_efficiency": f"{real / padded:.4f}", "n_batches": str(len(batches)),
+            "n_pairs": str(len(split)), "rss_before_data_mb": f"{rss_before:.0f}",
+            "peak_rss_mb": f"{_peak_rss_mb():.0f}", **_rss_parts_mb()}
+
+
+def _child(phase: str, overrides: list[str], batch_tokens: int) -> dict[str, str]:
+    cmd = [sys.executable, __file__, "--phase", phase, "--batch-tokens", str(batch_tokens), *overrides]
+    proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
+    if proc.returncode != 0:
+        sys.stderr.write(proc.stdout + proc.stderr)
+        raise SystemExit(f"bench_data: phase {phase} failed (exit {proc.returncode}).")
+    last = proc.stdout.strip().splitlines()[-1]
+    return dict(item.split("=", 1) for item in last.split())
+
+
+def _replicate(root: Path, cfg_data, n: int, out: Path) -> None:
+    out.mkdir(parents=True, exist_ok=True)
+    for lang in (cfg_data.src_lang, cfg_data.tgt_lang):
+        text = (root / f"{cfg_data.train_split}.{lang}").read_bytes()
+        if not text.endswith(b"\n"):
+            text += b"\n"
+        with open(out / f"{cfg_data.train_split}.{lang}", "wb") as f:
+            for _ in range(n):
+                f.write(text)
+        for split in (cfg_data.valid_split, cfg_data.test_split):
+            if (root / f"{split}.{lang}").is_file():
+                shutil.copyfile(root / f"{split}.{lang}", out / f"{split}.{lang}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--fresh-cache", action="store_true",
+                        help="use an empty temporary cache dir (first-run figures)")
+    parser.add_argument("--replicate", type=int, default=0,
+                        help="also measure the training split repeated N times")
+    parser.add_argument("--batch-tokens", type=int, default=4096)
+    parser.add_argument("--phase", choices=("prepare", "iterate"), help=argparse.SUPPRESS)
+    args, overrides = parser.parse_known_args(argv)
+
+    if args.phase == "prepare":
+        result = phase_prepare(overrides)
+    elif args.phase == "iterate":
+        result = phase_iterate(overrides, args.batch_tokens)
+    else:
+        from nmt.config import compose_config
+
+        tmp = Path(tempfile.mkdtemp(prefix="bench_data_"))
+        try:
+            if args.fresh_cache:
+                overrides = [*overrides, f"data.cache_dir={tmp / 'cache'}"]
+            cfg = compose_config(overrides)
+            result = {**_child("prepare", overrides, args.batch_tokens),
+                      **_child("iterate", overrides, args.batch_tokens)}
+            result["batch_tokens"] = str(args.batch_tokens)
+            if args.replicate > 1:
+                if cfg.data.format != "text":
+                    raise SystemExit("bench_data: --replicate needs data.format=text.")
+                rep_root = tmp / f"x{args.replicate}"
+                _replicate(Path(cfg.data.root), cfg.data, args.replicate, rep_root)
+                rep = [*overrides, f"data.root={rep_root}"]
+                suffix = f"_x{args.replicate}"
+                for phase in ("prepare", "iterate"):
+                    for key, value in _child(phase, rep, args.batch_tokens).items():
+                        result[key + suffix] = value
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+    print(" ".join(f"{k}={v}" for k, v in result.items()))
+    return 0
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    sys.exit(main())

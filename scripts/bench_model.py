@@ -1,0 +1,169 @@
+"""Training-step throughput and MFU of a model on real Multi30k batches (CPU by default).
+
+Usage::
+
+    python scripts/bench_model.py model=transformer
+    python scripts/bench_model.py model=rnn
+    python scripts/bench_model.py model=transformer --steps 20 --profile   # + torch.profiler table
+
+Positional arguments are Hydra overrides of ``configs/config.yaml`` (``compose_config``);
+options: ``--warmup N`` (untimed steps, default 3), ``--steps N`` (timed steps, default 10),
+``--threads N`` (torch threads, default 2), ``--compile`` (torch.compile the model, also
+``train.compile=true``), ``--optimizer fused|foreach|forloop`` (Adam implementation),
+``--profile`` (print the top ops of a torch.profiler run after timing), ``--no-malloc-tune``
+(keep glibc's default malloc, see :func:`tune_malloc`).
+
+One step = forward (teacher forcing, ``need_alignment=False``), label-smoothed cross-entropy
+(``train.label_smoothing``, summed over real target tokens / their number), backward,
+gradient clipping (``train.clip_grad_norm``) and an Adam step: exactly what training does.
+The batches are the first ``warmup + steps`` batches of epoch 0 of
+``TokenBatchSampler(train.batch_tokens)`` over the prepared training split.
+
+Reported (last line, ``key=value``):
+  * ``tgt_tokens_per_s``: real target tokens (EOS included, padding excluded) of the timed
+    steps / their wall time.
+  * ``mfu``: model FLOP/s / ``peak_gflops``, where the peak is the fp32 matmul rate this
+    script measures at start-up (best of several 2048^3 ``torch.mm`` at the same thread count)
+    and the model FLOPs per step are counted analytically (Kaplan et al. 2020 rule)::
+
+        FLOPs = 6 * (N_enc * src_tokens + (N_dec + N_out) * tgt_tokens)
+
+    N_enc: encoder parameters, N_dec: decoder parameters, N_out: output-projection parameters
+    (V x d, also when tied), src/tgt_tokens: real (non-padding) tokens of the batch.
+    Embedding lookups are not counted, neither are attention score FLOPs.
+  * ``params`` (distinct trainable parameters), ``step_ms`` (median), ``peak_gflops``,
+    ``model_gflops`` (achieved), ``batches``, ``threads``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ctypes
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from nmt.config import compose_config  # noqa: E402
+from nmt.data import PAD_ID, TokenBatchSampler, prepare_data  # noqa: E402
+from nmt.models import build_model  # noqa: E402
+
+
+def measure_peak_gflops(n: int = 2048, repeats: int = 5) -> float:
+    """Best fp32 ``torch.mm`` rate of two [n,n] matrices, in GFLOP/s (2 n^3 FLOPs per mm)."""
+    a, b = torch.randn(n, n), torch.randn(n, n)
+    torch.mm(a, b)
+    best = float("inf")
+    for _ in range(repeats):
+        t = time.perf_counter()
+        torch.mm(a, b)
+        best = min(best, time.perf_counter() - t)
+    return 2 * n ** 3 / best / 1e9
+
+
+def tune_malloc() -> bool:
+    """Keep freed memory in the process heap (glibc ``mallopt``); True if applied.
+
+    glibc serves allocations above ``M_MMAP_THRESHOLD`` (<= 32 MiB) with fresh ``mmap``
+    pages and returns them on free, so every large activation (the [B*T, V] logits and
+    their gradient are ~130 MB) is page-faulted in again at each step; on this VM that
+    costs more than the log-softmax itself. ``M_MMAP_MAX=0`` serves everything from the
+    heap and ``M_TRIM_THRESHOLD`` = 2 GiB keeps it mapped, so steps reuse warm pages.
+    """
+    try:
+        libc = ctypes.CDLL("libc.so.6")
+    except OSError:
+        return False
+    return bool(libc.mallopt(-4, 0)) and bool(libc.mallopt(-1, 2**31 - 1))  # M_MMAP_MAX, M_TRIM_THRESHOLD
+
+
+def make_optimizer(model: torch.nn.Module, train_cfg, kind: str) -> torch.optim.Optimizer:
+    """Adam/AdamW from the train config with the requested implementation."""
+    cls = torch.optim.AdamW if train_cfg.optimizer == "adamw" else torch.optim.Adam
+    impl = {"fused": {"fused": True}, "foreach": {"foreach": True}, "forloop": {"foreach": False}}
+    return cls(model.parameters(), lr=train_cfg.lr, betas=tuple(train_cfg.betas), eps=train_cfg.eps,
+               weight_decay=train_cfg.weight_decay, **impl[kind])
+
+
+def main(argv: list[str] | None = None) -> dict:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("overrides", nargs="*")
+    parser.add_argument("--warmup", type=int, default=3)
+    parser.add_argument("--steps", type=int, default=10)
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--compile", action="store_true")
+    parser.add_argument("--optimizer", choices=("fused", "foreach", "forloop"), default="fused")
+    parser.add_argument("--profile", action="store_true")
+    parser.add_argument("--no-malloc-tune", action="store_true",
+                        help="leave glibc malloc at its defaults (see tune_malloc)")
+    args = parser.parse_args(argv)
+    malloc_tuned = False if args.no_malloc_tune else tune_malloc()
+    torch.set_num_threads(args.threads)
+    torch.manual_seed(0)
+
+    peak = measure_peak_gflops()
+    print(f"fp32 matmul peak: {peak:.1f} GFLOP/s ({args.threads} threads)", flush=True)
+    cfg = compose_config(args.overrides)
+    data = prepare_data(cfg.data)
+    tok = data.tokenizer
+    sampler = TokenBatchSampler(data.train.src_lens, data.train.tgt_lens, cfg.train.batch_tokens,
+                                shuffle=True, seed=cfg.train.seed)
+    batches = [data.train.collate(ix) for ix in sampler.batches(0)[: args.warmup + args.steps]]
+
+    model = build_model(cfg.model, tok.src_vocab_size, tok.tgt_vocab_size).train()
+    n_enc, n_dec = model.flop_params()
+    params = model.num_parameters()
+    opt = make_optimizer(model, cfg.train, args.optimizer)
+    fwd = torch.compile(model) if (args.compile or cfg.train.compile) else model
+    eps, clip = float(cfg.train.label_smoothing), float(cfg.train.clip_grad_norm)
+    vocab = tok.tgt_vocab_size
+
+    def step(b) -> float:
+        logits, _ = fwd(b.src, b.src_mask, b.tgt_in, need_alignment=False)
+        loss = F.cross_entropy(logits.view(-1, vocab), b.tgt_out.view(-1), ignore_index=PAD_ID,
+                               label_smoothing=eps, reduction="sum") / b.n_tgt_tokens
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        if clip > 0:
+            torch.nn.utils.clip_grad_norm_(model.parameters(), clip, foreach=True)
+        opt.step()
+        return loss.item()
+
+    t0 = time.perf_counter()
+    for b in batches[: args.warmup]:
+        step(b)
+    print(f"warm-up: {args.warmup} steps in {time.perf_counter() - t0:.1f} s", flush=True)
+    times, tgt_tokens, flops = [], 0, 0.0
+    for b in batches[args.warmup:]:
+        t = time.perf_counter()
+        loss = step(b)
+        times.append(time.perf_counter() - t)
+        tgt_tokens += b.n_tgt_tokens
+        flops += 6.0 * (n_enc * b.n_src_tokens + n_dec * b.n_tgt_tokens)
+        print(f"  step {len(times)}: {1e3 * times[-1]:.0f} ms  B={len(b)} S={b.src.shape[1]} "
+              f"T={b.tgt_in.shape[1]} tgt_tokens={b.n_tgt_tokens} loss={loss:.3f}", flush=True)
+    wall = sum(times)
+    result = {
+        "model": cfg.model.name, "params": params, "tgt_tokens_per_s": round(tgt_tokens / wall, 1),
+        "mfu": round(flops / wall / 1e9 / peak, 3), "step_ms": round(1e3 * statistics.median(times), 1),
+        "peak_gflops": round(peak, 1), "model_gflops": round(flops / wall / 1e9, 1),
+        "batches": len(times), "threads": args.threads, "optimizer": args.optimizer,
+        "compile": bool(args.compile or cfg.train.compile), "malloc_tuned": malloc_tuned,
+    }
+    if args.profile:
+        from torch.profiler import ProfilerActivity, profile
+        with profile(activities=[ProfilerActivity.CPU]) as prof:
+            for b in batches[args.warmup: args.warmup + 3]:
+                step(b)
+        print(prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=30))
+    print(" ".join(f"{k}={v}" for k, v in result.items()), flush=True)
+    return result
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,213 @@
+"""Batching: exact batches on a hand-made split, sampler invariants, caching, prepare_data."""
+
+from __future__ import annotations
+
+import logging
+import pickle
+
+import numpy as np
+import pytest
+import torch
+
+from nmt.config import compose_config
+from nmt.data import batching
+from nmt.data.batching import (
+    TokenBatchSampler,
+    TokenizedSplit,
+    make_src_batch,
+    pad_efficiency,
+    prepare_data,
+    write_split,
+)
+from nmt.data.corpus import CorpusError
+from nmt.data.tokenizer import BOS_ID, EOS_ID, PAD_ID, Tokenizer
+
+
+class WordTokenizer:
+    """Test double: one fixed id per letter-word (a=10 b=11 c=12 x=13 y=14 z=15 w=16 ...)."""
+
+    fingerprint = "words"
+    vocab = {w: 10 + i for i, w in enumerate("a b c x y z w d e f g u v".split())}
+
+    def _enc(self, text):
+        return [self.vocab[w] for w in text.split()]
+
+    def encode_src_batch(self, texts):
+        return [self._enc(t) for t in texts]
+
+    encode_tgt_batch = encode_src_batch
+
+
+@pytest.fixture
+def hand_split(tmp_path):
+    # ids: a=10 b=11 c=12 | x=13 y=14 z=15 w=16
+    src = ["a b c", "a", "", "b b"]
+    tgt = ["x y", "z w x y", "x", ""]
+    write_split(tmp_path / "s.arrow", src, tgt, WordTokenizer())
+    return TokenizedSplit(tmp_path / "s.arrow")
+
+
+def test_collate_exact_values(hand_split):
+    split = hand_split
+    assert len(split) == 4
+    assert split.src_lens.tolist() == [4, 2, 1, 3]  # + EOS
+    assert split.tgt_lens.tolist() == [3, 5, 2, 1]
+    assert split.src_ids(0) == [10, 11, 12] and split.tgt_ids(1) == [15, 16, 13, 14]
+    assert split.src_texts() == ["a b c", "a", "", "b b"]
+    assert split.tgt_texts()[1] == "z w x y"
+    assert split.rows.tolist() == [0, 1, 2, 3]
+
+    b = split.collate([1, 0, 2])
+    P, E, S = PAD_ID, EOS_ID, BOS_ID
+    assert b.src.tolist() == [[10, E, P, P], [10, 11, 12, E], [E, P, P, P]]
+    assert b.src_mask.tolist() == [[1, 1, 0, 0], [1, 1, 1, 1], [1, 0, 0, 0]]
+    assert b.tgt_in.tolist() == [[S, 15, 16, 13, 14], [S, 13, 14, P, P], [S, 13, P, P, P]]
+    assert b.tgt_out.tolist() == [[15, 16, 13, 14, E], [13, 14, E, P, P], [13, E, P, P, P]]
+    assert b.tgt_mask.tolist() == [[1, 1, 1, 1, 1], [1, 1, 1, 0, 0], [1, 1, 0, 0, 0]]
+    assert b.indices.tolist() == [1, 0, 2]
+    assert (b.n_src_tokens, b.n_tgt_tokens) == (7, 10)
+    assert b.src.dtype == b.tgt_in.dtype == b.tgt_out.dtype == b.indices.dtype == torch.int64
+    assert b.src_mask.dtype == b.tgt_mask.dtype == torch.bool
+    # tgt_in is tgt_out shifted right by one, BOS in front
+    assert torch.equal(b.tgt_in[:, 1:][b.tgt_mask[:, 1:]], b.tgt_out[:, :-1][b.tgt_mask[:, 1:]])
+
+    empty_tgt = split.collate([3])
+    assert empty_tgt.tgt_in.tolist() == [[S]] and empty_tgt.tgt_out.tolist() == [[E]]
+    clone = pickle.loads(pickle.dumps(split))  # reopens the memory map from the path
+    assert torch.equal(clone.collate([1, 0, 2]).tgt_in, b.tgt_in)
+    moved = b.to("cpu")
+    assert torch.equal(moved.src, b.src) and moved.n_tgt_tokens == 10 and len(moved) == 3
+    with pytest.raises(IndexError):
+        split.collate([4])
+
+
+def test_multi_chunk_split_collates_like_single(tmp_path, monkeypatch):
+    src = [" ".join("abcdefg"[: 1 + i % 7]) for i in range(23)]
+    tgt = [" ".join("uvwxyz"[: 1 + (i * 3) % 6]) for i in range(23)]
+    write_split(tmp_path / "one.arrow", src, tgt, WordTokenizer())
+    monkeypatch.setattr(batching, "_CHUNK_ROWS", 5)
+    write_split(tmp_path / "many.arrow", src, tgt, WordTokenizer())
+    one, many = TokenizedSplit(tmp_path / "one.arrow"), TokenizedSplit(tmp_path / "many.arrow")
+    assert len(many._chunks) == 5 and len(one._chunks) == 1
+    idx = [22, 0, 5, 6, 11, 17, 3]
+    a, b = one.collate(idx), many.collate(idx)
+    for name in ("src", "src_mask", "tgt_in", "tgt_out", "tgt_mask", "indices"):
+        assert torch.equal(getattr(a, name), getattr(b, name)), name
+    assert many.src_ids(17) == one.src_ids(17) and many.tgt_texts() == tgt
+
+
+def test_write_split_filters(tmp_path):
+    src = ["a b c d e", "a", "a b", "a"]
+    tgt = ["x", "x y z w", "x y", "x"]
+    stats = write_split(tmp_path / "f.arrow", src, tgt, WordTokenizer(), rows=[5, 6, 7, 8],
+                        max_len=4, max_len_ratio=3.0)
+    assert stats == {"pairs": 2, "too_long": 1, "bad_ratio": 1}
+    split = TokenizedSplit(tmp_path / "f.arrow")
+    assert split.rows.tolist() == [7, 8] and split.src_texts() == ["a b", "a"]
+
+
+def test_make_src_batch():
+    src, mask = make_src_batch([[5, 6, 7], [], [9]])
+    assert src.tolist() == [[5, 6, 7, EOS_ID], [EOS_ID, 0, 0, 0], [9, EOS_ID, 0, 0]]
+    assert mask.tolist() == [[1, 1, 1, 1], [1, 0, 0, 0], [1, 1, 0, 0]]
+    assert src.dtype == torch.int64 and mask.dtype == torch.bool
+
+
+def _lens(n=500, seed=0):
+    rng = np.random.default_rng(seed)
+    src = rng.integers(1, 40, n)
+    return src, np.clip(src + rng.integers(-5, 6, n), 1, None)
+
+
+def test_sampler_covers_each_row_once_within_budget():
+    src, tgt = _lens()
+    sampler = TokenBatchSampler(src, tgt, batch_tokens=200, seed=3)
+    for epoch in range(3):
+        batches = sampler.batches(epoch)
+        rows = np.concatenate(batches)
+        assert sorted(rows.tolist()) == list(range(len(src)))
+        for b in batches:
+            assert len(b) * max(src[b].max(), tgt[b].max()) <= 200
+    assert pad_efficiency(sampler.batches(0), src, tgt) > 0.8
+
+
+def test_sampler_deterministic_in_seed_and_epoch():
+    src, tgt = _lens()
+    a = TokenBatchSampler(src, tgt, 300, seed=7)
+    b = TokenBatchSampler(src, tgt, 300, seed=7)
+    same = [np.array_equal(x, y) for x, y in zip(a.batches(2), b.batches(2), strict=True)]
+    assert all(same)
+    flat = [np.concatenate(a.batches(e)).tolist() for e in (0, 1)]
+    assert flat[0] != flat[1]  # another epoch, another order
+    assert np.concatenate(TokenBatchSampler(src, tgt, 300, seed=8).batches(2)).tolist() != \
+        np.concatenate(a.batches(2)).tolist()
+    fixed = TokenBatchSampler(src, tgt, 300, shuffle=False)
+    order = np.concatenate(fixed.batches(0))
+    assert np.all(np.diff(src[order]) >= 0)  # sorted by length, for validation
+    assert np.array_equal(order, np.concatenate(fixed.batches(5)))
+
+
+def test_sampler_rejects_too_small_budget():
+    with pytest.raises(ValueError, match="batch_tokens=10 is smaller than the longest pair"):
+        TokenBatchSampler(np.array([3, 12]), np.array([4, 5]), batch_tokens=10)
+
+
+def test_prepare_data_cache_hit_and_invalidation(tiny_cfg, tiny_corpus, tmp_path, monkeypatch, caplog):
+    data_cfg = tiny_cfg.data
+    with caplog.at_level(logging.INFO, logger="nmt.data"):
+        first = prepare_data(data_cfg, run_dir=tmp_path / "run")
+    assert len(first.train) == 200 and len(first.valid) == 20
+    assert Tokenizer.load(tmp_path / "run" / "tokenizer").fingerprint == first.tokenizer.fingerprint
+    batch = first.train.collate(np.arange(4))
+    assert first.tokenizer.decode_tgt(batch.tgt_out[0].tolist()) == first.train.tgt_texts()[0]
+
+    def forbidden(*args, **kwargs):
+        raise AssertionError("cache miss: the corpus was read or tokenized again")
+
+    with monkeypatch.context() as m:
+        m.setattr(batching, "write_split", forbidden)
+        m.setattr(batching, "read_parallel", forbidden)
+        second = prepare_data(data_cfg)
+    assert second.train.path == first.train.path and second.valid.path == first.valid.path
+    assert np.array_equal(second.train.src_lens, first.train.src_lens)
+
+    # changed training data: new tokenizer and new token cache
+    with open(tiny_corpus / "train.de", "a", encoding="utf-8") as f:
+        f.write("Ein Hund schläft .\n")
+    with open(tiny_corpus / "train.en", "a", encoding="utf-8") as f:
+        f.write("A dog sleeps .\n")
+    third = prepare_data(data_cfg)
+    assert len(third.train) == 201 and third.train.path != first.train.path
+    assert third.tokenizer.fingerprint != first.tokenizer.fingerprint
+    assert third.valid.path != first.valid.path  # valid cache follows the tokenizer
+
+
+def test_prepare_data_filters_train_only(tiny_overrides, tiny_corpus):
+    long_de = " ".join(["Hund"] * 60)
+    for split in ("train", "val"):
+        for lang, extra in (("de", [long_de, "  ", "Ein Hund ."]), ("en", ["dog", "x", ""])):
+            with open(tiny_corpus / f"{split}.{lang}", "a", encoding="utf-8") as f:
+                f.write("".join(e + "\n" for e in extra))
+    cfg = compose_config(tiny_overrides + ["data.max_len=50", "data.max_len_ratio=2.5"])
+    data = prepare_data(cfg.data)
+    assert len(data.train) == 200  # long, empty and one-sided pairs dropped
+    assert len(data.valid) == 23  # validation untouched
+    assert data.valid.src_texts()[-3:] == [long_de, "  ", "Ein Hund ."]
+    assert data.train.rows.max() == 199
+    capped = prepare_data(compose_config(tiny_overrides + ["data.max_train_pairs=50"]).data)
+    assert len(capped.train) == 50
+    with pytest.raises(CorpusError, match="no training pair is left"):
+        prepare_data(compose_config(tiny_overrides + ["data.max_len=2"]).data)
+
+
+def test_multi30k_pad_efficiency(multi30k_root):
+    """Length bucketing on the real corpus (word counts + EOS stand in for subword lengths;
+    scripts/bench_data.py measures the subword figure)."""
+    from nmt.data.corpus import read_text_pair
+
+    src, tgt = read_text_pair(multi30k_root / "train.de", multi30k_root / "train.en")
+    src_lens = np.array([len(s.split()) + 1 for s in src])
+    tgt_lens = np.array([len(t.split()) + 1 for t in tgt])
+    batches = TokenBatchSampler(src_lens, tgt_lens, 4096, seed=1).batches(0)
+    assert pad_efficiency(batches, src_lens, tgt_lens) >= 0.9
+    assert sum(len(b) for b in batches) == 29000

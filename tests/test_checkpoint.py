@@ -1,0 +1,87 @@
+"""Atomic checkpoint writes, step-file rotation, RNG round trip, incompatibility messages."""
+
+import random
+
+import numpy as np
+import pytest
+import torch
+
+import nmt.training.checkpoint as ckpt_mod
+from nmt.config import compose_config
+from nmt.training.checkpoint import (
+    CheckpointError,
+    CheckpointManager,
+    check_compatible,
+    load_checkpoint,
+    rng_state,
+    save_atomic,
+    set_rng_state,
+)
+
+
+def _ckpt(step: int, **extra) -> dict:
+    return {"version": 1, "step": step, "model": {"w": torch.full((3,), float(step))}, **extra}
+
+
+def test_crash_during_save_leaves_previous_last_loadable(tmp_path, monkeypatch):
+    path = tmp_path / "checkpoints" / "last.pt"
+    save_atomic(_ckpt(1), path)
+    real_save = torch.save
+
+    def crashing_save(obj, f, *args, **kwargs):
+        f.write(b"half a checkpoint")       # bytes hit the temporary file, then the "crash"
+        raise KeyboardInterrupt("simulated crash")
+
+    monkeypatch.setattr(ckpt_mod.torch, "save", crashing_save)
+    with pytest.raises(KeyboardInterrupt):
+        save_atomic(_ckpt(2), path)
+    monkeypatch.setattr(ckpt_mod.torch, "save", real_save)
+    assert load_checkpoint(path)["step"] == 1
+    assert sorted(p.name for p in path.parent.iterdir()) == ["last.pt"]   # no temp file left
+
+
+def test_torn_file_is_refused_with_its_name(tmp_path):
+    bad = tmp_path / "last.pt"
+    bad.write_bytes(b"\x80garbage")
+    with pytest.raises(CheckpointError, match="last.pt"):
+        load_checkpoint(bad)
+
+
+def test_manager_keeps_last_k_and_links_last_and_best(tmp_path):
+    manager = CheckpointManager(tmp_path, keep_last=2)
+    for step in range(1, 6):
+        manager.save(_ckpt(step), step, is_best=step == 3)
+    assert [p.name for p in manager.step_files()] == ["step_4.pt", "step_5.pt"]
+    assert load_checkpoint(manager.last)["step"] == 5
+    assert load_checkpoint(manager.best)["step"] == 3     # survives deletion of step_3.pt
+    none_kept = CheckpointManager(tmp_path / "k0", keep_last=0)
+    none_kept.save(_ckpt(7), 7, is_best=True)
+    assert sorted(p.name for p in (tmp_path / "k0").iterdir()) == ["best.pt", "last.pt"]
+
+
+def test_rng_state_round_trip():
+    state = rng_state()
+    first = (random.random(), np.random.rand(), torch.rand(2))
+    set_rng_state(state)
+    again = (random.random(), np.random.rand(), torch.rand(2))
+    assert first[0] == again[0] and first[1] == again[1] and torch.equal(first[2], again[2])
+
+
+def test_incompatible_config_or_vocabulary_is_named():
+    from omegaconf import OmegaConf
+
+    cfg = compose_config(["model.d_model=64", "model.heads=2"])
+    saved = {"version": 1, "config": OmegaConf.to_container(cfg), "model": {"emb": torch.zeros(10, 4)}}
+    check_compatible("last.pt", saved, cfg)                       # same config: fine
+    other = compose_config(["model.d_model=128", "model.heads=2"])
+    with pytest.raises(CheckpointError, match=r"model\.d_model: checkpoint has 64, now 128"):
+        check_compatible("last.pt", saved, other)
+
+    class Tiny(torch.nn.Module):
+        def __init__(self, vocab):
+            super().__init__()
+            self.emb = torch.nn.Parameter(torch.zeros(vocab, 4))
+
+    check_compatible("last.pt", saved, cfg, Tiny(10))
+    with pytest.raises(CheckpointError, match=r"weight emb: checkpoint has shape \(10, 4\), now \(12, 4\)"):
+        check_compatible("last.pt", saved, cfg, Tiny(12))

@@ -1,0 +1,70 @@
+"""Label-smoothed cross-entropy against a hand computation, padding, and torch's own loss."""
+
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from nmt.training.loss import label_smoothed_nll, perplexity, smoothed_loss_floor
+
+LN2 = math.log(2.0)
+
+
+def _hand_case():
+    # V = 4 classes, p = [1/8, 1/8, 2/8, 4/8] for every position; id 0 is padding.
+    logits = torch.log(torch.tensor([1.0, 1.0, 2.0, 4.0])).expand(1, 3, 4).clone()
+    target = torch.tensor([[3, 2, 0]])                      # last position is padding
+    return logits, target
+
+
+def test_matches_hand_computation():
+    logits, target = _hand_case()
+    loss, nll = label_smoothed_nll(logits, target, epsilon=0.1, ignore_index=0)
+    # -log p(3) = ln2, -log p(2) = 2 ln2; sum_k -log p(k) = (3 + 3 + 2 + 1) ln2 = 9 ln2.
+    # l = 0.9 * nll + 0.1 / 4 * 9 ln2  ->  1.125 ln2 and 2.025 ln2.
+    assert nll.item() == pytest.approx(3 * LN2, abs=1e-6)
+    assert loss.item() == pytest.approx((1.125 + 2.025) * LN2, abs=1e-6)
+
+
+def test_no_smoothing_is_plain_nll():
+    logits, target = _hand_case()
+    loss, nll = label_smoothed_nll(logits, target, epsilon=0.0)
+    assert loss.item() == pytest.approx(nll.item()) and nll.item() == pytest.approx(3 * LN2)
+
+
+def test_padding_positions_do_not_matter():
+    torch.manual_seed(0)
+    logits = torch.randn(2, 5, 7, requires_grad=True)
+    target = torch.tensor([[4, 5, 6, 0, 0], [1, 2, 3, 4, 5]])
+    loss, _ = label_smoothed_nll(logits, target, 0.1)
+    loss.backward()
+    assert torch.all(logits.grad[0, 3:] == 0)
+    changed = logits.detach().clone()
+    changed[0, 3:] = 100.0
+    assert label_smoothed_nll(changed, target, 0.1)[0].item() == pytest.approx(loss.item(), rel=1e-6)
+
+
+def test_equals_torch_cross_entropy_with_label_smoothing():
+    torch.manual_seed(1)
+    logits = torch.randn(3, 6, 11)
+    target = torch.randint(0, 11, (3, 6))
+    ours, _ = label_smoothed_nll(logits, target, 0.2, ignore_index=0)
+    ref = F.cross_entropy(logits.reshape(-1, 11), target.reshape(-1), ignore_index=0,
+                          label_smoothing=0.2, reduction="sum")
+    assert ours.item() == pytest.approx(ref.item(), rel=1e-5)
+
+
+def test_floor_is_the_loss_of_the_smoothed_target_distribution():
+    eps, vocab = 0.1, 4
+    q = torch.full((vocab,), eps / vocab)
+    q[3] += 1 - eps
+    loss, _ = label_smoothed_nll(q.log().view(1, vocab), torch.tensor([3]), eps)
+    assert loss.item() == pytest.approx(smoothed_loss_floor(eps, vocab), rel=1e-6)
+
+
+def test_perplexity_and_shape_check():
+    assert perplexity(LN2) == pytest.approx(2.0)
+    assert perplexity(1e4) == float("inf")
+    with pytest.raises(ValueError, match="do not match"):
+        label_smoothed_nll(torch.zeros(2, 3, 4), torch.zeros(2, 4, dtype=torch.long), 0.1)

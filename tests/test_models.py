@@ -1,0 +1,182 @@
+"""Model invariants: padding, causality, alignment, cached == full decoding, reorder, overfit."""
+
+import time
+
+import pytest
+import torch
+import torch.nn.functional as F
+from omegaconf import OmegaConf
+
+from nmt.config import CONFIG_DIR, ConfigError
+from nmt.models import BahdanauRNN, Transformer, build_model
+
+V_SRC, V_TGT = 23, 23
+PAD, BOS, EOS = 0, 2, 3
+
+TINY = {
+    "transformer": {"d_model": 16, "heads": 2, "ff_dim": 32, "encoder_layers": 2,
+                    "decoder_layers": 2, "dropout": 0.0, "attention_dropout": 0.0},
+    "rnn": {"emb_dim": 8, "encoder_hidden": 8, "decoder_hidden": 12, "attention_dim": 10,
+            "output_dim": 14, "dropout": 0.0},
+}
+VARIANTS = [
+    ("transformer", {}),
+    ("transformer", {"norm": "post", "activation": "gelu", "tie_embeddings": False,
+                     "alignment_layer": 0}),
+    ("rnn", {}),
+    ("rnn", {"maxout": False, "encoder_layers": 2, "tie_embeddings": True}),
+]
+IDS = ["transformer-pre", "transformer-post", "rnn-maxout", "rnn-2layer"]
+
+
+def model_cfg(name, **overrides):
+    cfg = OmegaConf.load(CONFIG_DIR / "model" / f"{name}.yaml")
+    return OmegaConf.merge(cfg, TINY[name], overrides)
+
+
+def make_model(name, overrides, seed=0):
+    torch.manual_seed(seed)
+    return build_model(model_cfg(name, **overrides), V_SRC, V_TGT).eval()
+
+
+def batch():
+    """Two sentences of different lengths, PAD-padded; returns src, src_mask, tgt_in."""
+    src = torch.tensor([[5, 6, 7, 8, 9, EOS], [10, 11, EOS, PAD, PAD, PAD]])
+    tgt_in = torch.tensor([[BOS, 12, 13, 14, 15], [BOS, 16, 17, PAD, PAD]])
+    return src, src != PAD, tgt_in
+
+
+@pytest.mark.parametrize("name,overrides", VARIANTS, ids=IDS)
+def test_padding_invariance_and_alignment_rows(name, overrides):
+    model = make_model(name, overrides)
+    src, src_mask, tgt_in = batch()
+    logits, align = model(src, src_mask, tgt_in)
+    assert logits.shape == (2, 5, V_TGT) and align.shape == (2, 5, 6)
+    # second sentence alone, without any padding
+    alone_logits, alone_align = model(src[1:, :3], src_mask[1:, :3], tgt_in[1:, :3])
+    assert torch.allclose(logits[1, :3], alone_logits[0], atol=1e-5)
+    assert torch.allclose(align[1, :3, :3], alone_align[0], atol=1e-5)
+    # rows sum to 1 over real source positions, exactly 0 on padding
+    assert torch.allclose(align.sum(-1), torch.ones(2, 5), atol=1e-5)
+    assert align[1, :, 3:].eq(0).all()
+    logits2, none = model(src, src_mask, tgt_in, need_alignment=False)
+    assert none is None and torch.allclose(logits, logits2, atol=1e-5)
+
+
+@pytest.mark.parametrize("name,overrides", VARIANTS, ids=IDS)
+def test_causality(name, overrides):
+    model = make_model(name, overrides)
+    src, src_mask, tgt_in = batch()
+    logits, align = model(src, src_mask, tgt_in)
+    changed = tgt_in.clone()
+    changed[:, 3] = 20
+    logits2, align2 = model(src, src_mask, changed)
+    assert torch.allclose(logits[:, :3], logits2[:, :3], atol=1e-6)
+    assert torch.allclose(align[:, :3], align2[:, :3], atol=1e-6)
+    assert not torch.allclose(logits[0, 3:], logits2[0, 3:], atol=1e-4)
+
+
+@pytest.mark.parametrize("name,overrides", VARIANTS, ids=IDS)
+def test_cached_decoding_equals_full(name, overrides):
+    model = make_model(name, overrides)
+    src, src_mask, tgt_in = batch()
+    with torch.no_grad():
+        enc = model.encode(src, src_mask)
+        full_logits, full_align, none = model.decode(tgt_in, enc)
+        assert none is None
+        for chunks in ([1, 1, 1, 1, 1], [2, 3], [1, 4]):
+            state = model.init_state(enc)
+            logits, aligns, pos = [], [], 0
+            for size in chunks:
+                lg, al, state = model.decode(tgt_in[:, pos:pos + size], None, state)
+                pos += size
+                assert state.steps == pos
+                logits.append(lg)
+                aligns.append(al)
+            assert torch.allclose(torch.cat(logits, 1), full_logits, atol=1e-5)
+            assert torch.allclose(torch.cat(aligns, 1), full_align, atol=1e-5)
+
+
+@pytest.mark.parametrize("name,overrides", VARIANTS, ids=IDS)
+def test_state_reorder(name, overrides):
+    model = make_model(name, overrides)
+    src, src_mask, tgt_in = batch()
+    index = torch.tensor([1, 0, 1])
+    with torch.no_grad():
+        state = model.init_state(model.encode(src, src_mask))
+        _, _, state = model.decode(tgt_in[:, :2], None, state)
+        lg, al, state = model.decode(tgt_in[index, 2:3], None, state.reorder(index))
+        full_lg, full_al = model(src[index], src_mask[index], tgt_in[index, :3])
+        enc_r = model.encode(src, src_mask).reorder(index)
+        lg2, al2, _ = model.decode(tgt_in[index, :3], enc_r)
+    assert lg.shape == (3, 1, V_TGT)
+    assert torch.allclose(lg[:, 0], full_lg[:, 2], atol=1e-5)
+    assert torch.allclose(al[:, 0], full_al[:, 2], atol=1e-5)
+    assert torch.allclose(lg2, full_lg, atol=1e-5) and torch.allclose(al2, full_al, atol=1e-5)
+
+
+@pytest.mark.parametrize("name", ["transformer", "rnn"])
+def test_overfits_20_pairs(name):
+    torch.manual_seed(0)
+    sizes = {"transformer": {"d_model": 32, "heads": 2, "ff_dim": 64},
+             "rnn": {"emb_dim": 32, "encoder_hidden": 32, "decoder_hidden": 48,
+                     "attention_dim": 32, "output_dim": 64}}[name]
+    model = build_model(model_cfg(name, **sizes), V_SRC, V_TGT).train()
+    g = torch.Generator().manual_seed(1)
+    lengths = torch.randint(3, 9, (20,), generator=g)
+    s_max = int(lengths.max()) + 1
+    src = torch.full((20, s_max), PAD)
+    tgt_in = torch.full((20, s_max), PAD)
+    tgt_out = torch.full((20, s_max), PAD)
+    for i, n in enumerate(lengths.tolist()):
+        x = torch.randint(4, V_SRC, (n,), generator=g)
+        y = x.flip(0)  # target: reversed source
+        src[i, :n + 1] = torch.cat([x, torch.tensor([EOS])])
+        tgt_in[i, :n + 1] = torch.cat([torch.tensor([BOS]), y])
+        tgt_out[i, :n + 1] = torch.cat([y, torch.tensor([EOS])])
+    opt = torch.optim.Adam(model.parameters(), lr=0.01)
+    start, loss = time.time(), None
+    for _ in range(400):
+        logits, _ = model(src, src != PAD, tgt_in, need_alignment=False)
+        loss = F.cross_entropy(logits.reshape(-1, V_TGT), tgt_out.reshape(-1), ignore_index=PAD)
+        if loss.item() < 0.02:
+            break
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    assert loss.item() < 0.02
+    assert time.time() - start < 60
+
+
+def test_build_model_types_and_param_split():
+    t = make_model("transformer", {})
+    r = make_model("rnn", {})
+    assert isinstance(t, Transformer) and isinstance(r, BahdanauRNN)
+    assert t.src_embed is t.tgt_embed  # tied (transformer.yaml default)
+    enc, dec = t.flop_params()
+    assert enc > 0 and dec > V_TGT * 16
+    enc, dec = r.flop_params()
+    assert enc == sum(p.numel() for p in r.encoder.parameters())
+
+
+@pytest.mark.parametrize("name,overrides,message", [
+    ("transformer", {"d_model": 18, "heads": 4}, "divisible"),
+    ("transformer", {"encoder_layers": 0}, "encoder_layers"),
+    ("transformer", {"decoder_layers": 0}, "decoder_layers"),
+    ("rnn", {"encoder_layers": 0}, "encoder_layers"),
+    ("rnn", {"output_dim": 15}, "output_dim"),
+])
+def test_config_errors(name, overrides, message):
+    with pytest.raises(ConfigError, match=message):
+        build_model(model_cfg(name, **overrides), V_SRC, V_TGT)
+
+
+@pytest.mark.parametrize("name", ["transformer", "rnn"])
+def test_tying_different_vocabularies_is_an_error(name):
+    with pytest.raises(ConfigError, match="tie_embeddings"):
+        build_model(model_cfg(name, tie_embeddings=True), 20, 30)
+    model = build_model(model_cfg(name, tie_embeddings=False), 20, 30).eval()
+    src, src_mask, tgt_in = batch()
+    src = src.clamp(max=19)
+    logits, _ = model(src, src_mask, tgt_in)
+    assert logits.shape == (2, 5, 30)

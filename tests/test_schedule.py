@@ -1,0 +1,58 @@
+"""Learning-rate schedules: warmup + inverse square root values, constant, plateau."""
+
+import math
+
+import pytest
+import torch
+
+from nmt.training.schedule import LRSchedule, inverse_sqrt_factor
+
+
+def _opt():
+    return torch.optim.Adam([torch.nn.Parameter(torch.zeros(2))], lr=123.0)
+
+
+@pytest.mark.parametrize(("step", "expected"), [(1, 0.25e-3), (2, 0.5e-3), (3, 0.75e-3), (4, 1e-3),
+                                                (16, 0.5e-3), (64, 0.25e-3), (400, 1e-4)])
+def test_inverse_sqrt_values(step, expected):
+    opt = _opt()
+    sched = LRSchedule(opt, "inverse_sqrt", lr=1e-3, warmup_steps=4)
+    assert sched.set_step(step) == pytest.approx(expected)
+    assert opt.param_groups[0]["lr"] == pytest.approx(expected)
+
+
+def test_inverse_sqrt_is_vaswani_eq3_rescaled():
+    d_model, warmup = 512, 4000
+    def vaswani(s):
+        return d_model ** -0.5 * min(s ** -0.5, s * warmup ** -1.5)
+    for s in (1, 100, 3999, 4000, 4001, 10_000, 100_000):
+        assert inverse_sqrt_factor(s, warmup) == pytest.approx(vaswani(s) / vaswani(warmup))
+    assert inverse_sqrt_factor(9, 0) == pytest.approx(1 / 3)   # no warmup: lr / sqrt(step)
+
+
+def test_constant_with_and_without_warmup():
+    assert LRSchedule(_opt(), "constant", lr=0.5, warmup_steps=0).set_step(1) == 0.5
+    sched = LRSchedule(_opt(), "constant", lr=0.5, warmup_steps=10)
+    assert [sched.lr_at(s) for s in (1, 5, 10, 11, 1000)] == [0.05, 0.25, 0.5, 0.5, 0.5]
+
+
+def test_plateau_reduces_after_patience_and_respects_min_lr():
+    sched = LRSchedule(_opt(), "plateau", lr=1e-3, plateau_factor=0.5, plateau_patience=2,
+                       min_lr=3e-4)
+    assert [sched.on_validation(b) for b in (10.0, 12.0, 11.0, 12.0)] == [False, False, False, True]
+    assert sched.set_step(50) == pytest.approx(5e-4)
+    assert sched.on_validation(13.0) is False           # improvement resets the count
+    sched.on_validation(1.0)
+    assert sched.on_validation(1.0) is True
+    assert sched.set_step(60) == pytest.approx(3e-4)    # 2.5e-4 clipped to min_lr
+    state = sched.state_dict()
+    again = LRSchedule(_opt(), "plateau", lr=1e-3, plateau_factor=0.5, plateau_patience=2,
+                       min_lr=3e-4)
+    again.load_state_dict(state)
+    assert again.lr_at(60) == sched.lr_at(60) and again.best == 13.0
+    assert math.isclose(again.scale, 0.25)
+
+
+def test_unknown_schedule():
+    with pytest.raises(ValueError, match="inverse_sqrt"):
+        LRSchedule(_opt(), "cosine", lr=1.0)

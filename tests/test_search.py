@@ -1,0 +1,347 @@
+"""Greedy and beam search: hand-checked toy model, invariants on real tiny models, goldens."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from nmt.config import compose_config
+from nmt.data.batching import make_src_batch
+from nmt.inference.search import (
+    BOS_ID,
+    EOS_ID,
+    beam_search,
+    greedy_search,
+    length_penalty_factor,
+    max_output_lengths,
+    translate,
+)
+from nmt.models import build_model
+from nmt.models.base import DecoderState, Encoded, Seq2Seq
+
+A, B = 4, 5  # the toy model's two word ids (after PAD, UNK, BOS, EOS)
+
+
+# ----------------------------------------------------------------------------- toy model
+class _ToyState(DecoderState):
+    def __init__(self, mask: torch.Tensor, steps: int):
+        self.mask, self.steps = mask, steps
+
+    def reorder(self, index):
+        return _ToyState(self.mask.index_select(0, index), self.steps)
+
+
+class MarkovToy(Seq2Seq):
+    """P(next | last token) from a fixed table, independent of the source.
+
+    Alignment of output position t: one-hot on real source position min(t, |x| - 1), so the
+    expected alignment of every hypothesis is known exactly.
+    """
+
+    def __init__(self, table: dict[int, dict[int, float]], vocab: int = 6):
+        super().__init__()
+        self.src_vocab_size = self.tgt_vocab_size = vocab
+        logp = torch.full((vocab, vocab), -1e9)
+        for prev, row in table.items():
+            for tok, p in row.items():
+                logp[prev, tok] = math.log(p)
+        self.register_buffer("logp", logp)
+
+    def encode(self, src, src_mask):
+        return Encoded(torch.zeros(*src.shape, 1), src_mask)
+
+    def init_state(self, enc):
+        return _ToyState(enc.mask, 0)
+
+    def decode(self, tgt_in, enc, state=None, need_alignment=True):
+        assert state is not None, "search must decode incrementally"
+        n, t = tgt_in.shape
+        logits = self.logp[tgt_in]                                   # [N, T, V]
+        real = state.mask.sum(1)                                     # [N]
+        pos = torch.minimum(torch.arange(state.steps, state.steps + t)[None, :],
+                            (real - 1)[:, None])                     # [N, T]
+        align = torch.nn.functional.one_hot(pos, state.mask.size(1)).float()
+        return logits, align, _ToyState(state.mask, state.steps + t)
+
+
+# BOS -> a .5 | b .4 | EOS .1;  a -> EOS .4 | a .3 | b .3;  b -> EOS .9 | a .05 | b .05
+TABLE = {BOS_ID: {A: 0.5, B: 0.4, EOS_ID: 0.1}, A: {EOS_ID: 0.4, A: 0.3, B: 0.3},
+         B: {EOS_ID: 0.9, A: 0.05, B: 0.05}}
+
+
+def _toy_batch(lengths=(3,)):
+    return make_src_batch([[7] * n for n in lengths])
+
+
+def test_toy_greedy_takes_locally_best_path():
+    src, mask = _toy_batch()
+    (hyp,), = greedy_search(MarkovToy(TABLE), src, mask, 2.0, 5, length_penalty=0.0)
+    assert hyp.tokens == [A]                                   # a (.5), then EOS (.4)
+    assert hyp.score == pytest.approx(math.log(0.5 * 0.4), abs=1e-6)
+
+
+def test_toy_beam_finds_better_hypothesis_and_n_best():
+    src, mask = _toy_batch()
+    # step 0: a .5, b .4 alive (EOS .1 ranks 3rd); step 1: "b EOS" .36 and "a EOS" .2 are
+    # the two best candidates -> two finished hypotheses = beam_size: stop.
+    (best, second), = beam_search(MarkovToy(TABLE), src, mask, beam_size=2, length_penalty=0.0,
+                                  max_len_a=2.0, max_len_b=5, n_best=2)
+    assert (best.tokens, second.tokens) == ([B], [A])
+    assert best.score == pytest.approx(math.log(0.36), abs=1e-6)
+    assert second.score == pytest.approx(math.log(0.2), abs=1e-6)
+    # With alpha = 1 both have |y| = 2 (word + EOS): scores divided by (5 + 2) / 6.
+    (hyp,), = beam_search(MarkovToy(TABLE), src, mask, 2, 1.0, 2.0, 5, n_best=1)
+    assert hyp.tokens == [B] and hyp.score == pytest.approx(math.log(0.36) / (7 / 6), abs=1e-6)
+
+
+def test_toy_max_length_forces_eos_and_scores_it():
+    loop = {BOS_ID: {A: 0.9, EOS_ID: 0.1}, A: {A: 0.8, EOS_ID: 0.2}}
+    src, mask = _toy_batch((1, 2))                             # |x| = 2 and 3 (with EOS)
+    # max output = floor(1 * |x| + 0) = 2 and 3 words, then EOS is forced.
+    hyps = greedy_search(MarkovToy(loop), src, mask, 1.0, 0, length_penalty=0.0)
+    assert [h[0].tokens for h in hyps] == [[A, A], [A, A, A]]
+    assert hyps[0][0].score == pytest.approx(math.log(0.9 * 0.8 * 0.2), abs=1e-6)
+    beams = beam_search(MarkovToy(loop), src, mask, 3, 0.0, 1.0, 0, n_best=3)
+    assert [h.tokens for h in beams[0]] == [[A], [A, A], []]   # all ended, best first
+    assert [h.score for h in beams[0]] == pytest.approx(
+        [math.log(0.9 * 0.2), math.log(0.9 * 0.8 * 0.2), math.log(0.1)], abs=1e-6)
+    # max length 0: only EOS is possible; every sentence still gets an (empty) output.
+    zero = beam_search(MarkovToy(loop), src, mask, 2, 1.0, 0.0, 0, n_best=1)
+    assert [h[0].tokens for h in zero] == [[], []]
+    assert zero[0][0].score == pytest.approx(math.log(0.1) / length_penalty_factor(1, 1.0))
+
+
+def test_toy_alignment_rows_follow_backpointers_without_padding_columns():
+    loop = {BOS_ID: {A: 0.9, EOS_ID: 0.1}, A: {A: 0.8, EOS_ID: 0.2}}
+    src, mask = _toy_batch((1, 4))                            # widths 2 and 5 real columns
+    for hyps in (greedy_search(MarkovToy(loop), src, mask, 1.0, 0),
+                 beam_search(MarkovToy(loop), src, mask, 3, 1.0, 1.0, 0, n_best=3)):
+        for s, per_sentence in enumerate(hyps):
+            real = int(mask[s].sum())
+            for h in per_sentence:
+                assert h.alignment.dtype == np.float32
+                assert h.alignment.shape == (len(h.tokens) + 1, real)
+                expect = np.eye(real, dtype=np.float32)[np.minimum(np.arange(len(h.tokens) + 1), real - 1)]
+                np.testing.assert_array_equal(h.alignment, expect)
+
+
+def test_length_penalty_and_max_length_formulas():
+    assert length_penalty_factor(1, 1.0) == 1.0                  # (5 + 1) / 6
+    assert length_penalty_factor(7, 0.5) == pytest.approx(math.sqrt(2.0))
+    assert length_penalty_factor(30, 0.0) == 1.0
+    mask = torch.tensor([[True, True, False], [True, True, True]])
+    assert max_output_lengths(mask, 1.5, 10).tolist() == [13, 14]  # floor(1.5 * |x| + 10)
+
+
+def test_invalid_beam_arguments():
+    src, mask = _toy_batch()
+    with pytest.raises(ValueError):
+        beam_search(MarkovToy(TABLE), src, mask, beam_size=2, n_best=3)
+
+
+# ------------------------------------------------------------------------- real models
+TINY = {
+    "transformer": ["model.d_model=32", "model.heads=2", "model.ff_dim=64",
+                    "model.encoder_layers=2", "model.decoder_layers=2"],
+    "rnn": ["model.emb_dim=16", "model.encoder_hidden=16", "model.decoder_hidden=32",
+            "model.attention_dim=32", "model.output_dim=32"],
+}
+VOCAB = 40
+
+
+def tiny_model(name: str, seed: int = 0) -> Seq2Seq:
+    torch.manual_seed(seed)
+    return build_model(compose_config([f"model={name}"] + TINY[name]).model, VOCAB, VOCAB).eval()
+
+
+def random_sources(n: int, seed: int = 1, max_len: int = 12) -> list[list[int]]:
+    g = torch.Generator().manual_seed(seed)
+    lens = torch.randint(1, max_len + 1, (n,), generator=g).tolist()
+    return [torch.randint(4, VOCAB, (k,), generator=g).tolist() for k in lens]
+
+
+def forced_log_prob(model: Seq2Seq, src_ids: list[int], tokens: list[int]) -> float:
+    """Teacher-forced sum of log-probs of ``tokens + EOS`` (no incremental cache)."""
+    src, mask = make_src_batch([src_ids])
+    with torch.inference_mode():
+        logits, _ = model(src, mask, torch.tensor([[BOS_ID] + tokens]))
+    gold = torch.tensor([tokens + [EOS_ID]])
+    return logits.log_softmax(-1).gather(2, gold[..., None]).sum().item()
+
+
+@pytest.fixture(scope="module", params=["transformer", "rnn"])
+def model(request):
+    return tiny_model(request.param)
+
+
+def test_beam1_equals_greedy(model):
+    src, mask = make_src_batch(random_sources(16))
+    greedy = greedy_search(model, src, mask, 1.5, 5, length_penalty=0.6)
+    beam1 = beam_search(model, src, mask, 1, 0.6, 1.5, 5, n_best=1)
+    for g, b in zip(greedy, beam1, strict=True):
+        assert g[0].tokens == b[0].tokens
+        assert g[0].score == pytest.approx(b[0].score, abs=1e-5)
+        np.testing.assert_allclose(g[0].alignment, b[0].alignment, atol=1e-6)
+
+
+def test_alone_equals_in_batch(model):
+    sources = random_sources(10)
+    src, mask = make_src_batch(sources)
+    batch_beam = beam_search(model, src, mask, 4, 1.0, 1.5, 5, n_best=3)
+    batch_greedy = greedy_search(model, src, mask, 1.5, 5)
+    for i, ids in enumerate(sources):
+        s1, m1 = make_src_batch([ids])
+        alone = beam_search(model, s1, m1, 4, 1.0, 1.5, 5, n_best=3)[0]
+        assert [h.tokens for h in alone] == [h.tokens for h in batch_beam[i]]
+        assert [h.score for h in alone] == pytest.approx([h.score for h in batch_beam[i]], abs=1e-4)
+        np.testing.assert_allclose(alone[0].alignment, batch_beam[i][0].alignment, atol=1e-5)
+        assert greedy_search(model, s1, m1, 1.5, 5)[0][0].tokens == batch_greedy[i][0].tokens
+
+
+def test_scores_match_teacher_forcing_and_alignments_are_distributions(model):
+    sources = random_sources(6)
+    src, mask = make_src_batch(sources)
+    alpha = 0.8
+    for i, hyps in enumerate(beam_search(model, src, mask, 3, alpha, 1.5, 5, n_best=3)):
+        assert len(hyps) == 3
+        assert [h.score for h in hyps] == sorted((h.score for h in hyps), reverse=True)
+        for h in hyps:
+            assert BOS_ID not in h.tokens and EOS_ID not in h.tokens and 0 not in h.tokens
+            raw = forced_log_prob(model, sources[i], h.tokens)
+            assert h.score == pytest.approx(raw / length_penalty_factor(len(h.tokens) + 1, alpha), abs=1e-4)
+            assert h.alignment.shape == (len(h.tokens) + 1, len(sources[i]) + 1)
+            np.testing.assert_allclose(h.alignment.sum(1), 1.0, atol=1e-5)
+            assert len(h.tokens) <= math.floor(1.5 * (len(sources[i]) + 1) + 5)
+
+
+def test_matches_naive_reference_beam_search(model):
+    """The batched search equals a per-sentence, recompute-everything implementation of the
+    same rules (top 2k candidates; EOS among the best k ends a hypothesis; stop at k ended,
+    at the length limit, or when no alive hypothesis can beat the best ended one)."""
+    k, alpha, a, b = 3, 1.0, 1.0, 3
+    sources = random_sources(4, seed=3, max_len=6)
+    src, mask = make_src_batch(sources)
+    for n_best in (1, k):
+        fast = beam_search(model, src, mask, k, alpha, a, b, n_best=n_best)
+        for i, ids in enumerate(sources):
+            expected = _naive_beam(model, ids, k, alpha, a, b, use_bound=n_best == 1)[:n_best]
+            assert [h.tokens for h in fast[i]] == [toks for _, toks in expected]
+            assert [h.score for h in fast[i]] == pytest.approx([s for s, _ in expected], abs=1e-4)
+
+
+def _naive_beam(model, ids, k, alpha, a, b, use_bound):
+    """Per-sentence beam search recomputing the whole prefix each step; ended hyps, best first."""
+    max_len = math.floor(a * (len(ids) + 1) + b)
+    alive, ended = [([], 0.0)], []
+    for t in range(max_len + 1):
+        cands = []
+        for toks, score in alive:
+            s1, m1 = make_src_batch([ids])
+            with torch.inference_mode():
+                logits, _ = model(s1, m1, torch.tensor([[BOS_ID] + toks]))
+            logp = logits[0, -1].float().log_softmax(-1)
+            for w in range(VOCAB):
+                if w in (0, BOS_ID) or (t >= max_len and w != EOS_ID):
+                    continue
+                cands.append((score + logp[w].item(), toks + [w]))
+        cands.sort(key=lambda c: -c[0])
+        cands = cands[: 2 * k]
+        for rank, (score, toks) in enumerate(cands):
+            if toks[-1] == EOS_ID and rank < k:
+                ended.append((score / length_penalty_factor(t + 1, alpha), toks[:-1]))
+        alive = [(toks, score) for score, toks in cands if toks[-1] != EOS_ID][:k]
+        best_end = max((s for s, _ in ended), default=-math.inf)
+        bound = alive[0][1] / length_penalty_factor(max_len + 1, alpha) if alive else -math.inf
+        if len(ended) >= k or t >= max_len or (use_bound and best_end >= bound):
+            break
+    return sorted(ended, key=lambda e: -e[0])
+
+
+def test_translate_restores_order_and_handles_empty_sources(model):
+    sources = random_sources(9, seed=5)
+    sources[4] = []
+    cfg = {"beam_size": 3, "length_penalty": 1.0, "max_len_a": 1.5, "max_len_b": 5,
+           "batch_sentences": 2, "n_best": 2}
+    out = translate(model, sources, cfg)
+    assert len(out) == 9
+    assert out[4][0].tokens == [] and out[4][0].score == 0.0 and out[4][0].alignment.shape == (1, 1)
+    src, mask = make_src_batch([ids for ids in sources if ids])
+    direct = beam_search(model, src, mask, 3, 1.0, 1.5, 5, n_best=2)
+    expected = direct[:4] + [None] + direct[4:]
+    for i in (0, 1, 2, 3, 5, 6, 7, 8):
+        assert [h.tokens for h in out[i]] == [h.tokens for h in expected[i]]
+    greedy = translate(model, sources, dict(cfg, beam_size=1, n_best=1, batch_sentences=100))
+    assert all(len(h) == 1 for h in greedy) and greedy[4][0].tokens == []
+
+
+def test_search_restores_training_mode():
+    m = tiny_model("transformer").train()
+    src, mask = make_src_batch(random_sources(2))
+    a = beam_search(m, src, mask, 2, 1.0, 1.0, 2)
+    b = beam_search(m, src, mask, 2, 1.0, 1.0, 2)       # dropout off inside: deterministic
+    assert m.training and [h[0].tokens for h in a] == [h[0].tokens for h in b]
+
+
+# Seeded tiny models (torch.manual_seed(0) then build_model): exact ids, scores to 1e-4.
+GOLDEN = {
+    "transformer": {"greedy": [([20, 20], -4.4333), ([20], -3.7994), ([20, 20], -4.2489)],
+                    "beam3": [([], -3.1146), ([], -3.2073), ([20], -3.6502)]},
+    "rnn": {"greedy": [([25, 25, 25, 25, 35, 25, 35, 25], -13.737),
+                       ([38, 25, 25, 28, 28, 28, 28, 28, 28], -14.1751),
+                       ([31, 25, 25, 25, 25, 25], -12.5197)],
+            "beam3": [([34, 25, 25, 35, 25, 25, 35, 25], -13.694),
+                      ([38, 25, 25, 28, 28, 28, 28, 28, 28], -14.1751),
+                      ([34, 25, 13, 38, 25, 25], -12.3975)]},
+}
+
+
+@pytest.mark.parametrize("name", ["transformer", "rnn"])
+def test_golden_ids_and_scores(name):
+    m = tiny_model(name)
+    src, mask = make_src_batch(random_sources(3, seed=7, max_len=6))
+    greedy = greedy_search(m, src, mask, 1.0, 3, length_penalty=1.0)
+    beam = beam_search(m, src, mask, 3, 1.0, 1.0, 3, n_best=1)
+    got = {"greedy": [(h[0].tokens, round(h[0].score, 4)) for h in greedy],
+           "beam3": [(h[0].tokens, round(h[0].score, 4)) for h in beam]}
+    expected = GOLDEN[name]
+    for key in ("greedy", "beam3"):
+        assert [t for t, _ in got[key]] == [t for t, _ in expected[key]], (name, key, got)
+        assert [s for _, s in got[key]] == pytest.approx([s for _, s in expected[key]], abs=1e-4)
+
+
+# --------------------------------------------------------- beam >= greedy (trained models)
+def _fit_copy_task(name: str) -> Seq2Seq:
+    """A tiny model trained for a few seconds to copy its source (peaked distributions)."""
+    m = tiny_model(name).train()
+    opt = torch.optim.Adam(m.parameters(), lr=3e-3)
+    g = torch.Generator().manual_seed(0)
+    for _ in range(60):
+        ids = [torch.randint(4, 12, (int(n),), generator=g).tolist()
+               for n in torch.randint(2, 7, (32,), generator=g)]
+        src, mask = make_src_batch(ids)
+        width = src.size(1)
+        tgt_out = src.clone()
+        tgt_in = torch.cat([torch.full((len(ids), 1), BOS_ID), src[:, : width - 1]], dim=1)
+        tgt_in = tgt_in.masked_fill(tgt_in == EOS_ID, 0)
+        logits, _ = m(src, mask, tgt_in, need_alignment=False)
+        loss = torch.nn.functional.cross_entropy(logits.reshape(-1, VOCAB), tgt_out.reshape(-1),
+                                                 ignore_index=0)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    return m.eval()
+
+
+@pytest.mark.parametrize("name", ["transformer", "rnn"])
+def test_beam_score_at_least_greedy_score(name):
+    m = _fit_copy_task(name)
+    sources = random_sources(20, seed=11, max_len=6)
+    src, mask = make_src_batch([[4 + (w % 8) for w in ids] for ids in sources])
+    for alpha in (0.0, 1.0):
+        greedy = greedy_search(m, src, mask, 1.5, 5, length_penalty=alpha)
+        beam = beam_search(m, src, mask, 5, alpha, 1.5, 5)
+        for g, b in zip(greedy, beam, strict=True):
+            assert b[0].score >= g[0].score - 1e-5

@@ -1,0 +1,115 @@
+"""SentencePiece tokenizer: special ids, round trip with umlauts, persistence, hash-keyed cache."""
+
+from __future__ import annotations
+
+import logging
+import pickle
+
+import pytest
+from omegaconf import OmegaConf
+
+from nmt.data import tokenizer as tok_mod
+from nmt.data.corpus import read_text_pair
+from nmt.data.tokenizer import (
+    BOS_ID,
+    EOS_ID,
+    PAD_ID,
+    UNK_ID,
+    Tokenizer,
+    train_or_load_tokenizer,
+)
+
+
+def _cfg(**kw):
+    base = {"type": "unigram", "vocab_size": 120, "character_coverage": 1.0, "joint": True}
+    return OmegaConf.create({**base, **kw})
+
+
+@pytest.fixture
+def train_texts(tiny_corpus):
+    return read_text_pair(tiny_corpus / "train.de", tiny_corpus / "train.en")
+
+
+@pytest.mark.parametrize("model_type", ["unigram", "bpe"])
+@pytest.mark.parametrize("joint", [True, False])
+def test_round_trip_with_umlauts(tmp_path, train_texts, model_type, joint):
+    src, tgt = train_texts
+    tok = train_or_load_tokenizer(_cfg(type=model_type, joint=joint), "de", "en", src, tgt,
+                                  tmp_path / "cache")
+    assert tok.joint is joint
+    for text in ["Eine ältere Frau läuft über die Straße früh am Morgen .",
+                 "Zwei Mädchen tanzen durch den Schnee ."] + src[:20]:
+        ids = tok.encode_src(text)
+        assert ids and all(i > EOS_ID for i in ids)  # no specials added, nothing unknown
+        assert tok.decode_src(ids) == text
+    for text in tgt[:20]:
+        assert tok.decode_tgt(tok.encode_tgt(text)) == text
+    assert tok.encode_src_batch(src[:5]) == [tok.encode_src(s) for s in src[:5]]
+    assert tok.encode_tgt_batch(tgt[:5]) == [tok.encode_tgt(t) for t in tgt[:5]]
+
+
+def test_special_ids_pieces_and_decode_cleanup(tmp_path, train_texts):
+    tok = train_or_load_tokenizer(_cfg(), "de", "en", *train_texts, tmp_path)
+    assert (PAD_ID, UNK_ID, BOS_ID, EOS_ID) == (0, 1, 2, 3)
+    assert tok.tgt_pieces([PAD_ID, UNK_ID, BOS_ID, EOS_ID]) == ["<pad>", "<unk>", "<s>", "</s>"]
+    ids = tok.encode_tgt("A big dog runs .")
+    assert "".join(tok.tgt_pieces(ids)).replace("\u2581", " ").strip() == "A big dog runs ."
+    # BOS and PAD are dropped, decoding stops at the first EOS.
+    assert tok.decode_tgt([BOS_ID, *ids, EOS_ID, *ids, PAD_ID]) == "A big dog runs ."
+    assert tok.decode_tgt([EOS_ID, *ids]) == ""
+    # nmt_nfkc normalisation: extra spaces collapse, NFKC folds compatibility characters.
+    assert tok.normalize("  A   big dog ") == "A big dog"
+    assert tok.decode_src(tok.encode_src("  Ein  Hund ")) == "Ein Hund"
+    assert tok.src_vocab_size == tok.tgt_vocab_size == 120
+
+
+def test_state_dict_and_save_load(tmp_path, train_texts):
+    src, tgt = train_texts
+    for joint in (True, False):
+        tok = train_or_load_tokenizer(_cfg(joint=joint), "de", "en", src, tgt, tmp_path / "c")
+        state = pickle.loads(pickle.dumps(tok.state_dict()))
+        assert not any(isinstance(v, str) and "/" in v for v in state.values())  # no paths
+        again = Tokenizer.from_state_dict(state)
+        tok.save(tmp_path / f"saved{joint}")
+        loaded = Tokenizer.load(tmp_path / f"saved{joint}")
+        for other in (again, loaded):
+            assert other.joint is joint
+            assert other.fingerprint == tok.fingerprint
+            assert other.encode_src(src[0]) == tok.encode_src(src[0])
+            assert other.encode_tgt(tgt[0]) == tok.encode_tgt(tgt[0])
+            assert other.settings["vocab_size"] == 120
+    with pytest.raises(FileNotFoundError, match="no tokenizer saved"):
+        Tokenizer.load(tmp_path / "nowhere")
+
+
+def test_cache_hit_and_invalidation(tmp_path, train_texts, monkeypatch):
+    src, tgt = train_texts
+    first = train_or_load_tokenizer(_cfg(), "de", "en", src, tgt, tmp_path)
+    assert len(list((tmp_path / "tokenizers").iterdir())) == 1
+
+    def no_training(*args, **kwargs):
+        raise AssertionError("the tokenizer was retrained although it is cached")
+
+    with monkeypatch.context() as m:
+        m.setattr(tok_mod, "train_sentencepiece", no_training)
+        again = train_or_load_tokenizer(_cfg(), "de", "en", list(src), list(tgt), tmp_path)
+        assert again.fingerprint == first.fingerprint
+        # lazy texts are never read on a cache hit
+        train_or_load_tokenizer(_cfg(), "de", "en", no_training, no_training, tmp_path,
+                                data_hash=tok_mod.hash_texts(src, tgt))
+    # other data or other settings -> a new model
+    train_or_load_tokenizer(_cfg(), "de", "en", src[:-1], tgt[:-1], tmp_path)
+    train_or_load_tokenizer(_cfg(type="bpe"), "de", "en", src, tgt, tmp_path)
+    assert len(list((tmp_path / "tokenizers").iterdir())) == 3
+
+
+def test_small_corpus_gives_smaller_vocab_with_warning(tmp_path, train_texts, caplog):
+    src, tgt = train_texts
+    with caplog.at_level(logging.WARNING, logger="nmt.data"):
+        tok = train_or_load_tokenizer(_cfg(vocab_size=5000), "de", "en", src, tgt, tmp_path)
+    assert 4 < tok.src_vocab_size < 5000
+    assert "asked for vocab_size=5000" in caplog.text
+    with pytest.raises(ValueError, match="all empty"):
+        train_or_load_tokenizer(_cfg(), "de", "en", ["", " "], ["", ""], tmp_path)
+    with pytest.raises(ValueError, match="unigram or bpe"):
+        train_or_load_tokenizer(_cfg(type="word"), "de", "en", src, tgt, tmp_path)

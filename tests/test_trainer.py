@@ -1,0 +1,154 @@
+"""Trainer: end-to-end CLI run with every artefact, exact kill-and-resume, user errors."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from nmt.cli.train import main
+from nmt.config import compose_config
+from nmt.training.checkpoint import load_checkpoint, load_for_inference
+from nmt.training.trainer import KILL_ENV, train
+
+REPO = Path(__file__).resolve().parents[1]
+
+# A dim-16 Transformer: a training step takes milliseconds. Dropout stays on (0.1) so the
+# resume test also checks that the dropout RNG is restored.
+TINY_MODEL = ["model.d_model=16", "model.heads=2", "model.ff_dim=32", "model.encoder_layers=1",
+              "model.decoder_layers=1"]
+TINY_TRAIN = ["train.batch_tokens=256", "train.log_every_steps=2", "train.warmup_steps=4",
+              "train.lr=0.01", "train.early_stopping_patience=null", "search.max_len_b=5",
+              "search.max_len_a=1.0"]
+
+
+@pytest.fixture(autouse=True)
+def _one_thread():
+    """Tiny models run 10x faster on one thread when other processes share the cores."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+def _run_cli(args: list[str], env: dict | None = None) -> subprocess.CompletedProcess:
+    env = {**os.environ, **(env or {}), "CI": "1", "OMP_NUM_THREADS": "1"}
+    return subprocess.run([sys.executable, "-m", "nmt.cli.train", *args], cwd=REPO, env=env,
+                          capture_output=True, text=True, timeout=120)
+
+
+def _params(path: Path) -> dict[str, torch.Tensor]:
+    return load_checkpoint(path)["model"]
+
+
+def test_end_to_end_cli_writes_every_artefact_and_resumes(tiny_overrides, tmp_path):
+    run = tmp_path / "run"
+    args = tiny_overrides + TINY_MODEL + TINY_TRAIN + [
+        "train.max_steps=8", "train.eval_every_steps=3", "train.keep_last=2"]
+    proc = _run_cli(args)
+    assert proc.returncode == 0, proc.stderr
+    assert "Traceback" not in proc.stderr
+
+    # Resolved config, tokenizer, checkpoints (step files rotated to keep_last=2).
+    saved = compose_config([]).__class__  # DictConfig
+    cfg = __import__("omegaconf").OmegaConf.load(run / "config.yaml")
+    assert isinstance(cfg, saved) and cfg.train.max_steps == 8 and cfg.model.d_model == 16
+    assert (run / "tokenizer" / "tokenizer.json").is_file()
+    ckpts = run / "checkpoints"
+    assert sorted(p.name for p in ckpts.iterdir()) == ["best.pt", "last.pt", "step_6.pt", "step_8.pt"]
+    last = load_checkpoint(ckpts / "last.pt")
+    assert (last["step"], last["scaler"]) == (8, None)
+    for key in ("model", "optimizer", "scheduler", "rng", "config", "tokenizer", "trainer",
+                "epoch", "batch_in_epoch"):
+        assert key in last
+    assert set(last["rng"][0]) >= {"python", "numpy", "torch"}
+    model, tokenizer, _ = load_for_inference(ckpts / "best.pt")
+    assert model.num_parameters() > 0 and tokenizer.tgt_vocab_size == 120
+
+    # Plain-text log: one summary line per validation (steps 3, 6, 8) and the final summary.
+    log = (run / "train.log").read_text()
+    valid_lines = [ln for ln in log.splitlines() if "valid | step" in ln]
+    assert len(valid_lines) == 3 and all("bleu" in ln and "tokens/s" in ln for ln in valid_lines)
+    assert "params" in log and "peak RSS" in log
+    summary = json.loads((run / "summary.json").read_text())
+    assert summary["steps"] == 8 and summary["train_tokens_per_s"] > 0
+    assert summary["peak_rss_mb"] > 0 and summary["params"] == model.num_parameters()
+
+    # TensorBoard: train and valid scalars plus the alignment image.
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    events = EventAccumulator(str(run / "tensorboard"))
+    events.Reload()
+    tags = events.Tags()
+    assert {"train/loss", "train/lr", "train/grad_norm", "train/tokens_per_s", "valid/loss",
+            "valid/ppl", "valid/bleu"} <= set(tags["scalars"])
+    assert tags["images"] == ["valid/alignment"]
+    assert [e.step for e in events.Scalars("valid/bleu")] == [3, 6, 8]
+
+    # The same command again resumes from last.pt; a larger max_steps continues the run.
+    assert main(args[:-3] + ["train.max_steps=10", "train.eval_every_steps=3",
+                             "train.keep_last=2"]) == 0
+    assert load_checkpoint(ckpts / "last.pt")["step"] == 10
+    assert "resumed from" in (run / "train.log").read_text()
+
+
+def test_sigkill_after_checkpoint_then_resume_equals_uninterrupted_run(tiny_overrides, tmp_path):
+    # 200 pairs at 1024 tokens make 7 batches per epoch: the resumed part crosses epochs.
+    base = tiny_overrides[:-1] + TINY_MODEL + TINY_TRAIN + [
+        "train.batch_tokens=1024", "train.max_steps=12", "train.eval_every_steps=4",
+        "train.keep_last=1", "device=cpu"]
+    full_dir, killed_dir = tmp_path / "full", tmp_path / "killed"
+
+    train(compose_config(base + [f"run_dir={full_dir}"]))
+
+    proc = _run_cli(base + [f"run_dir={killed_dir}"], env={KILL_ENV: "4"})
+    assert proc.returncode == -signal.SIGKILL, proc.stderr
+    killed = load_checkpoint(killed_dir / "checkpoints" / "last.pt")
+    assert (killed["step"], killed["epoch"]) == (4, 0)
+
+    assert main(base + [f"run_dir={killed_dir}"]) == 0          # the same command resumes
+    full, resumed = _params(full_dir / "checkpoints" / "last.pt"), \
+        _params(killed_dir / "checkpoints" / "last.pt")
+    assert full.keys() == resumed.keys()
+    for name in full:
+        torch.testing.assert_close(resumed[name], full[name], atol=1e-6, rtol=0, msg=name)
+    assert load_checkpoint(killed_dir / "checkpoints" / "last.pt")["epoch"] == 1
+
+
+@pytest.mark.parametrize(("override", "words"), [
+    ("model=lstm", ["model"]),
+    ("model.d_model=30", ["model.d_model=30", "model.heads=4"]),
+    ("model.decoder_layers=0", ["model.decoder_layers=0"]),
+    ("train.max_steps=abc", ["train.max_steps"]),
+    ("data.root=/nonexistent/multi30k", ["/nonexistent/multi30k"]),
+    ("run_dir={tmp}/a_file/run", ["run_dir", "cannot be written"]),
+    ("train.batch_tokens=4", ["train.batch_tokens"]),
+])
+def test_bad_input_stops_with_one_paragraph_and_status_2(tiny_overrides, tmp_path, capsys,
+                                                         override, words):
+    (tmp_path / "a_file").write_text("not a directory")
+    model = [o for o in TINY_MODEL if not o.startswith("model.heads")] + ["model.heads=4"]
+    status = main(tiny_overrides + model + [override.format(tmp=tmp_path)])
+    err = capsys.readouterr().err
+    assert status == 2
+    assert "nmt-train: error:" in err and "Traceback" not in err
+    err = err[err.index("nmt-train: error:"):]              # the paragraph after any log lines
+    for word in words:
+        assert word in err
+    assert not (tmp_path / "run" / "checkpoints").exists()   # nothing trained
+
+
+def test_incompatible_checkpoint_is_refused(tiny_overrides, tmp_path, capsys):
+    args = tiny_overrides + TINY_MODEL + TINY_TRAIN + ["train.max_steps=1"]
+    assert main(args) == 0
+    assert main(args + ["model.ff_dim=64"]) == 2
+    err = capsys.readouterr().err
+    assert "incompatible" in err and "model.ff_dim: checkpoint has 32, now 64" in err
+    assert main(args + ["data.tokenizer.vocab_size=100"]) == 2
+    assert "data.tokenizer.vocab_size" in capsys.readouterr().err
