@@ -25,6 +25,15 @@ from nmt.models.base import DecoderState, Encoded, Seq2Seq
 A, B = 4, 5  # the toy model's two word ids (after PAD, UNK, BOS, EOS)
 
 
+@pytest.fixture(autouse=True, scope="module")
+def _one_thread():
+    """Tiny models run fastest on one thread (and 10x slower with 2 on a busy 2-core box)."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
 # ----------------------------------------------------------------------------- toy model
 class _ToyState(DecoderState):
     def __init__(self, mask: torch.Tensor, steps: int):

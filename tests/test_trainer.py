@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from omegaconf import OmegaConf
 
 from nmt.cli.train import main
 from nmt.config import compose_config
@@ -26,6 +27,19 @@ TINY_MODEL = ["model.d_model=16", "model.heads=2", "model.ff_dim=32", "model.enc
 TINY_TRAIN = ["train.batch_tokens=256", "train.log_every_steps=2", "train.warmup_steps=4",
               "train.lr=0.01", "train.early_stopping_patience=null", "search.max_len_b=5",
               "search.max_len_a=1.0"]
+
+
+@pytest.fixture(scope="module")
+def shared_cache(tmp_path_factory) -> Path:
+    """One tokenizer/token cache for the module (the tiny corpus is the same in every test)."""
+    return tmp_path_factory.mktemp("nmt_cache")
+
+
+@pytest.fixture
+def overrides(tiny_overrides, shared_cache) -> list[str]:
+    """``tiny_overrides`` with the module-wide cache (run_dir stays last)."""
+    return [o for o in tiny_overrides if not o.startswith("data.cache_dir=")][:-1] + \
+        [f"data.cache_dir={shared_cache}", tiny_overrides[-1]]
 
 
 @pytest.fixture(autouse=True)
@@ -47,18 +61,17 @@ def _params(path: Path) -> dict[str, torch.Tensor]:
     return load_checkpoint(path)["model"]
 
 
-def test_end_to_end_cli_writes_every_artefact_and_resumes(tiny_overrides, tmp_path):
+def test_end_to_end_cli_writes_every_artefact(overrides, tmp_path):
     run = tmp_path / "run"
-    args = tiny_overrides + TINY_MODEL + TINY_TRAIN + [
+    args = overrides + TINY_MODEL + TINY_TRAIN + [
         "train.max_steps=8", "train.eval_every_steps=3", "train.keep_last=2"]
     proc = _run_cli(args)
     assert proc.returncode == 0, proc.stderr
     assert "Traceback" not in proc.stderr
 
     # Resolved config, tokenizer, checkpoints (step files rotated to keep_last=2).
-    saved = compose_config([]).__class__  # DictConfig
-    cfg = __import__("omegaconf").OmegaConf.load(run / "config.yaml")
-    assert isinstance(cfg, saved) and cfg.train.max_steps == 8 and cfg.model.d_model == 16
+    cfg = OmegaConf.load(run / "config.yaml")
+    assert cfg.train.max_steps == 8 and cfg.model.d_model == 16 and cfg.run_dir == str(run)
     assert (run / "tokenizer" / "tokenizer.json").is_file()
     ckpts = run / "checkpoints"
     assert sorted(p.name for p in ckpts.iterdir()) == ["best.pt", "last.pt", "step_6.pt", "step_8.pt"]
@@ -91,16 +104,10 @@ def test_end_to_end_cli_writes_every_artefact_and_resumes(tiny_overrides, tmp_pa
     assert tags["images"] == ["valid/alignment"]
     assert [e.step for e in events.Scalars("valid/bleu")] == [3, 6, 8]
 
-    # The same command again resumes from last.pt; a larger max_steps continues the run.
-    assert main(args[:-3] + ["train.max_steps=10", "train.eval_every_steps=3",
-                             "train.keep_last=2"]) == 0
-    assert load_checkpoint(ckpts / "last.pt")["step"] == 10
-    assert "resumed from" in (run / "train.log").read_text()
 
-
-def test_sigkill_after_checkpoint_then_resume_equals_uninterrupted_run(tiny_overrides, tmp_path):
+def test_sigkill_after_checkpoint_then_resume_equals_uninterrupted_run(overrides, tmp_path):
     # 200 pairs at 1024 tokens make 7 batches per epoch: the resumed part crosses epochs.
-    base = tiny_overrides[:-1] + TINY_MODEL + TINY_TRAIN + [
+    base = overrides[:-1] + TINY_MODEL + TINY_TRAIN + [
         "train.batch_tokens=1024", "train.max_steps=12", "train.eval_every_steps=4",
         "train.keep_last=1", "device=cpu"]
     full_dir, killed_dir = tmp_path / "full", tmp_path / "killed"
@@ -130,11 +137,11 @@ def test_sigkill_after_checkpoint_then_resume_equals_uninterrupted_run(tiny_over
     ("run_dir={tmp}/a_file/run", ["run_dir", "cannot be written"]),
     ("train.batch_tokens=4", ["train.batch_tokens"]),
 ])
-def test_bad_input_stops_with_one_paragraph_and_status_2(tiny_overrides, tmp_path, capsys,
+def test_bad_input_stops_with_one_paragraph_and_status_2(overrides, tmp_path, capsys,
                                                          override, words):
     (tmp_path / "a_file").write_text("not a directory")
     model = [o for o in TINY_MODEL if not o.startswith("model.heads")] + ["model.heads=4"]
-    status = main(tiny_overrides + model + [override.format(tmp=tmp_path)])
+    status = main(overrides + model + [override.format(tmp=tmp_path)])
     err = capsys.readouterr().err
     assert status == 2
     assert "nmt-train: error:" in err and "Traceback" not in err
@@ -144,11 +151,22 @@ def test_bad_input_stops_with_one_paragraph_and_status_2(tiny_overrides, tmp_pat
     assert not (tmp_path / "run" / "checkpoints").exists()   # nothing trained
 
 
-def test_incompatible_checkpoint_is_refused(tiny_overrides, tmp_path, capsys):
-    args = tiny_overrides + TINY_MODEL + TINY_TRAIN + ["train.max_steps=1"]
+def test_incompatible_checkpoint_is_refused(overrides, tmp_path, capsys):
+    args = overrides + TINY_MODEL + TINY_TRAIN + ["train.max_steps=1"]
     assert main(args) == 0
     assert main(args + ["model.ff_dim=64"]) == 2
     err = capsys.readouterr().err
     assert "incompatible" in err and "model.ff_dim: checkpoint has 32, now 64" in err
     assert main(args + ["data.tokenizer.vocab_size=100"]) == 2
     assert "data.tokenizer.vocab_size" in capsys.readouterr().err
+
+
+def test_early_stopping_and_time_budget_end_the_run(overrides, tmp_path):
+    args = overrides[:-1] + TINY_MODEL + TINY_TRAIN
+    # BLEU cannot improve on 0 after one step; patience 1 stops at the second validation.
+    summary = train(compose_config(args + ["train.eval_every_steps=1", "train.early_stopping_patience=1",
+                                           f"run_dir={tmp_path / 'early'}"]))
+    assert summary["stop_reason"].startswith("early stopping") and summary["steps"] == 2
+    summary = train(compose_config(args + ["train.max_minutes=1e-6", f"run_dir={tmp_path / 'time'}"]))
+    assert summary["stop_reason"] == "max_minutes=1e-06 reached" and summary["steps"] == 1
+    assert load_checkpoint(tmp_path / "time" / "checkpoints" / "last.pt")["step"] == 1

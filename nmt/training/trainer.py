@@ -119,7 +119,6 @@ def _setup_logging(run_dir: Path | None, info: DistInfo) -> list[logging.Handler
         h.setFormatter(fmt)
         log.addHandler(h)
     log.setLevel(logging.INFO)
-    log.propagate = False
     return handlers
 
 

@@ -1,0 +1,195 @@
+"""nmt-evaluate, nmt-translate, nmt-plot end to end on a tiny checkpoint, and cli.common."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from conftest import REPO_ROOT, write_corpus
+from omegaconf import OmegaConf
+
+from nmt.cli import evaluate as cli_evaluate
+from nmt.cli import plot as cli_plot
+from nmt.cli import translate as cli_translate
+from nmt.cli.common import run_cli
+from nmt.evaluation import load_alignments
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _one_thread():
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+@pytest.fixture(scope="module")
+def ckpt(tmp_path_factory) -> Path:
+    """A tiny (dim-16) untrained Transformer checkpoint with its tokenizer and data config."""
+    from nmt.config import compose_config
+    from nmt.data.corpus import read_parallel
+    from nmt.data.tokenizer import train_or_load_tokenizer
+    from nmt.models import build_model
+    from nmt.training.checkpoint import save_atomic
+
+    root = tmp_path_factory.mktemp("cli")
+    corpus = write_corpus(root / "corpus", {"train": 100, "test": 12})
+    cfg = compose_config([f"data.root={corpus}", f"data.cache_dir={root / 'cache'}",
+                          "data.test_split=test", "data.tokenizer.vocab_size=100",
+                          "model.d_model=16", "model.heads=2", "model.ff_dim=32",
+                          "model.encoder_layers=1", "model.decoder_layers=1"])
+    src, tgt = read_parallel(cfg.data, "train")
+    tok = train_or_load_tokenizer(cfg.data.tokenizer, "de", "en", src, tgt, cfg.data.cache_dir)
+    torch.manual_seed(0)
+    model = build_model(cfg.model, tok.src_vocab_size, tok.tgt_vocab_size)
+    path = root / "run" / "checkpoints" / "best.pt"
+    save_atomic({"version": 1, "model": model.state_dict(),
+                 "config": OmegaConf.to_container(cfg, resolve=True), "tokenizer": tok.state_dict(),
+                 "step": 0, "epoch": 0, "batch_in_epoch": 0}, path)
+    return path
+
+
+def _corpus(ckpt: Path) -> Path:
+    return ckpt.parents[2] / "corpus"
+
+
+def test_evaluate_writes_hyps_scores_alignments(ckpt, tmp_path, capsys):
+    out = tmp_path / "eval"
+    assert cli_evaluate.main([f"checkpoint={ckpt}", "beam_size=3", f"out_dir={out}"]) == 0
+    printed = capsys.readouterr().out
+    assert "BLEU = " in printed and "chrF = " in printed and "tok:13a" in printed
+    scores = json.loads((out / "scores.json").read_text())
+    for key in ("bleu", "chrf", "bleu_signature", "chrf_signature", "bleu_lowercase", "seconds"):
+        assert key in scores
+    assert scores["beam_size"] == 3 and scores["n_sentences"] == 12 and scores["split"] == "test"
+    hyps = (out / "hyps.txt").read_text(encoding="utf-8").splitlines()
+    assert len(hyps) == 12
+    data = load_alignments(out / "alignments.npz")
+    assert len(data) == 12
+    for i in range(12):
+        assert data[i].matrix.shape == (len(data[i].tgt), len(data[i].src))
+        np.testing.assert_allclose(data[i].matrix.sum(1), 1.0, atol=1e-5)
+
+
+def test_evaluate_file_pair_and_data_root_override(ckpt, tmp_path):
+    corpus = _corpus(ckpt)
+    a, b = tmp_path / "a", tmp_path / "b"
+    assert cli_evaluate.main([f"checkpoint={ckpt}", "beam_size=1", f"src_file={corpus}/test.de",
+                              f"ref_file={corpus}/test.en", f"out_dir={a}"]) == 0
+    moved = write_corpus(tmp_path / "moved", {"train": 100, "test": 12})   # same content
+    assert cli_evaluate.main([f"checkpoint={ckpt}", "beam_size=1", f"data.root={moved}",
+                              "split=test", f"out_dir={b}", "save_alignments=false"]) == 0
+    assert (a / "hyps.txt").read_text() == (b / "hyps.txt").read_text()
+    assert not (b / "alignments.npz").exists()
+
+
+@pytest.mark.parametrize("args, message", [
+    ([], "checkpoint is required"),
+    (["checkpoint=/nonexistent.pt"], "no such checkpoint"),
+    (["checkpoint=x.pt", "src_file=a.de"], "src_file and ref_file go together"),
+    (["checkpoint=x.pt", "beam_size=0"], "beam_size=0"),
+    (["checkpoint=x.pt", "beam_size=2", "n_best=3"], "n_best=3 exceeds"),
+    (["checkpoint=x.pt", "nonsense=1"], "nonsense"),
+    (["stray_argument"], "not an override"),
+])
+def test_evaluate_user_errors_exit_2(args, message, capsys):
+    assert cli_evaluate.main(args) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("nmt-evaluate: error:") and message in " ".join(err.split())
+    assert "Traceback" not in err
+
+
+def test_evaluate_missing_split_file_is_a_corpus_error(ckpt, tmp_path, capsys):
+    assert cli_evaluate.main([f"checkpoint={ckpt}", "split=nope", f"out_dir={tmp_path}"]) == 2
+    assert "nope" in capsys.readouterr().err
+
+
+def test_help_prints_usage_and_config(capsys):
+    assert cli_evaluate.main(["--help", "beam_size=7"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("usage: nmt-evaluate") and "beam_size: 7" in out and "checkpoint: ???" in out
+
+
+def test_run_cli_propagates_bugs():
+    def boom(cfg):
+        raise RuntimeError("bug")
+
+    with pytest.raises(RuntimeError, match="bug"):
+        run_cli(boom, [], config_name="plot", usage="x")
+
+
+def test_translate_matches_evaluate_and_n_best_format(ckpt, tmp_path):
+    corpus = _corpus(ckpt)
+    lines = (corpus / "test.de").read_text(encoding="utf-8").splitlines()
+    inp = tmp_path / "in.de"
+    inp.write_text("\n".join(lines[:5] + [""] + lines[5:]) + "\n", encoding="utf-8")
+    assert cli_translate.main([f"checkpoint={ckpt}", f"input={inp}", f"output={tmp_path / 'o'}",
+                               "beam_size=3", "batch_sentences=4"]) == 0
+    assert cli_evaluate.main([f"checkpoint={ckpt}", "beam_size=3", f"out_dir={tmp_path / 'e'}"]) == 0
+    got = (tmp_path / "o").read_text(encoding="utf-8").split("\n")
+    expected = (tmp_path / "e" / "hyps.txt").read_text(encoding="utf-8").split("\n")
+    assert got == expected[:5] + [""] + expected[5:]          # same order, empty line kept
+    assert cli_translate.main([f"checkpoint={ckpt}", f"input={inp}", f"output={tmp_path / 'n'}",
+                               "beam_size=3", "n_best=2"]) == 0
+    rows = [r.split(" ||| ") for r in (tmp_path / "n").read_text(encoding="utf-8").splitlines()]
+    assert [int(r[0]) for r in rows if r[0] != "5"] == [i for i in range(13) if i != 5 for _ in (0, 1)]
+    assert all(len(r) == 3 and float(r[2]) <= 0 for r in rows)
+    assert rows[0][1] == expected[0]
+
+
+def test_translate_streams_chunk_by_chunk(ckpt):
+    """Output of the first chunk is written before the second chunk is read."""
+    from nmt.training.checkpoint import load_for_inference
+
+    model, tok, _ = load_for_inference(ckpt)
+    out = io.StringIO()
+    seen: list[int] = []
+
+    def source():
+        for i in range(6):
+            seen.append(len(out.getvalue().splitlines()))
+            yield f"Ein Hund läuft {i} .\n"
+
+    cfg = {"beam_size": 2, "length_penalty": 1.0, "max_len_a": 1.0, "max_len_b": 2,
+           "batch_sentences": 3, "n_best": 1}
+    assert cli_translate.translate_stream(model, tok, source(), out, cfg, "cpu") == 6
+    assert seen == [0, 0, 0, 3, 3, 3] and len(out.getvalue().splitlines()) == 6
+
+
+def test_console_script_translate_reads_stdin(ckpt, tmp_path):
+    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(REPO_ROOT))
+    text = "Ein großer Hund läuft im Park .\nZwei Mädchen tanzen .\n"
+    res = subprocess.run([sys.executable, "-m", "nmt.cli.translate", f"checkpoint={ckpt}",
+                          "beam_size=2"], input=text.encode(), capture_output=True, env=env,
+                         cwd=tmp_path, timeout=120)
+    assert res.returncode == 0, res.stderr.decode()
+    assert len(res.stdout.decode("utf-8").split("\n")) == 3     # two lines + final newline
+
+
+def test_plot_single_range_all_and_errors(ckpt, tmp_path, capsys):
+    out = tmp_path / "eval"
+    assert cli_evaluate.main([f"checkpoint={ckpt}", "beam_size=2", f"out_dir={out}"]) == 0
+    npz = out / "alignments.npz"
+    assert cli_plot.main([f"alignments={npz}", "index=3", f"out={tmp_path / 'one.png'}"]) == 0
+    assert (tmp_path / "one.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert cli_plot.main([f"alignments={npz}", "index=2:5", f"out={tmp_path / 'r'}"]) == 0
+    assert sorted(p.name for p in (tmp_path / "r").iterdir()) == [
+        "align_0002.png", "align_0003.png", "align_0004.png"]
+    from nmt.evaluation import save_alignments
+
+    small = tmp_path / "small.npz"
+    save_alignments(small, [np.eye(2, dtype=np.float32)] * 2, [["a", "ö"]] * 2, [["x", "ß"]] * 2)
+    assert cli_plot.main([f"alignments={small}", "index=all", f"out={tmp_path / 'all'}"]) == 0
+    assert sorted(p.name for p in (tmp_path / "all").iterdir()) == ["align_0000.png", "align_0001.png"]
+    capsys.readouterr()
+    assert cli_plot.main([f"alignments={npz}", "index=12", f"out={tmp_path / 'x.png'}"]) == 2
+    assert "out of range" in capsys.readouterr().err
+    assert cli_plot.main([f"alignments={tmp_path / 'no.npz'}", f"out={tmp_path / 'x.png'}"]) == 2
+    assert cli_plot.main([f"alignments={npz}", "index=all", f"out={tmp_path / 'x.png'}"]) == 2

@@ -1,0 +1,121 @@
+"""Metrics, alignment files, heatmaps and evaluate_split."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import sacrebleu
+import torch
+from conftest import make_pairs
+from matplotlib.figure import Figure
+
+from nmt.evaluation import (
+    corpus_scores,
+    evaluate_split,
+    load_alignments,
+    plot_alignment,
+    save_alignments,
+    write_outputs,
+)
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _one_thread():
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+# ------------------------------------------------------------------------------ metrics
+def test_corpus_scores_match_sacrebleu_and_carry_signatures():
+    hyps = ["Ein Mann fährt Rad .", "the cat sat on the mat"]
+    refs = ["Ein Mann fährt Fahrrad .", "The cat sat on the mat"]
+    s = corpus_scores(hyps, refs)
+    assert s["bleu"] == pytest.approx(sacrebleu.corpus_bleu(hyps, [refs]).score)
+    assert s["bleu_lowercase"] == pytest.approx(sacrebleu.corpus_bleu(hyps, [refs], lowercase=True).score)
+    assert s["chrf"] == pytest.approx(sacrebleu.corpus_chrf(hyps, [refs]).score)
+    assert s["bleu_lowercase"] > s["bleu"]                      # "the" vs "The"
+    assert "tok:13a" in s["bleu_signature"] and "case:mixed" in s["bleu_signature"]
+    assert "case:lc" in s["bleu_lowercase_signature"] and "nc:6" in s["chrf_signature"]
+    assert s["hyp_len"] == 11 and s["ref_len"] == 11
+
+
+def test_corpus_scores_perfect_empty_and_mismatch():
+    assert corpus_scores(["a b c d e"], ["a b c d e"])["bleu"] == pytest.approx(100.0)
+    assert corpus_scores([], [])["bleu"] == 0.0
+    with pytest.raises(ValueError, match="pair up"):
+        corpus_scores(["a"], [])
+
+
+# --------------------------------------------------------------------------- alignments
+def test_alignments_round_trip_without_pickle(tmp_path):
+    mats = [np.array([[0.25, 0.75], [1.0, 0.0], [0.5, 0.5]], np.float32), np.ones((1, 1), np.float32)]
+    src = [["▁Größe", "</s>"], ["</s>"]]
+    tgt = [["▁size", "▁ß", "</s>"], ["</s>"]]
+    save_alignments(tmp_path / "a.npz", mats, src, tgt)
+    raw = np.load(tmp_path / "a.npz", allow_pickle=False)       # plain arrays only
+    assert int(raw["count"]) == 2 and raw["align_0"].dtype == np.float32
+    data = load_alignments(tmp_path / "a.npz")
+    assert len(data) == 2
+    np.testing.assert_array_equal(data[0].matrix, mats[0])
+    assert data[0].src == src[0] and data[0].tgt == tgt[0] and data[-1].tgt == ["</s>"]
+    with pytest.raises(IndexError):
+        data[2]
+
+
+def test_save_alignments_rejects_shape_mismatch(tmp_path):
+    with pytest.raises(ValueError, match="does not match"):
+        save_alignments(tmp_path / "a.npz", [np.zeros((2, 3))], [["a", "b"]], [["x", "y"]])
+    with pytest.raises(ValueError, match="not an alignments file"):
+        load_alignments(tmp_path / "missing.npz")
+
+
+# --------------------------------------------------------------------------------- plot
+def test_plot_alignment_labels_colorbar_and_size(tmp_path):
+    src = ["▁Ein", "▁Mädchen", "▁läuft", "▁über", "▁die", "▁Straße", "</s>"]
+    tgt = ["▁A", "▁girl", "▁runs", "▁across", "▁the", "▁street", "</s>"]
+    fig = plot_alignment(np.eye(7, dtype=np.float32), src, tgt, tmp_path / "sub" / "f.png")
+    assert isinstance(fig, Figure) and (tmp_path / "sub" / "f.png").stat().st_size > 1000
+    ax, bar = fig.axes
+    assert [t.get_text() for t in ax.get_xticklabels()] == src
+    assert [t.get_text() for t in ax.get_yticklabels()] == tgt
+    assert bar.get_ylim() == pytest.approx((0.0, 1.0))
+    long = plot_alignment(np.full((55, 60), 1 / 60), [f"▁wört{i}" for i in range(60)],
+                          [f"▁w{i}" for i in range(55)])
+    assert long.get_figwidth() > fig.get_figwidth() and long.get_figheight() > fig.get_figheight()
+    with pytest.raises(ValueError, match="does not match"):
+        plot_alignment(np.zeros((2, 2)), ["a"], ["b", "c"])
+
+
+# ----------------------------------------------------------------------- evaluate_split
+def test_evaluate_split_and_write_outputs(tmp_path):
+    from nmt.config import compose_config
+    from nmt.data.tokenizer import train_or_load_tokenizer
+    from nmt.models import build_model
+
+    pairs = make_pairs(60, 0)
+    src, ref = [p[0] for p in pairs], [p[1] for p in pairs]
+    cfg = compose_config(["model=rnn", "model.emb_dim=8", "model.encoder_hidden=8",
+                          "model.decoder_hidden=16", "model.attention_dim=16", "model.output_dim=16"])
+    tok = train_or_load_tokenizer({"type": "unigram", "vocab_size": 80, "character_coverage": 1.0,
+                                   "joint": True}, "de", "en", src, ref, tmp_path / "cache")
+    torch.manual_seed(0)
+    model = build_model(cfg.model, tok.src_vocab_size, tok.tgt_vocab_size).eval()
+    search = {"beam_size": 2, "length_penalty": 1.0, "max_len_a": 1.0, "max_len_b": 2,
+              "batch_sentences": 7, "n_best": 1}
+    hyps, scores, hypotheses = evaluate_split(model, tok, src[:10] + [""], ref[:10] + [""], search)
+    assert len(hyps) == len(hypotheses) == 11 and hyps[10] == ""
+    assert hyps == [tok.decode_tgt(h[0].tokens) for h in hypotheses]
+    assert scores["n_sentences"] == 11 and scores["beam_size"] == 2 and scores["seconds"] > 0
+    assert scores["bleu"] == pytest.approx(corpus_scores(hyps, ref[:10] + [""])["bleu"])
+    src_ids = tok.encode_src_batch(src[:10] + [""])
+    write_outputs(tmp_path / "out", hyps, scores, hypotheses, tok, src_ids)
+    lines = (tmp_path / "out" / "hyps.txt").read_text(encoding="utf-8").split("\n")
+    assert lines[:-1] == hyps and lines[-1] == ""
+    data = load_alignments(tmp_path / "out" / "alignments.npz")
+    for i in range(11):
+        assert data[i].matrix.shape == (len(hypotheses[i][0].tokens) + 1, len(src_ids[i]) + 1)
+        assert data[i].src[-1] == "</s>" and data[i].tgt[-1] == "</s>"
+    with pytest.raises(ValueError):
+        evaluate_split(model, tok, src[:2], ref[:1], search)
