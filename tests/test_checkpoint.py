@@ -85,3 +85,11 @@ def test_incompatible_config_or_vocabulary_is_named():
     check_compatible("last.pt", saved, cfg, Tiny(10))
     with pytest.raises(CheckpointError, match=r"weight emb: checkpoint has shape \(10, 4\), now \(12, 4\)"):
         check_compatible("last.pt", saved, cfg, Tiny(12))
+
+
+def test_dropout_change_is_allowed_on_resume():
+    from omegaconf import OmegaConf
+
+    cfg = compose_config([])
+    saved = {"version": 1, "config": OmegaConf.to_container(cfg)}
+    check_compatible("last.pt", saved, compose_config(["model.dropout=0.3"]))

@@ -64,17 +64,19 @@ class AdditiveAttention(nn.Module):
 
     ``U_a h_j`` does not depend on the decoder step: :meth:`project_keys` computes it once per
     sentence, and each step only adds ``W_a s_{i-1}``. The decoder may compute ``W_a s_{i-1}``
-    itself inside a larger fused matmul (see :attr:`query_proj`) and call :meth:`score`.
+    itself inside a larger fused matmul (``query_proj=False``) and call :meth:`score`.
 
     Args:
         query_dim: size of the decoder state s (n in the paper).
         key_dim: size of the annotations h_j (2n for a bidirectional encoder).
         attention_dim: n' in the paper.
+        query_proj: False when the caller computes W_a s_{i-1} itself (then only
+            :meth:`score` may be used).
     """
 
-    def __init__(self, query_dim: int, key_dim: int, attention_dim: int):
+    def __init__(self, query_dim: int, key_dim: int, attention_dim: int, query_proj: bool = True):
         super().__init__()
-        self.query_proj = nn.Linear(query_dim, attention_dim, bias=False)  # W_a
+        self.query_proj = nn.Linear(query_dim, attention_dim, bias=False) if query_proj else None  # W_a
         self.key_proj = nn.Linear(key_dim, attention_dim)  # U_a (bias shared by all steps)
         self.energy = nn.Linear(attention_dim, 1, bias=False)  # v_a
 

@@ -11,8 +11,8 @@ Decoder (appendix A.2.2), for i = 1..T:
 with s_0 = tanh(W_s h_1 backward). Only the attention and the GRU update are sequential:
 the step loop computes them; the embeddings' share of the GRU input gates, the deep output,
 the vocabulary projection (and the caller's log-softmax) run once over all T steps. Inside
-the loop ``s_{i-1}`` is multiplied once by the stacked [W_hh; W_a] matrix, giving the GRU's
-recurrent gates and the attention query together.
+the loop ``s_{i-1}`` is multiplied once by one stacked [U_gates; W_a] matrix (``recurrent``),
+giving the GRU's recurrent gates and the attention query together.
 """
 
 from __future__ import annotations
@@ -86,11 +86,13 @@ class BahdanauRNN(Seq2Seq):
         self.encoder = nn.GRU(emb_dim, encoder_hidden, encoder_layers, batch_first=True,
                               bidirectional=True, dropout=dropout if encoder_layers > 1 else 0.0)
         self.init_proj = nn.Linear(encoder_hidden, decoder_hidden)  # W_s
-        self.attention = AdditiveAttention(decoder_hidden, mem, attention_dim)
+        # U_a h_j + v_a; W_a s_{i-1} is part of `recurrent` below
+        self.attention = AdditiveAttention(decoder_hidden, mem, attention_dim, query_proj=False)
         # GRU decoder, gates ordered (r, z, n) as in nn.GRUCell; input [E y_{i-1}; c_i].
         self.gru_in_emb = nn.Linear(emb_dim, 3 * decoder_hidden)  # W E y (+ b_ih): outside loop
         self.gru_in_ctx = nn.Linear(mem, 3 * decoder_hidden, bias=False)  # C c_i
-        self.gru_hh = nn.Linear(decoder_hidden, 3 * decoder_hidden)  # U s_{i-1} (+ b_hh)
+        # rows [0, 3n): GRU recurrent gates U s_{i-1} (+ b_hh); rows [3n, 3n+a): W_a s_{i-1}
+        self.recurrent = nn.Linear(decoder_hidden, 3 * decoder_hidden + attention_dim)
         # deep output t~_i = U_o s_i + V_o E y_{i-1} + C_o c_i
         self.out_state = nn.Linear(decoder_hidden, output_dim)
         self.out_emb = nn.Linear(emb_dim, output_dim, bias=False)
@@ -104,9 +106,14 @@ class BahdanauRNN(Seq2Seq):
                 nn.init.normal_(p, 0.0, 0.1)
                 with torch.no_grad():
                     p[self.pad_id].zero_()
-            elif p.dim() > 1 and ("weight_hh" in name or name.startswith("gru_hh")):
+            elif p.dim() > 1 and "weight_hh" in name:
                 for block in p.data.chunk(3, 0):
                     nn.init.orthogonal_(block)
+            elif name == "recurrent.weight":
+                n = self.decoder_hidden
+                for block in p.data[: 3 * n].chunk(3, 0):
+                    nn.init.orthogonal_(block)
+                nn.init.xavier_uniform_(p.data[3 * n:])
             elif p.dim() > 1:
                 nn.init.xavier_uniform_(p)
             else:
@@ -158,8 +165,7 @@ class BahdanauRNN(Seq2Seq):
         gi_emb = self.gru_in_emb(emb)  # [B,T,3n] input-gate share of E y_{i-1}, all steps at once
         n = self.decoder_hidden
         # one matmul per step for the recurrent gates and the attention query W_a s_{i-1}
-        w_rec = torch.cat([self.gru_hh.weight, self.attention.query_proj.weight], 0)
-        b_rec = torch.cat([self.gru_hh.bias, self.gru_hh.bias.new_zeros(self.attention_dim)])
+        w_rec, b_rec = self.recurrent.weight, self.recurrent.bias
         w_ctx = self.gru_in_ctx.weight
         keys, memory, bias = state.keys, state.memory, state.bias
         s = state.hidden

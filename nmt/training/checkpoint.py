@@ -199,7 +199,8 @@ def _diff(a: Any, b: Any, prefix: str) -> list[str]:
     return [] if a == b else [f"{prefix}: checkpoint has {a!r}, now {b!r}"]
 
 
-# Keys whose change makes a saved model/optimizer unusable for the current run.
+# Keys whose change makes a saved model/optimizer unusable for the current run. Dropout rates
+# (any model key containing "dropout") are regularisation, not architecture: they may change.
 COMPATIBILITY_KEYS = ("model", "data.src_lang", "data.tgt_lang", "data.tokenizer")
 
 
@@ -207,8 +208,8 @@ def check_compatible(path: str | Path, ckpt: dict, cfg: DictConfig,
                      model: torch.nn.Module | None = None) -> None:
     """Refuse to resume from a checkpoint made for another model or vocabulary.
 
-    Compares the model section, the language pair and the tokenizer settings of the saved
-    config with ``cfg``, then (when ``model`` is given) every parameter shape of the saved
+    Compares the model section (dropout rates excepted), the language pair and the tokenizer
+    settings of the saved config with ``cfg``, then (when ``model`` is given) every parameter shape of the saved
     weights with ``model``'s: a different vocabulary shows up as a different embedding shape.
 
     Raises:
@@ -222,7 +223,7 @@ def check_compatible(path: str | Path, ckpt: dict, cfg: DictConfig,
         for part in key.split("."):
             a = a.get(part, "<absent>") if isinstance(a, dict) else "<absent>"
             b = b.get(part, "<absent>") if isinstance(b, dict) else "<absent>"
-        problems += _diff(a, b, key)
+        problems += [p for p in _diff(a, b, key) if "dropout" not in p.split(":")[0]]
     if model is not None and not problems:
         saved_w, now_w = ckpt.get("model") or {}, model.state_dict()
         for name in sorted(set(saved_w) | set(now_w)):

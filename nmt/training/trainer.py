@@ -28,6 +28,7 @@ import contextlib
 import json
 import logging
 import os
+import random
 import resource
 import signal
 import sys
@@ -220,8 +221,6 @@ class Trainer:
                 f"there are processes ({info.world_size}): use more data or fewer processes.")
 
         seed = int(self.tcfg.seed)
-        import random
-
         random.seed(seed)
         np.random.seed(seed)
         torch.manual_seed(seed)
@@ -537,7 +536,7 @@ class Trainer:
         summary = {
             "stop_reason": self.stop_reason,
             "steps": st.step, "epochs_done": st.epoch, "params": self.n_params,
-            "wall_time_s": round(st.elapsed_s, 2),
+            "wall_time_s": round(st.elapsed_s, 2),       # all runs of this run_dir together
             "train_tokens_per_s": round(self._train_tokens / max(self._train_time, 1e-9), 1),
             "best_bleu": st.best_bleu, "best_step": st.best_step,
             "last": st.history[-1] if st.history else None,
