@@ -11,7 +11,7 @@ options: ``--warmup N`` (untimed steps, default 3), ``--steps N`` (timed steps, 
 ``--threads N`` (torch threads, default 2), ``--compile`` (torch.compile the model, also
 ``train.compile=true``), ``--optimizer fused|foreach|forloop`` (Adam implementation),
 ``--profile`` (print the top ops of a torch.profiler run after timing), ``--no-malloc-tune``
-(keep glibc's default malloc, see :func:`tune_malloc`).
+(keep glibc's default malloc, see :func:`nmt.runtime.tune_malloc`).
 
 One step = forward (teacher forcing, ``need_alignment=False``), label-smoothed cross-entropy
 (``train.label_smoothing``, summed over real target tokens / their number), backward,
@@ -38,7 +38,6 @@ Reported (last line, ``key=value``):
 from __future__ import annotations
 
 import argparse
-import ctypes
 import statistics
 import sys
 import time
@@ -52,6 +51,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from nmt.config import compose_config  # noqa: E402
 from nmt.data import PAD_ID, TokenBatchSampler, prepare_data  # noqa: E402
 from nmt.models import build_model  # noqa: E402
+from nmt.runtime import tune_malloc  # noqa: E402
 
 
 def measure_peak_gflops(n: int = 2048, repeats: int = 5) -> float:
@@ -64,22 +64,6 @@ def measure_peak_gflops(n: int = 2048, repeats: int = 5) -> float:
         torch.mm(a, b)
         best = min(best, time.perf_counter() - t)
     return 2 * n ** 3 / best / 1e9
-
-
-def tune_malloc() -> bool:
-    """Keep freed memory in the process heap (glibc ``mallopt``); True if applied.
-
-    glibc serves allocations above ``M_MMAP_THRESHOLD`` (<= 32 MiB) with fresh ``mmap``
-    pages and returns them on free, so every large activation (the [B*T, V] logits and
-    their gradient are ~130 MB) is page-faulted in again at each step; on this VM that
-    costs more than the log-softmax itself. ``M_MMAP_MAX=0`` serves everything from the
-    heap and ``M_TRIM_THRESHOLD`` = 2 GiB keeps it mapped, so steps reuse warm pages.
-    """
-    try:
-        libc = ctypes.CDLL("libc.so.6")
-    except OSError:
-        return False
-    return bool(libc.mallopt(-4, 0)) and bool(libc.mallopt(-1, 2**31 - 1))  # M_MMAP_MAX, M_TRIM_THRESHOLD
 
 
 def make_optimizer(model: torch.nn.Module, train_cfg, kind: str) -> torch.optim.Optimizer:

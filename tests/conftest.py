@@ -24,6 +24,23 @@ import pytest
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
+
+@pytest.fixture(autouse=True, scope="session")
+def _one_thread():
+    """Tests use tiny models, which run fastest on one thread (and up to 10x slower with
+    two when other processes share the 2 cores); subprocesses inherit OMP_NUM_THREADS=1."""
+    import torch
+
+    before, env_before = torch.get_num_threads(), os.environ.get("OMP_NUM_THREADS")
+    torch.set_num_threads(1)
+    os.environ["OMP_NUM_THREADS"] = "1"
+    yield
+    torch.set_num_threads(before)
+    if env_before is None:
+        os.environ.pop("OMP_NUM_THREADS", None)
+    else:
+        os.environ["OMP_NUM_THREADS"] = env_before
+
 # Parallel phrase lists: (German, English), combined position by position.
 _SUBJECTS = [("Ein großer Hund", "A big dog"), ("Eine kleine Katze", "A small cat"),
              ("Ein junger Mann", "A young man"), ("Eine ältere Frau", "An older woman"),

@@ -22,14 +22,6 @@ from nmt.cli.common import run_cli
 from nmt.evaluation import load_alignments
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
 @pytest.fixture(scope="module")
 def ckpt(tmp_path_factory) -> Path:
     """A tiny (dim-16) untrained Transformer checkpoint with its tokenizer and data config."""

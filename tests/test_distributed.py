@@ -39,12 +39,7 @@ def test_two_process_ddp_matches_one_process_with_accumulation(tiny_overrides, t
     overrides = tiny_overrides[:-1] + TINY
 
     # Reference: one process, two batches per step (same global batch as 2 ranks x 1).
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        train(compose_config(overrides + ["train.accum_steps=2", f"run_dir={single_dir}"]))
-    finally:
-        torch.set_num_threads(threads)
+    train(compose_config(overrides + ["train.accum_steps=2", f"run_dir={single_dir}"]))
 
     env = {**os.environ, "OMP_NUM_THREADS": "1", "CI": "1", "GLOO_SOCKET_IFNAME": "lo"}
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nnodes=1", "--nproc_per_node=2",

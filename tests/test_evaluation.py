@@ -19,14 +19,6 @@ from nmt.evaluation import (
 )
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
 # ------------------------------------------------------------------------------ metrics
 def test_corpus_scores_match_sacrebleu_and_carry_signatures():
     hyps = ["Ein Mann fährt Rad .", "the cat sat on the mat"]

@@ -42,15 +42,6 @@ def overrides(tiny_overrides, shared_cache) -> list[str]:
         [f"data.cache_dir={shared_cache}", tiny_overrides[-1]]
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    """Tiny models run 10x faster on one thread when other processes share the cores."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
 def _run_cli(args: list[str], env: dict | None = None) -> subprocess.CompletedProcess:
     env = {**os.environ, **(env or {}), "CI": "1", "OMP_NUM_THREADS": "1"}
     return subprocess.run([sys.executable, "-m", "nmt.cli.train", *args], cwd=REPO, env=env,

@@ -37,6 +37,7 @@ from pathlib import Path
 from omegaconf import DictConfig, OmegaConf
 
 from nmt.config import ConfigError, compose_config, validate
+from nmt.runtime import tune_malloc
 
 EXIT_USER_ERROR = 2
 _DEFAULT = object()
@@ -102,7 +103,7 @@ def run_cli(run: Callable[[DictConfig], int | None], argv: Sequence[str] | None 
         validate_fn = validate if config_name == "config" else None
     if any(a in ("-h", "--help") for a in argv):
         return _print_help(argv, config_name, usage, validate_fn, prog)
-    errors = user_error_types()
+    tune_malloc()
     try:
         cfg = compose_config(check_overrides(argv), config_name=config_name, validate_fn=validate_fn)
         status = run(cfg)
