@@ -196,6 +196,42 @@ def validate_model(model: DictConfig) -> DictConfig:
     return model
 
 
+def validate_search(section: Any, prefix: str = "") -> DictConfig:
+    """Type-check and range-check the search keys (``configs/search/default.yaml``).
+
+    Args:
+        section: a mapping with exactly the keys of :class:`SearchSchema`.
+        prefix: how the keys are spelled on the command line (``"search."`` for nmt-train,
+            ``""`` for nmt-evaluate / nmt-translate, where they sit at the top level).
+
+    Raises:
+        ConfigError: non-numeric value, beam_size/batch_sentences/n_best < 1, negative
+            max_len_a/max_len_b, or n_best > beam_size.
+    """
+    search = _merge_typed(SearchSchema, section, prefix.rstrip(".") or "search")
+    wrapped = OmegaConf.create({"s": search})
+
+    def spelled(err: ConfigError) -> ConfigError:
+        return ConfigError(str(err).replace("s.", prefix, 1))
+
+    try:
+        _positive(wrapped, "s.beam_size", "s.batch_sentences", "s.n_best")
+        _positive(wrapped, "s.max_len_a", "s.max_len_b", allow_zero=True)
+    except ConfigError as err:
+        raise spelled(err) from None
+    if search.n_best > search.beam_size:
+        raise ConfigError(f"{prefix}n_best={search.n_best} exceeds {prefix}beam_size={search.beam_size}: "
+                          "a beam search returns at most beam_size hypotheses.")
+    return search
+
+
+def cfg_get(cfg: Any, key: str) -> Any:
+    """``cfg[key]`` for a mapping (dict, DictConfig), else ``getattr(cfg, key)``."""
+    from collections.abc import Mapping
+
+    return cfg[key] if isinstance(cfg, Mapping | DictConfig) else getattr(cfg, key)
+
+
 def validate(cfg: DictConfig) -> DictConfig:
     """Validate a composed ``nmt-train`` config; returns it typed and read-only.
 
@@ -207,7 +243,7 @@ def validate(cfg: DictConfig) -> DictConfig:
             "model": validate_model(cfg.model),
             "data": _merge_typed(DataSchema, cfg.data, "data"),
             "train": _merge_typed(TrainSchema, cfg.train, "train"),
-            "search": _merge_typed(SearchSchema, cfg.search, "search"),
+            "search": validate_search(cfg.search, "search."),
             "run_dir": str(cfg.run_dir),
             "device": str(cfg.device),
         }
@@ -223,16 +259,12 @@ def validate(cfg: DictConfig) -> DictConfig:
     _choice(out, "train.precision", ("auto", "fp32", "bf16"))
     _positive(out, "train.batch_tokens", "train.accum_steps", "train.max_steps", "train.max_epochs",
               "train.max_minutes", "train.eval_every_steps", "train.log_every_steps", "train.lr",
-              "train.plateau_patience", "train.early_stopping_patience", "search.beam_size",
-              "search.batch_sentences", "search.n_best")
+              "train.plateau_patience", "train.early_stopping_patience")
     _positive(out, "train.warmup_steps", "train.clip_grad_norm", "train.weight_decay",
-              "train.keep_last", "train.min_lr", "search.max_len_a", "search.max_len_b",
-              allow_zero=True)
+              "train.keep_last", "train.min_lr", allow_zero=True)
     _unit_interval(out, "train.label_smoothing")
     if len(out.train.betas) != 2:
         raise ConfigError(f"train.betas={list(out.train.betas)} must hold two numbers, e.g. [0.9,0.98].")
-    if out.search.n_best > out.search.beam_size:
-        raise ConfigError(f"search.n_best={out.search.n_best} exceeds search.beam_size={out.search.beam_size}.")
     if out.model.tie_embeddings and not out.data.tokenizer.joint:
         raise ConfigError(
             "model.tie_embeddings=true needs one vocabulary for both sides, but "

@@ -15,7 +15,6 @@ import subprocess
 from pathlib import Path
 
 import numpy as np
-
 from conftest import REPO_ROOT, write_corpus
 
 TINY_TRANSFORMER = ["model.d_model=16", "model.heads=2", "model.ff_dim=32",

@@ -36,7 +36,7 @@ from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
-from nmt.config import ConfigError, compose_config, validate
+from nmt.config import ConfigError, compose_config, validate, validate_search
 from nmt.runtime import tune_malloc
 
 EXIT_USER_ERROR = 2
@@ -162,27 +162,9 @@ def check_search(cfg: DictConfig) -> DictConfig:
     """Validate the top-level search keys of ``evaluate``/``translate`` configs; returns ``cfg``.
 
     Raises:
-        ConfigError: a non-numeric value, ``beam_size``/``batch_sentences``/``n_best`` < 1,
-            ``n_best > beam_size``, or negative ``max_len_a``/``max_len_b``.
+        ConfigError: see :func:`nmt.config.validate_search`.
     """
-    types = {"beam_size": int, "length_penalty": float, "max_len_a": float, "max_len_b": int,
-             "batch_sentences": int, "n_best": int}
-    values = {}
-    for key, typ in types.items():
-        value = cfg[key]
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or (
-                typ is int and not float(value).is_integer()):
-            raise ConfigError(f"{key}={value!r} must be {'an integer' if typ is int else 'a number'}.")
-        values[key] = typ(value)
-    for key in ("beam_size", "batch_sentences", "n_best"):
-        if values[key] < 1:
-            raise ConfigError(f"{key}={values[key]} is impossible: it must be >= 1.")
-    for key in ("max_len_a", "max_len_b"):
-        if values[key] < 0:
-            raise ConfigError(f"{key}={values[key]} is impossible: it must be >= 0.")
-    if values["n_best"] > values["beam_size"]:
-        raise ConfigError(f"n_best={values['n_best']} exceeds beam_size={values['beam_size']}: "
-                          "a beam search returns at most beam_size hypotheses.")
+    validate_search({key: cfg[key] for key in SEARCH_KEYS})
     return cfg
 
 
