@@ -7,13 +7,16 @@ Arguments are the overrides of configs/evaluate.yaml (checkpoint, split, data.ro
 length_penalty, max_len_a, max_len_b, batch_sentences) plus:
 
 * ``random=transformer|rnn``: instead of a checkpoint, a randomly initialised model of the
-  reference config (configs/model/*.yaml) with the tokenizer of the default data config
-  (trained on Multi30k train if not cached). Untrained models rarely emit EOS early, so
+  reference config (configs/model/*.yaml) with the tokenizer that ``nmt-train`` would use
+  for the default data config (``nmt.data.prepare_data``: the same cache entry, trained on
+  Multi30k train if not cached). Untrained models rarely emit EOS early, so
   their outputs run to the maximum length: a pessimistic measurement.
 * ``repeats=N`` (default 1): run each search N times, report the median time.
 * ``threads=N``: torch.set_num_threads(N) (default: torch's choice).
 
-Times cover tokenization, search and detokenization (not model loading). The last line
+Times and target-token counts are those :func:`nmt.evaluation.evaluate.evaluate_split`
+reports (``seconds``: tokenization, search and detokenization; not model loading nor BLEU;
+``n_tgt_tokens``: output subwords incl. EOS). The last line
 is ``key=value`` pairs: greedy_sents_per_s, greedy_seconds, beam5_sents_per_s,
 beam5_seconds, beam5_tgt_tokens_per_s, beam5_mean_len, ... (BLEU too, for reference).
 """
@@ -22,7 +25,6 @@ from __future__ import annotations
 
 import statistics
 import sys
-import time
 
 import torch
 from omegaconf import OmegaConf
@@ -40,17 +42,13 @@ def _pop(argv: list[str], key: str, default: str | None) -> str | None:
 
 
 def random_model(name: str, device):
-    """Untrained reference-size model + the default data config's tokenizer."""
+    """Untrained reference-size model + the tokenizer nmt-train builds for the default data config."""
     from nmt.config import compose_config
-    from nmt.data.corpus import read_parallel
-    from nmt.data.tokenizer import train_or_load_tokenizer
+    from nmt.data import prepare_data
     from nmt.models import build_model
 
     cfg = compose_config([f"model={name}"])
-    src, tgt = (lambda: read_parallel(cfg.data, cfg.data.train_split)[0],
-                lambda: read_parallel(cfg.data, cfg.data.train_split)[1])
-    tokenizer = train_or_load_tokenizer(cfg.data.tokenizer, cfg.data.src_lang, cfg.data.tgt_lang,
-                                        src, tgt, cfg.data.cache_dir)
+    tokenizer = prepare_data(cfg.data).tokenizer
     torch.manual_seed(cfg.train.seed)
     model = build_model(cfg.model, tokenizer.src_vocab_size, tokenizer.tgt_vocab_size)
     return model.to(device).eval(), tokenizer, cfg
@@ -91,11 +89,10 @@ def main(argv: list[str] | None = None) -> int:
             search = dict(search_settings(cfg), beam_size=beam, n_best=1)
             runs = []
             for _ in range(repeats):
-                start = time.perf_counter()
-                _, scores, hyps = evaluate_split(model, tokenizer, src, ref, search, device)
-                runs.append(time.perf_counter() - start)
+                scores = evaluate_split(model, tokenizer, src, ref, search, device)[1]
+                runs.append(scores["seconds"])
             seconds = statistics.median(runs)
-            n_tok = sum(len(h[0].tokens) + 1 for h in hyps)
+            n_tok = scores["n_tgt_tokens"]  # deterministic search: the same in every run
             fields.update({
                 f"{label}_seconds": round(seconds, 2),
                 f"{label}_sents_per_s": round(len(src) / seconds, 1),

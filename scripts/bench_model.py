@@ -9,13 +9,15 @@ Usage::
 Positional arguments are Hydra overrides of ``configs/config.yaml`` (``compose_config``);
 options: ``--warmup N`` (untimed steps, default 3), ``--steps N`` (timed steps, default 10),
 ``--threads N`` (torch threads, default 2), ``--compile`` (torch.compile the model, also
-``train.compile=true``), ``--optimizer fused|foreach|forloop`` (Adam implementation),
-``--profile`` (print the top ops of a torch.profiler run after timing), ``--no-malloc-tune``
+``train.compile=true``), ``--profile`` (print the top ops of a torch.profiler run after timing), ``--no-malloc-tune``
 (keep glibc's default malloc, see :func:`nmt.runtime.tune_malloc`).
 
 One step = forward (teacher forcing, ``need_alignment=False``), label-smoothed cross-entropy
-(``train.label_smoothing``, summed over real target tokens / their number), backward,
-gradient clipping (``train.clip_grad_norm``) and an Adam step: exactly what training does.
+(:func:`nmt.training.loss.label_smoothed_nll` with ``train.label_smoothing``, summed over real
+target tokens / their number), backward, gradient clipping (``train.clip_grad_norm``) and a
+step of the optimizer that :func:`nmt.training.trainer.build_optimizer` builds from the train
+config (Adam/AdamW, fused kernel where available): the same calls as ``nmt-train``'s step
+(fp32, one batch per step, no DDP).
 The batches are the first ``warmup + steps`` batches of epoch 0 of
 ``TokenBatchSampler(train.batch_tokens)`` over the prepared training split.
 
@@ -44,7 +46,6 @@ import time
 from pathlib import Path
 
 import torch
-import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
@@ -52,6 +53,8 @@ from nmt.config import compose_config  # noqa: E402
 from nmt.data import PAD_ID, TokenBatchSampler, prepare_data  # noqa: E402
 from nmt.models import build_model  # noqa: E402
 from nmt.runtime import tune_malloc  # noqa: E402
+from nmt.training.loss import label_smoothed_nll  # noqa: E402
+from nmt.training.trainer import build_optimizer  # noqa: E402
 
 
 def measure_peak_gflops(n: int = 2048, repeats: int = 5) -> float:
@@ -66,14 +69,6 @@ def measure_peak_gflops(n: int = 2048, repeats: int = 5) -> float:
     return 2 * n ** 3 / best / 1e9
 
 
-def make_optimizer(model: torch.nn.Module, train_cfg, kind: str) -> torch.optim.Optimizer:
-    """Adam/AdamW from the train config with the requested implementation."""
-    cls = torch.optim.AdamW if train_cfg.optimizer == "adamw" else torch.optim.Adam
-    impl = {"fused": {"fused": True}, "foreach": {"foreach": True}, "forloop": {"foreach": False}}
-    return cls(model.parameters(), lr=train_cfg.lr, betas=tuple(train_cfg.betas), eps=train_cfg.eps,
-               weight_decay=train_cfg.weight_decay, **impl[kind])
-
-
 def main(argv: list[str] | None = None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("overrides", nargs="*")
@@ -81,7 +76,6 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--steps", type=int, default=10)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--compile", action="store_true")
-    parser.add_argument("--optimizer", choices=("fused", "foreach", "forloop"), default="fused")
     parser.add_argument("--profile", action="store_true")
     parser.add_argument("--no-malloc-tune", action="store_true",
                         help="leave glibc malloc at its defaults (see tune_malloc)")
@@ -102,19 +96,19 @@ def main(argv: list[str] | None = None) -> dict:
     model = build_model(cfg.model, tok.src_vocab_size, tok.tgt_vocab_size).train()
     n_enc, n_dec = model.flop_params()
     params = model.num_parameters()
-    opt = make_optimizer(model, cfg.train, args.optimizer)
+    trainable = [p for p in model.parameters() if p.requires_grad]
+    opt = build_optimizer(trainable, cfg.train)
     fwd = torch.compile(model) if (args.compile or cfg.train.compile) else model
     eps, clip = float(cfg.train.label_smoothing), float(cfg.train.clip_grad_norm)
-    vocab = tok.tgt_vocab_size
 
     def step(b) -> float:
         logits, _ = fwd(b.src, b.src_mask, b.tgt_in, need_alignment=False)
-        loss = F.cross_entropy(logits.view(-1, vocab), b.tgt_out.view(-1), ignore_index=PAD_ID,
-                               label_smoothing=eps, reduction="sum") / b.n_tgt_tokens
+        loss_sum, _ = label_smoothed_nll(logits, b.tgt_out, eps, PAD_ID)
+        loss = loss_sum / b.n_tgt_tokens
         opt.zero_grad(set_to_none=True)
         loss.backward()
         if clip > 0:
-            torch.nn.utils.clip_grad_norm_(model.parameters(), clip, foreach=True)
+            torch.nn.utils.clip_grad_norm_(trainable, clip, foreach=True)
         opt.step()
         return loss.item()
 
@@ -136,7 +130,8 @@ def main(argv: list[str] | None = None) -> dict:
         "model": cfg.model.name, "params": params, "tgt_tokens_per_s": round(tgt_tokens / wall, 1),
         "mfu": round(flops / wall / 1e9 / peak, 3), "step_ms": round(1e3 * statistics.median(times), 1),
         "peak_gflops": round(peak, 1), "model_gflops": round(flops / wall / 1e9, 1),
-        "batches": len(times), "threads": args.threads, "optimizer": args.optimizer,
+        "batches": len(times), "threads": args.threads,
+        "optimizer": f"{cfg.train.optimizer}{'-fused' if opt.defaults.get('fused') else ''}",
         "compile": bool(args.compile or cfg.train.compile), "malloc_tuned": malloc_tuned,
     }
     if args.profile:

@@ -11,8 +11,10 @@ from nmt.config import compose_config
 from nmt.training.checkpoint import (
     CheckpointError,
     CheckpointManager,
+    batch_order_changes,
     check_compatible,
     load_checkpoint,
+    load_for_inference,
     rng_state,
     save_atomic,
     set_rng_state,
@@ -93,3 +95,27 @@ def test_dropout_change_is_allowed_on_resume():
     cfg = compose_config([])
     saved = {"version": 1, "config": OmegaConf.to_container(cfg)}
     check_compatible("last.pt", saved, compose_config(["model.dropout=0.3"]))
+
+
+@pytest.mark.parametrize("tokenizer", [{"version": 99}, None,
+                                       {"version": 1, "joint": True, "src_model": b"junk",
+                                        "tgt_model": None, "settings": {}}])
+def test_unusable_tokenizer_state_is_a_checkpoint_error_naming_the_file(tmp_path, tokenizer):
+    from omegaconf import OmegaConf
+
+    path = tmp_path / "last.pt"
+    save_atomic({"version": 1, "config": OmegaConf.to_container(compose_config([])),
+                 "tokenizer": tokenizer, "model": {}}, path)
+    with pytest.raises(CheckpointError, match="the saved tokenizer cannot be rebuilt") as err:
+        load_for_inference(path)
+    assert str(path) in str(err.value) and err.value.__suppress_context__
+
+
+def test_batch_order_changes_are_named():
+    from omegaconf import OmegaConf
+
+    saved = {"config": OmegaConf.to_container(compose_config([]))}
+    assert batch_order_changes(saved, compose_config(["model.dropout=0.3"])) == []
+    changed = batch_order_changes(saved, compose_config(["train.seed=7", "train.accum_steps=2"]))
+    assert [c.split(":")[0] for c in changed] == ["train.seed", "train.accum_steps"]
+    assert changed[0].endswith("now 7")

@@ -185,3 +185,77 @@ def test_plot_single_range_all_and_errors(ckpt, tmp_path, capsys):
     assert "out of range" in capsys.readouterr().err
     assert cli_plot.main([f"alignments={tmp_path / 'no.npz'}", f"out={tmp_path / 'x.png'}"]) == 2
     assert cli_plot.main([f"alignments={npz}", "index=all", f"out={tmp_path / 'x.png'}"]) == 2
+
+
+# ------------------------------------------------------- input decoding, unwritable outputs
+def test_utf8_lines_split_on_newline_only_and_name_bad_line():
+    lines = list(cli_translate.utf8_lines(io.BytesIO(b"a\rb\nc\r\n\xc3\xa4"), "x"))
+    assert lines == ["a\rb\n", "c\r\n", "ä"]
+    assert list(cli_translate.chunks(lines, 2)) == [["a\rb", "c"], ["ä"]]
+    from nmt.data.corpus import CorpusError
+
+    bad = cli_translate.utf8_lines(io.BytesIO(b"ok\nfine\nbad \xff byte\n"), "in.de")
+    assert next(bad) == "ok\n" and next(bad) == "fine\n"
+    with pytest.raises(CorpusError, match=r"in.de, line 3: invalid UTF-8 \(byte 0xff at offset 12\)"):
+        next(bad)
+
+
+def test_translate_invalid_utf8_file_and_stdin_exit_2(ckpt, tmp_path, capsys, monkeypatch):
+    data = b"Ein Hund .\nZwei \xff Katzen .\n"
+    inp = tmp_path / "bad.de"
+    inp.write_bytes(data)
+    assert cli_translate.main([f"checkpoint={ckpt}", f"input={inp}",
+                               f"output={tmp_path / 'o'}", "beam_size=1"]) == 2
+    err = " ".join(capsys.readouterr().err.split())
+    assert err.startswith("nmt-translate: error:") and f"{inp}, line 2: invalid UTF-8" in err
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(data)))
+    assert cli_translate.main([f"checkpoint={ckpt}", f"output={tmp_path / 'o2'}",
+                               "beam_size=1"]) == 2
+    err = " ".join(capsys.readouterr().err.split())
+    assert "<stdin>, line 2: invalid UTF-8" in err and "Traceback" not in err
+
+
+def test_translate_lone_carriage_return_keeps_line_alignment(ckpt, tmp_path):
+    inp = tmp_path / "cr.de"
+    inp.write_bytes("Ein Hund\rläuft .\nZwei Männer .\r\n\n".encode())
+    out = tmp_path / "cr.en"
+    assert cli_translate.main([f"checkpoint={ckpt}", f"input={inp}", f"output={out}",
+                               "beam_size=1"]) == 0
+    got = out.read_bytes()
+    assert b"\r" not in got and got.count(b"\n") == 3 and got.endswith(b"\n\n")
+
+
+def test_unwritable_outputs_exit_2_before_any_work(ckpt, tmp_path, capsys, monkeypatch):
+    blocker = tmp_path / "a_file"
+    blocker.write_text("x")
+    inp = tmp_path / "in.de"
+    inp.write_text("Ein Hund .\n", encoding="utf-8")
+    assert cli_translate.main([f"checkpoint={ckpt}", f"input={inp}",
+                               f"output={blocker / 'o.txt'}"]) == 2
+    assert f"output={blocker / 'o.txt'}: cannot write" in " ".join(capsys.readouterr().err.split())
+
+    import nmt.evaluation.evaluate as evaluation
+
+    def no_translation(*args, **kwargs):
+        raise AssertionError("translated although out_dir cannot be written")
+
+    monkeypatch.setattr(evaluation, "evaluate_split", no_translation)
+    assert cli_evaluate.main([f"checkpoint={ckpt}", f"out_dir={blocker / 'eval'}"]) == 2
+    err = " ".join(capsys.readouterr().err.split())
+    assert err.startswith("nmt-evaluate: error:") and f"out_dir={blocker / 'eval'}" in err
+    from nmt.config import ConfigError
+
+    with pytest.raises(ConfigError, match="out_dir=.*cannot write"):
+        evaluation.write_outputs(blocker / "eval", ["a"], {"bleu": 0.0})
+
+    from nmt.evaluation import save_alignments
+
+    npz = tmp_path / "small.npz"
+    save_alignments(npz, [np.eye(2, dtype=np.float32)], [["a", "b"]], [["x", "y"]])
+    for out in (blocker / "one.png", blocker / "dir"):
+        index = "0" if out.suffix else "all"
+        assert cli_plot.main([f"alignments={npz}", f"index={index}", f"out={out}"]) == 2
+        err = " ".join(capsys.readouterr().err.split())
+        assert err.startswith("nmt-plot: error: out=") and "cannot write" in err
+    assert cli_plot.main([f"alignments={npz}", f"out={tmp_path}"]) == 2
+    assert "is a directory" in capsys.readouterr().err

@@ -106,8 +106,48 @@ def test_hf_dataset_saved_locally(tmp_path):
     with pytest.raises(CorpusError, match="translation has no 'fr' field"):
         read_parallel(_data_cfg(tmp_path / "ds", "hf", src_lang="fr"), "train")
     # one column per language works too
-    datasets.Dataset.from_dict({"de": ["Hallo"], "en": ["Hello"]}).save_to_disk(str(tmp_path / "cols"))
+    cols = datasets.Dataset.from_dict({"de": ["Hallo"], "en": ["Hello"]})
+    datasets.DatasetDict({"train": cols}).save_to_disk(str(tmp_path / "cols"))
     assert read_parallel(_data_cfg(tmp_path / "cols", "hf"), "train") == (["Hallo"], ["Hello"])
+
+
+def test_hf_single_dataset_is_refused_not_used_for_every_split(tmp_path):
+    datasets = pytest.importorskip("datasets")
+    datasets.Dataset.from_dict({"de": ["Hallo"], "en": ["Hello"]}).save_to_disk(str(tmp_path / "one"))
+    for split in ("train", "validation"):
+        with pytest.raises(CorpusError, match="single Dataset, not a DatasetDict") as err:
+            read_parallel(_data_cfg(tmp_path / "one", "hf"), split)
+        assert err.value.__context__ is None
+        assert repr(split) in str(err.value)
+
+
+def test_directory_unreadable_file_and_bom(tmp_path, monkeypatch):
+    (tmp_path / "adir").mkdir()
+    with pytest.raises(CorpusError, match="adir: is a directory, not a corpus file"):
+        read_lines(tmp_path / "adir")
+    (tmp_path / "train.de").mkdir()
+    (tmp_path / "train.en").write_text("x\n", encoding="utf-8")
+    with pytest.raises(CorpusError, match=r"train\.de: is a directory"):
+        split_fingerprint(_data_cfg(tmp_path), "train")
+
+    # A UTF-8 byte order mark is not part of the first sentence; error offsets count it.
+    (tmp_path / "bom.de").write_bytes(b"\xef\xbb\xbfErste\nZweite\n")
+    assert read_lines(tmp_path / "bom.de") == ["Erste", "Zweite"]
+    (tmp_path / "bombad.de").write_bytes(b"\xef\xbb\xbfa\nb\xff\n")
+    with pytest.raises(CorpusError, match=r"line 2: invalid UTF-8 \(byte 0xff at offset 6\)"):
+        read_lines(tmp_path / "bombad.de")
+
+    # Permission problems become one CorpusError (simulated: the tests may run as root).
+    locked = tmp_path / "locked.de"
+    locked.write_text("x\n", encoding="utf-8")
+
+    def denied(self):
+        raise PermissionError(13, "Permission denied", str(self))
+
+    monkeypatch.setattr(type(locked), "read_bytes", denied)
+    with pytest.raises(CorpusError, match=r"locked\.de: cannot be read \(Permission denied\)") as err:
+        read_lines(locked)
+    _no_chained_traceback(err)
 
 
 def test_hf_missing_dataset_is_one_sentence(monkeypatch):

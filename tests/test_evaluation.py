@@ -96,12 +96,14 @@ def test_evaluate_split_and_write_outputs(tmp_path):
     model = build_model(cfg.model, tok.src_vocab_size, tok.tgt_vocab_size).eval()
     search = {"beam_size": 2, "length_penalty": 1.0, "max_len_a": 1.0, "max_len_b": 2,
               "batch_sentences": 7, "n_best": 1}
-    hyps, scores, hypotheses = evaluate_split(model, tok, src[:10] + [""], ref[:10] + [""], search)
+    hyps, scores, hypotheses, src_ids = evaluate_split(model, tok, src[:10] + [""],
+                                                       ref[:10] + [""], search)
     assert len(hyps) == len(hypotheses) == 11 and hyps[10] == ""
     assert hyps == [tok.decode_tgt(h[0].tokens) for h in hypotheses]
     assert scores["n_sentences"] == 11 and scores["beam_size"] == 2 and scores["seconds"] > 0
     assert scores["bleu"] == pytest.approx(corpus_scores(hyps, ref[:10] + [""])["bleu"])
-    src_ids = tok.encode_src_batch(src[:10] + [""])
+    assert src_ids == tok.encode_src_batch(src[:10] + [""])
+    assert scores["n_tgt_tokens"] == sum(len(h[0].tokens) + 1 for h in hypotheses)
     write_outputs(tmp_path / "out", hyps, scores, hypotheses, tok, src_ids)
     lines = (tmp_path / "out" / "hyps.txt").read_text(encoding="utf-8").split("\n")
     assert lines[:-1] == hyps and lines[-1] == ""

@@ -180,3 +180,30 @@ def test_tying_different_vocabularies_is_an_error(name):
     src = src.clamp(max=19)
     logits, _ = model(src, src_mask, tgt_in)
     assert logits.shape == (2, 5, 30)
+
+
+@pytest.mark.parametrize("cls", [Transformer, BahdanauRNN])
+def test_constructor_settings_are_keyword_only_and_required(cls):
+    """Defaults live only in configs/model/*.yaml: the constructors have none."""
+    with pytest.raises(TypeError):
+        cls(V_SRC, V_TGT)
+    with pytest.raises(TypeError):
+        cls(V_SRC, V_TGT, 16)
+
+
+def test_transformer_positions_beyond_table_leave_buffer_untouched():
+    """Sequences longer than the cached table use a local table (DDP broadcasts buffers)."""
+    from nmt.models.transformer import sinusoidal_positions
+
+    model = make_model("transformer", {})
+    buffer = model.positions
+    before = buffer.clone()
+    n = model.max_cached_positions + 40
+    ids = torch.full((1, n), 5)
+    model._embed(model.src_embed, ids, 0)            # past the table: no error
+    assert model.positions is buffer and torch.equal(model.positions, before)
+    # the first step past the table, in incremental decoding, gets the exact sinusoid
+    x = model._embed(model.tgt_embed, ids[:, :1], n - 1)
+    expected = model.tgt_embed(ids[:, :1]) * model.emb_scale + sinusoidal_positions(n, 16)[n - 1]
+    assert torch.allclose(x, expected, atol=1e-5)
+    assert model.positions is buffer and buffer.size(0) == model.max_cached_positions

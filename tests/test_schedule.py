@@ -39,18 +39,23 @@ def test_constant_with_and_without_warmup():
 def test_plateau_reduces_after_patience_and_respects_min_lr():
     sched = LRSchedule(_opt(), "plateau", lr=1e-3, plateau_factor=0.5, plateau_patience=2,
                        min_lr=3e-4)
-    assert [sched.on_validation(b) for b in (10.0, 12.0, 11.0, 12.0)] == [False, False, False, True]
+    # The argument is the trainer's count of validations without a BLEU gain, e.g. for
+    # BLEU 10, 12, 11, 12 -> 0, 0, 1, 2.
+    assert [sched.on_validation(n) for n in (0, 0, 1, 2)] == [False, False, False, True]
     assert sched.set_step(50) == pytest.approx(5e-4)
-    assert sched.on_validation(13.0) is False           # improvement resets the count
-    sched.on_validation(1.0)
-    assert sched.on_validation(1.0) is True
+    assert sched.on_validation(3) is False              # the next reduction needs 2 more
+    assert sched.on_validation(0) is False              # improvement resets the count
+    sched.on_validation(1)
+    assert sched.on_validation(2) is True
     assert sched.set_step(60) == pytest.approx(3e-4)    # 2.5e-4 clipped to min_lr
+    assert sched.on_validation(4) is False              # at min_lr: no further reduction
     state = sched.state_dict()
     again = LRSchedule(_opt(), "plateau", lr=1e-3, plateau_factor=0.5, plateau_patience=2,
                        min_lr=3e-4)
-    again.load_state_dict(state)
-    assert again.lr_at(60) == sched.lr_at(60) and again.best == 13.0
+    again.load_state_dict({**state, "best": 13.0, "bad_validations": 1})   # old format too
+    assert again.lr_at(60) == sched.lr_at(60)
     assert math.isclose(again.scale, 0.25)
+    assert LRSchedule(_opt(), "constant", lr=1.0).on_validation(10) is False
 
 
 def test_unknown_schedule():

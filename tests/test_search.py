@@ -139,7 +139,7 @@ def test_length_penalty_and_max_length_formulas():
 def test_invalid_beam_arguments():
     src, mask = _toy_batch()
     with pytest.raises(ValueError):
-        beam_search(MarkovToy(TABLE), src, mask, beam_size=2, n_best=3)
+        beam_search(MarkovToy(TABLE), src, mask, 2, 1.0, 2.0, 5, n_best=3)
 
 
 # ------------------------------------------------------------------------- real models

@@ -9,7 +9,8 @@ import pytest
 from omegaconf import OmegaConf
 
 from nmt.data import tokenizer as tok_mod
-from nmt.data.corpus import read_text_pair
+from nmt.config import ConfigError
+from nmt.data.corpus import CorpusError, read_text_pair
 from nmt.data.tokenizer import (
     BOS_ID,
     EOS_ID,
@@ -109,7 +110,20 @@ def test_small_corpus_gives_smaller_vocab_with_warning(tmp_path, train_texts, ca
         tok = train_or_load_tokenizer(_cfg(vocab_size=5000), "de", "en", src, tgt, tmp_path)
     assert 4 < tok.src_vocab_size < 5000
     assert "asked for vocab_size=5000" in caplog.text
-    with pytest.raises(ValueError, match="all empty"):
+    with pytest.raises(CorpusError, match="all empty"):
         train_or_load_tokenizer(_cfg(), "de", "en", ["", " "], ["", ""], tmp_path)
     with pytest.raises(ValueError, match="unigram or bpe"):
         train_or_load_tokenizer(_cfg(type="word"), "de", "en", src, tgt, tmp_path)
+
+
+def test_too_small_vocab_is_one_config_error_naming_the_key(tmp_path, train_texts):
+    src, tgt = train_texts
+    with pytest.raises(ConfigError, match=r"data\.tokenizer\.vocab_size=5 is too small") as err:
+        train_or_load_tokenizer(_cfg(vocab_size=5), "de", "en", src, tgt, tmp_path)
+    msg = str(err.value)
+    assert err.value.__cause__ is None and err.value.__suppress_context__
+    assert "\n" not in msg and ".cc(" not in msg                 # no C++ trace
+    need = int(msg.split("Set data.tokenizer.vocab_size=")[1].split()[0])
+    assert need > 5                                              # the advice works:
+    tok = train_or_load_tokenizer(_cfg(vocab_size=need), "de", "en", src, tgt, tmp_path)
+    assert tok.src_vocab_size >= need

@@ -96,8 +96,10 @@ def test_end_to_end_cli_writes_every_artefact(overrides, tmp_path):
     assert [e.step for e in events.Scalars("valid/bleu")] == [3, 6, 8]
 
 
-def test_sigkill_after_checkpoint_then_resume_equals_uninterrupted_run(overrides, tmp_path):
+def test_sigkill_between_checkpoints_then_resume_equals_uninterrupted_run(overrides, tmp_path):
     # 200 pairs at 1024 tokens make 7 batches per epoch: the resumed part crosses epochs.
+    # Killed after step 6, two steps past the checkpoint of step 4: the resumed run redoes
+    # steps 5 and 6 from that checkpoint.
     base = overrides[:-1] + TINY_MODEL + TINY_TRAIN + [
         "train.batch_tokens=1024", "train.max_steps=12", "train.eval_every_steps=4",
         "train.keep_last=1", "device=cpu"]
@@ -105,8 +107,9 @@ def test_sigkill_after_checkpoint_then_resume_equals_uninterrupted_run(overrides
 
     train(compose_config(base + [f"run_dir={full_dir}"]))
 
-    proc = _run_cli(base + [f"run_dir={killed_dir}"], env={KILL_ENV: "4"})
+    proc = _run_cli(base + [f"run_dir={killed_dir}"], env={KILL_ENV: "6"})
     assert proc.returncode == -signal.SIGKILL, proc.stderr
+    assert "train | step 6 " in (killed_dir / "train.log").read_text()   # it got past step 4
     killed = load_checkpoint(killed_dir / "checkpoints" / "last.pt")
     assert (killed["step"], killed["epoch"]) == (4, 0)
 
@@ -150,6 +153,21 @@ def test_incompatible_checkpoint_is_refused(overrides, tmp_path, capsys):
     assert "incompatible" in err and "model.ff_dim: checkpoint has 32, now 64" in err
     assert main(args + ["data.tokenizer.vocab_size=100"]) == 2
     assert "data.tokenizer.vocab_size" in capsys.readouterr().err
+
+    # Other training data -> another tokenizer: refused, and run_dir/tokenizer is untouched.
+    tok_dir = tmp_path / "run" / "tokenizer"
+    before = {p.name: p.read_bytes() for p in tok_dir.iterdir()}
+    assert main(args + ["data.max_train_pairs=120"]) == 2
+    assert "another tokenizer" in " ".join(capsys.readouterr().err.split())   # wrapped
+    assert {p.name: p.read_bytes() for p in tok_dir.iterdir()} == before
+
+    # A changed batch order is allowed but named in a warning.
+    assert main(args[:-1] + ["train.max_steps=2", "train.seed=7", "train.batch_tokens=300"]) == 0
+    err = " ".join(capsys.readouterr().err.split())
+    assert "WARNING" in err and "change the batch order" in err
+    assert "train.seed: checkpoint has 1234, now 7" in err
+    assert "train.batch_tokens: checkpoint has 256, now 300" in err
+    assert "train.accum_steps" not in err
 
 
 def test_early_stopping_and_time_budget_end_the_run(overrides, tmp_path):

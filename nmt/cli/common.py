@@ -30,6 +30,7 @@ Behaviour shared by all tools:
 from __future__ import annotations
 
 import sys
+import tempfile
 import textwrap
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -63,7 +64,9 @@ def user_error_types() -> tuple[type[BaseException], ...]:
 def print_error(prog: str, err: BaseException | str) -> None:
     """Print ``<prog>: error: <message>`` as one wrapped paragraph to stderr."""
     message = " ".join(str(err).split())
-    print(textwrap.fill(f"{prog}: error: {message}", width=100), file=sys.stderr)
+    # Wrap at spaces only: paths such as /tmp/pytest-of-x must stay whole for copy-paste.
+    print(textwrap.fill(f"{prog}: error: {message}", width=100, break_on_hyphens=False,
+                        break_long_words=False), file=sys.stderr)
 
 
 def check_overrides(argv: Sequence[str]) -> list[str]:
@@ -146,6 +149,34 @@ def resolve_device(name: str):
         return torch.device(name)
     except RuntimeError:
         raise ConfigError(f"device={name!r} is not a device: use auto, cpu, cuda or cuda:N.") from None
+
+
+def ensure_writable_dir(path: str | Path, key: str) -> Path:
+    """Create directory ``path`` (and parents) and check that a file can be written in it.
+
+    Meant to run before long work (translation, plotting), so an unwritable output path
+    fails at once instead of after the work is done.
+
+    Args:
+        path: the directory.
+        key: the option that named it (``out_dir``, ``out``), quoted in the message.
+
+    Returns:
+        ``path`` as a :class:`Path`.
+
+    Raises:
+        ConfigError: the directory cannot be created or written (names ``key=path`` and
+            the operating system's reason).
+    """
+    path = Path(path)
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=path, prefix=".nmt_write_check_"):
+            pass
+    except OSError as err:
+        raise ConfigError(f"{key}={path}: cannot write into this directory "
+                          f"({err.strerror or err}); choose a writable one with {key}=DIR.") from None
+    return path
 
 
 SEARCH_KEYS = ("beam_size", "length_penalty", "max_len_a", "max_len_b", "batch_sentences", "n_best")

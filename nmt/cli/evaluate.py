@@ -17,7 +17,14 @@ from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
-from nmt.cli.common import check_search, require, resolve_device, run_cli, search_settings
+from nmt.cli.common import (
+    check_search,
+    ensure_writable_dir,
+    require,
+    resolve_device,
+    run_cli,
+    search_settings,
+)
 from nmt.config import ConfigError
 
 USAGE = ("nmt-evaluate checkpoint=PATH [split=NAME | src_file=FILE ref_file=FILE] [data.root=DIR] "
@@ -59,12 +66,16 @@ def _run(cfg: DictConfig) -> int:
     device = resolve_device(cfg.device)
     model, tokenizer, train_cfg = load_for_inference(cfg.checkpoint, device)
     name, src, ref = load_texts(cfg, train_cfg)
-    hyps, scores, hypotheses = evaluate_split(model, tokenizer, src, ref, search_settings(cfg), device)
-    scores.update(checkpoint=str(cfg.checkpoint), split=name)
     out_dir = Path(cfg.out_dir) if cfg.out_dir else (
         Path(cfg.checkpoint).parent / f"eval_{name}_beam{cfg.beam_size}")
-    src_ids = tokenizer.encode_src_batch(src) if cfg.save_alignments else None
-    write_outputs(out_dir, hyps, scores, hypotheses if cfg.save_alignments else None, tokenizer, src_ids)
+    ensure_writable_dir(out_dir, "out_dir")  # before translating: nothing is lost
+    hyps, scores, hypotheses, src_ids = evaluate_split(model, tokenizer, src, ref,
+                                                       search_settings(cfg), device)
+    scores.update(checkpoint=str(cfg.checkpoint), split=name)
+    if cfg.save_alignments:
+        write_outputs(out_dir, hyps, scores, hypotheses, tokenizer, src_ids)
+    else:
+        write_outputs(out_dir, hyps, scores)
     print(f"{name}: {scores['n_sentences']} sentences, beam_size={scores['beam_size']}, "
           f"{scores['seconds']:.1f} s ({scores['sents_per_s']:.0f} sentences/s)")
     print(f"BLEU = {scores['bleu']:.2f}  ({scores['bleu_signature']})")

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from omegaconf import DictConfig
 
-from nmt.cli.common import require, run_cli
+from nmt.cli.common import ensure_writable_dir, require, run_cli
 from nmt.config import ConfigError
 
 USAGE = "nmt-plot alignments=FILE.npz [index=N | index=all | index=A:B] [out=fig.png | out=DIR]"
@@ -60,10 +60,20 @@ def _run(cfg: DictConfig) -> int:
     out = Path(cfg.out)
     if many and out.suffix.lower() == ".png":
         raise ConfigError(f"index={cfg.index} writes one PNG per sentence: out={out} must be a directory.")
+    if not many and out.is_dir():
+        raise ConfigError(f"out={out} is a directory: index={cfg.index} writes one PNG file, "
+                          "give out=FILE.png.")
+    # Fail before drawing anything if the output place cannot be written.
+    ensure_writable_dir(out if many else out.parent, "out")
     for i in indices:
         item = data[i]
         path = out / f"align_{i:04d}.png" if many else out
-        plot_alignment(item.matrix, item.src, item.tgt, path, cmap=str(cfg.cmap), dpi=int(cfg.dpi))
+        try:
+            plot_alignment(item.matrix, item.src, item.tgt, path, cmap=str(cfg.cmap),
+                           dpi=int(cfg.dpi))
+        except OSError as err:
+            raise ConfigError(f"out={out}: cannot write {path} ({err.strerror or err}); "
+                              "choose a writable path with out=...") from None
     print(f"wrote {len(indices)} PNG file(s) to {out}")
     return 0
 

@@ -32,6 +32,7 @@ import numpy as np
 import pyarrow as pa
 import torch
 
+from nmt.config import cfg_get
 from nmt.data.corpus import CorpusError, drop_empty_pairs, read_parallel, split_fingerprint
 from nmt.data.tokenizer import BOS_ID, EOS_ID, PAD_ID, Tokenizer, train_or_load_tokenizer
 
@@ -243,6 +244,10 @@ def write_split(path: str | Path, src_texts: Sequence[str], tgt_texts: Sequence[
 
     Returns:
         ``{"pairs": kept, "too_long": n, "bad_ratio": n}``.
+
+    Raises:
+        OSError: the directory of ``path`` cannot be created or written (the temporary
+            file is removed; an existing ``path`` is left as it was).
     """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -360,18 +365,19 @@ class PreparedData:
     valid: TokenizedSplit
 
 
-def _get(cfg: Any, key: str) -> Any:
-    return cfg.get(key) if hasattr(cfg, "get") else getattr(cfg, key)
-
-
 def _key(*parts: Any) -> str:
     return hashlib.sha256(json.dumps([CACHE_VERSION, *parts], sort_keys=True,
                                      default=str).encode()).hexdigest()[:24]
 
 
 def load_split(data_cfg: Any, split: str, tokenizer: Tokenizer) -> TokenizedSplit:
-    """A split tokenized without any filtering (validation / test), cached like training."""
-    path = Path(str(_get(data_cfg, "cache_dir"))) / "tokenized" / \
+    """A split tokenized without any filtering (validation / test), cached like training.
+
+    Raises:
+        CorpusError: the split's files are missing, unreadable, not UTF-8, empty or
+            misaligned (see :func:`nmt.data.corpus.read_parallel`).
+    """
+    path = Path(str(cfg_get(data_cfg, "cache_dir"))) / "tokenized" / \
         f"{split}-{_key(split_fingerprint(data_cfg, split), tokenizer.fingerprint)}.arrow"
     if path.is_file():
         log.info("%s: token cache hit %s", split, path)
@@ -395,10 +401,12 @@ def prepare_data(data_cfg: Any, run_dir: str | Path | None = None) -> PreparedDa
 
     Raises:
         CorpusError: unreadable or empty corpus, or no training pair left after filtering.
+        ConfigError: the tokenizer settings do not fit the corpus (e.g. a too small
+            ``data.tokenizer.vocab_size``).
     """
-    cache = Path(str(_get(data_cfg, "cache_dir")))
-    split = str(_get(data_cfg, "train_split"))
-    max_pairs = _get(data_cfg, "max_train_pairs")
+    cache = Path(str(cfg_get(data_cfg, "cache_dir")))
+    split = str(cfg_get(data_cfg, "train_split"))
+    max_pairs = cfg_get(data_cfg, "max_train_pairs")
     train_id = _key(split_fingerprint(data_cfg, split), max_pairs)
     loaded: dict[str, list] = {}
 
@@ -412,9 +420,10 @@ def prepare_data(data_cfg: Any, run_dir: str | Path | None = None) -> PreparedDa
         return loaded
 
     tokenizer = train_or_load_tokenizer(
-        _get(data_cfg, "tokenizer"), str(_get(data_cfg, "src_lang")), str(_get(data_cfg, "tgt_lang")),
+        cfg_get(data_cfg, "tokenizer"), str(cfg_get(data_cfg, "src_lang")),
+        str(cfg_get(data_cfg, "tgt_lang")),
         lambda: texts()["src"], lambda: texts()["tgt"], cache, data_hash=train_id)
-    max_len, ratio = int(_get(data_cfg, "max_len")), float(_get(data_cfg, "max_len_ratio"))
+    max_len, ratio = int(cfg_get(data_cfg, "max_len")), float(cfg_get(data_cfg, "max_len_ratio"))
     path = cache / "tokenized" / f"{split}-{_key(train_id, tokenizer.fingerprint, max_len, ratio)}.arrow"
     if path.is_file():
         log.info("%s: token cache hit %s", split, path)
@@ -430,7 +439,7 @@ def prepare_data(data_cfg: Any, run_dir: str | Path | None = None) -> PreparedDa
                               f"(data.max_len={max_len}, data.max_len_ratio={ratio}).")
     loaded.clear()
     train = TokenizedSplit(path)
-    valid = load_split(data_cfg, str(_get(data_cfg, "valid_split")), tokenizer)
+    valid = load_split(data_cfg, str(cfg_get(data_cfg, "valid_split")), tokenizer)
     if run_dir is not None:
         tokenizer.save(Path(run_dir) / "tokenizer")
     return PreparedData(tokenizer=tokenizer, train=train, valid=valid)

@@ -22,6 +22,8 @@ import logging
 from pathlib import Path
 from typing import Any
 
+from nmt.config import cfg_get
+
 log = logging.getLogger("nmt.data")
 
 
@@ -29,30 +31,41 @@ class CorpusError(ValueError):
     """A corpus file is missing, unreadable, misaligned or empty (message names file and line)."""
 
 
-def _cfg_get(cfg: Any, key: str) -> Any:
-    return cfg.get(key) if hasattr(cfg, "get") else getattr(cfg, key)
-
-
 # ------------------------------------------------------------------ plain-text files
+def _check_file(path: Path) -> None:
+    """Raise :class:`CorpusError` unless ``path`` is an existing regular file."""
+    if path.is_dir():
+        raise CorpusError(f"{path}: is a directory, not a corpus file; point data.root (or the "
+                          "file argument) at the directory that holds the files.")
+    if not path.is_file():
+        raise CorpusError(f"{path}: file not found.")
+
+
 def read_lines(path: str | Path) -> list[str]:
     """All lines of a UTF-8 file, without line breaks (``\\n`` or ``\\r\\n``).
 
     Only ``\\n`` separates lines (not the other Unicode line separators), so files stay
-    aligned with ``wc -l``.
+    aligned with ``wc -l``. A leading UTF-8 byte order mark is removed (``utf-8-sig``).
 
     Raises:
-        CorpusError: the file is missing, is not valid UTF-8 (names the line), or is empty.
+        CorpusError: the path is missing, is a directory, cannot be read (permissions or
+            another OS error), is not valid UTF-8 (names the line), or is empty.
     """
     path = Path(path)
-    if not path.is_file():
-        raise CorpusError(f"{path}: file not found.")
-    data = path.read_bytes()
+    _check_file(path)
     try:
-        text = data.decode("utf-8")
+        data = path.read_bytes()
+    except OSError as err:  # PermissionError and friends
+        raise CorpusError(f"{path}: cannot be read ({err.strerror or err}); check the file's "
+                          "permissions.") from None
+    try:
+        text = data.decode("utf-8-sig")
     except UnicodeDecodeError as err:
-        line = data.count(b"\n", 0, err.start) + 1
-        raise CorpusError(f"{path}, line {line}: invalid UTF-8 (byte 0x{data[err.start]:02x} "
-                          f"at offset {err.start}); re-encode the file as UTF-8.") from None
+        raw = err.object  # the bytes after a BOM, which utf-8-sig's offsets refer to
+        offset = err.start + len(data) - len(raw)
+        line = raw.count(b"\n", 0, err.start) + 1
+        raise CorpusError(f"{path}, line {line}: invalid UTF-8 (byte 0x{raw[err.start]:02x} "
+                          f"at offset {offset}); re-encode the file as UTF-8.") from None
     if not text:
         raise CorpusError(f"{path}: the file is empty; a corpus needs at least one line.")
     lines = text.split("\n")
@@ -110,8 +123,11 @@ def _load_hf(root: str, split: str):
     except Exception as err:  # noqa: BLE001 - library errors become one clear sentence
         first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
         raise CorpusError(f"{root}: cannot load the Hugging Face dataset ({first}).") from None
-    if isinstance(loaded, datasets.Dataset):
-        return loaded
+    if not isinstance(loaded, datasets.DatasetDict):
+        raise CorpusError(
+            f"{root}: holds a single {type(loaded).__name__}, not a DatasetDict with named "
+            f"splits, so split {split!r} cannot be told apart from the others; save it as "
+            "datasets.DatasetDict({'train': ..., 'validation': ...}).save_to_disk(...).")
     if split not in loaded:
         raise CorpusError(f"{root}: the dataset has no split {split!r} "
                           f"(it has {', '.join(loaded.keys())}); set data.*_split.")
@@ -122,11 +138,12 @@ def read_hf(root: str, split: str, src_lang: str, tgt_lang: str) -> tuple[list[s
     """Read a split of a Hugging Face dataset (local ``save_to_disk`` dir or hub name).
 
     Rows need ``translation: {src_lang: str, tgt_lang: str}`` or columns named after the
-    two languages.
+    two languages. The dataset must be a ``DatasetDict`` (named splits): a single saved
+    ``Dataset`` is refused rather than used for every split.
 
     Raises:
-        CorpusError: the dataset cannot be loaded, lacks the split or the language fields,
-            or the split is empty.
+        CorpusError: the dataset cannot be loaded, is not a ``DatasetDict``, lacks the split
+            or the language fields, or the split is empty.
     """
     ds = _load_hf(root, split)
     where = f"{root} (split {split})"
@@ -157,10 +174,10 @@ def read_hf(root: str, split: str, src_lang: str, tgt_lang: str) -> tuple[list[s
 # ------------------------------------------------------------------ dispatch
 def split_paths(data_cfg: Any, split: str) -> list[Path]:
     """The files a ``text`` or ``tsv`` split is read from ([] for ``hf``)."""
-    root, fmt = Path(str(_cfg_get(data_cfg, "root"))), _cfg_get(data_cfg, "format")
+    root, fmt = Path(str(cfg_get(data_cfg, "root"))), cfg_get(data_cfg, "format")
     if fmt == "text":
-        return [root / f"{split}.{_cfg_get(data_cfg, 'src_lang')}",
-                root / f"{split}.{_cfg_get(data_cfg, 'tgt_lang')}"]
+        return [root / f"{split}.{cfg_get(data_cfg, 'src_lang')}",
+                root / f"{split}.{cfg_get(data_cfg, 'tgt_lang')}"]
     if fmt == "tsv":
         return [root / f"{split}.tsv"]
     return []
@@ -179,14 +196,14 @@ def read_parallel(data_cfg: Any, split: str) -> tuple[list[str], list[str]]:
     Raises:
         CorpusError: see :func:`read_text_pair`, :func:`read_tsv`, :func:`read_hf`.
     """
-    fmt = _cfg_get(data_cfg, "format")
+    fmt = cfg_get(data_cfg, "format")
     if fmt == "text":
         return read_text_pair(*split_paths(data_cfg, split))
     if fmt == "tsv":
         return read_tsv(split_paths(data_cfg, split)[0])
     if fmt == "hf":
-        return read_hf(str(_cfg_get(data_cfg, "root")), split, _cfg_get(data_cfg, "src_lang"),
-                       _cfg_get(data_cfg, "tgt_lang"))
+        return read_hf(str(cfg_get(data_cfg, "root")), split, cfg_get(data_cfg, "src_lang"),
+                       cfg_get(data_cfg, "tgt_lang"))
     raise CorpusError(f"data.format={fmt!r} is not one of text, tsv, hf.")
 
 
@@ -197,20 +214,24 @@ def split_fingerprint(data_cfg: Any, split: str) -> str:
     fingerprint. Used as cache key, so a changed corpus is re-tokenized.
 
     Raises:
-        CorpusError: a file is missing or the dataset cannot be loaded.
+        CorpusError: a file is missing, a directory or unreadable, or the dataset cannot be
+            loaded.
     """
-    h = hashlib.sha256(f"{_cfg_get(data_cfg, 'format')}|{split}|{_cfg_get(data_cfg, 'src_lang')}|"
-                       f"{_cfg_get(data_cfg, 'tgt_lang')}".encode())
-    if _cfg_get(data_cfg, "format") == "hf":
-        ds = _load_hf(str(_cfg_get(data_cfg, "root")), split)
+    h = hashlib.sha256(f"{cfg_get(data_cfg, 'format')}|{split}|{cfg_get(data_cfg, 'src_lang')}|"
+                       f"{cfg_get(data_cfg, 'tgt_lang')}".encode())
+    if cfg_get(data_cfg, "format") == "hf":
+        ds = _load_hf(str(cfg_get(data_cfg, "root")), split)
         h.update(str(getattr(ds, "_fingerprint", "")).encode())
         return h.hexdigest()
     for path in split_paths(data_cfg, split):
-        if not path.is_file():
-            raise CorpusError(f"{path}: file not found.")
-        with open(path, "rb") as f:
-            while chunk := f.read(1 << 20):
-                h.update(chunk)
+        _check_file(path)
+        try:
+            with open(path, "rb") as f:
+                while chunk := f.read(1 << 20):
+                    h.update(chunk)
+        except OSError as err:
+            raise CorpusError(f"{path}: cannot be read ({err.strerror or err}); check the "
+                              "file's permissions.") from None
         h.update(b"\x00file\x00")
     return h.hexdigest()
 

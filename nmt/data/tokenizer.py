@@ -28,6 +28,7 @@ import io
 import json
 import logging
 import os
+import re
 import shutil
 import tempfile
 from collections.abc import Callable, Iterable, Sequence
@@ -35,6 +36,9 @@ from pathlib import Path
 from typing import Any
 
 import sentencepiece as spm
+
+from nmt.config import ConfigError, cfg_get
+from nmt.data.corpus import CorpusError
 
 PAD_ID = 0
 UNK_ID = 1
@@ -58,6 +62,16 @@ class Tokenizer:
         settings: the training settings (type, vocab_size, character_coverage, languages).
 
     ``encode_*`` return subword ids without BOS/EOS; batching adds them.
+
+    Args:
+        src_model: serialised SentencePiece model of the source side (or both when joint).
+        tgt_model: serialised target model; ``None`` for one joint model.
+        settings: the training settings to keep with the model (saved, not interpreted).
+
+    Raises:
+        ValueError: a model does not use this package's special ids (PAD 0, UNK 1, BOS 2,
+            EOS 3); SentencePiece's own errors (e.g. ``RuntimeError`` for bytes that are
+            not a model) propagate.
     """
 
     def __init__(self, src_model: bytes, tgt_model: bytes | None = None,
@@ -187,7 +201,9 @@ class Tokenizer:
 
 # ---------------------------------------------------------------------- training
 def _settings(tok_cfg: Any, src_lang: str, tgt_lang: str) -> dict[str, Any]:
-    get = tok_cfg.get if hasattr(tok_cfg, "get") else (lambda k: getattr(tok_cfg, k))
+    def get(key: str) -> Any:
+        return cfg_get(tok_cfg, key)
+
     settings = {"type": str(get("type")), "vocab_size": int(get("vocab_size")),
                 "character_coverage": float(get("character_coverage")), "joint": bool(get("joint")),
                 "src_lang": src_lang, "tgt_lang": tgt_lang}
@@ -213,18 +229,21 @@ def train_sentencepiece(texts: Sequence[str], model_type: str, vocab_size: int,
 
     ``vocab_size`` is a soft limit (``hard_vocab_limit=False``): a corpus too small to
     provide that many pieces yields a smaller vocabulary (logged) instead of an error.
+    Empty sentences are not removed here (training pairs are cleaned once, by
+    :func:`nmt.data.corpus.drop_empty_pairs`); SentencePiece skips them.
 
     Raises:
-        ValueError: no non-empty training sentence, or SentencePiece rejects the settings
-            (its message is kept, without its C++ traceback).
+        CorpusError: no non-empty training sentence.
+        ConfigError: SentencePiece rejects the settings, e.g. ``vocab_size`` smaller than the
+            number of distinct characters (the message names ``data.tokenizer.vocab_size`` and
+            the smallest value that works; SentencePiece's C++ trace is dropped).
     """
-    sentences = [t for t in texts if t.strip()]
-    if not sentences:
-        raise ValueError("cannot train a tokenizer: the training texts are all empty.")
+    if not any(t.strip() for t in texts):
+        raise CorpusError("cannot train a tokenizer: the training texts are all empty.")
     out = io.BytesIO()
     try:
         spm.SentencePieceTrainer.train(
-            sentence_iterator=iter(sentences), model_writer=out, model_type=model_type,
+            sentence_iterator=iter(texts), model_writer=out, model_type=model_type,
             vocab_size=vocab_size, character_coverage=character_coverage,
             pad_id=PAD_ID, unk_id=UNK_ID, bos_id=BOS_ID, eos_id=EOS_ID,
             normalization_rule_name="nmt_nfkc", hard_vocab_limit=False,
@@ -232,8 +251,17 @@ def train_sentencepiece(texts: Sequence[str], model_type: str, vocab_size: int,
             max_sentence_length=8192, num_threads=2, minloglevel=2)
     except RuntimeError as err:
         msg = str(err).strip().splitlines()[-1] if str(err).strip() else repr(err)
-        raise ValueError(f"SentencePiece training failed ({model_type}, vocab_size={vocab_size}): "
-                         f"{msg}") from None
+        need = re.search(r"smaller than required_chars\. (\d+) vs (\d+)", msg)
+        if need:
+            raise ConfigError(
+                f"data.tokenizer.vocab_size={vocab_size} is too small: the training text has "
+                f"characters and special pieces needing at least {need.group(2)} entries "
+                f"({model_type} model). Set data.tokenizer.vocab_size={need.group(2)} or more "
+                "(or lower data.tokenizer.character_coverage).") from None
+        msg = msg.split("] ", 1)[-1]  # drop SentencePiece's "INTERNAL: file.cc(123) [check]"
+        raise ConfigError(f"SentencePiece training failed ({model_type}, data.tokenizer."
+                          f"vocab_size={vocab_size}): {msg} Check the data.tokenizer settings."
+                          ) from None
     model = out.getvalue()
     got = spm.SentencePieceProcessor(model_proto=model).get_piece_size()
     if got < vocab_size:
@@ -262,6 +290,12 @@ def train_or_load_tokenizer(tok_cfg: Any, src_lang: str, tgt_lang: str, src_text
 
     The cache key is sha256(settings, data hash): the same data and settings never train twice;
     changing either trains a new model.
+
+    Raises:
+        ValueError: ``tok_cfg.type`` is not ``unigram`` or ``bpe``.
+        CorpusError: the training texts are all empty.
+        ConfigError: SentencePiece rejects the settings (e.g. ``vocab_size`` too small for the
+            corpus's characters); see :func:`train_sentencepiece`.
     """
     settings = _settings(tok_cfg, src_lang, tgt_lang)
     if data_hash is None:

@@ -73,6 +73,15 @@ class AlignmentFile:
         return self._count
 
     def __getitem__(self, i: int) -> Alignment:
+        """Sentence ``i`` (0-based; negative counts from the end), loaded on access.
+
+        Returns:
+            :class:`Alignment` with ``matrix`` float32 [T, S] (T target subwords + ``</s>``,
+            S source subwords + ``</s>``) and the ``src`` / ``tgt`` subword strings.
+
+        Raises:
+            IndexError: ``i`` outside ``-len(self) .. len(self) - 1`` (message names the file).
+        """
         if not -self._count <= i < self._count:
             raise IndexError(f"{self.path}: index {i} out of range (it holds {self._count} sentences).")
         i %= self._count

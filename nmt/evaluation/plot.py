@@ -35,6 +35,8 @@ def plot_alignment(matrix: np.ndarray, src_labels: Sequence[str], tgt_labels: Se
 
     Raises:
         ValueError: the label counts do not match the matrix shape.
+        OSError: ``out_path`` (or its parent directory) cannot be written; the exception's
+            ``filename`` names the path (``nmt-plot`` reports it as a user error, exit 2).
     """
     matrix = np.asarray(matrix, dtype=np.float32)
     if matrix.ndim != 2 or matrix.shape != (len(tgt_labels), len(src_labels)):

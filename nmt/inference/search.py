@@ -36,7 +36,7 @@ Conventions:
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -44,10 +44,9 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from nmt.config import cfg_get
+from nmt.data.tokenizer import BOS_ID, EOS_ID, PAD_ID
 from nmt.models.base import Seq2Seq
-
-# Fixed special ids (nmt.data.tokenizer: SentencePiece pad/unk/bos/eos ids).
-PAD_ID, UNK_ID, BOS_ID, EOS_ID = 0, 1, 2, 3
 
 
 @dataclass
@@ -189,8 +188,8 @@ def _collect(history: _History, src_mask: Tensor, fin_sent: np.ndarray, fin_leve
 
 
 @torch.inference_mode()
-def greedy_search(model: Seq2Seq, src: Tensor, src_mask: Tensor, max_len_a: float = 1.5,
-                  max_len_b: int = 10, length_penalty: float = 1.0) -> list[list[Hypothesis]]:
+def greedy_search(model: Seq2Seq, src: Tensor, src_mask: Tensor, max_len_a: float,
+                  max_len_b: int, length_penalty: float = 1.0) -> list[list[Hypothesis]]:
     """Greedy decoding of a batch: at every step the most probable token.
 
     Args:
@@ -239,8 +238,8 @@ def greedy_search(model: Seq2Seq, src: Tensor, src_mask: Tensor, max_len_a: floa
 
 
 @torch.inference_mode()
-def beam_search(model: Seq2Seq, src: Tensor, src_mask: Tensor, beam_size: int = 5,
-                length_penalty: float = 1.0, max_len_a: float = 1.5, max_len_b: int = 10,
+def beam_search(model: Seq2Seq, src: Tensor, src_mask: Tensor, beam_size: int,
+                length_penalty: float, max_len_a: float, max_len_b: int,
                 n_best: int = 1) -> list[list[Hypothesis]]:
     """Batched beam search (batch x beam rows in one tensor) with a length penalty.
 
@@ -336,22 +335,18 @@ def _beam_search(model, src, src_mask, k, alpha, max_len_a, max_len_b, n_best):
     return _collect(history, src_mask, *fin, n_best=n_best)
 
 
-def _cfg_get(cfg: Mapping[str, Any] | Any, key: str):
-    return cfg[key] if isinstance(cfg, Mapping) else getattr(cfg, key)
-
-
 def search_batch(model: Seq2Seq, src: Tensor, src_mask: Tensor, search_cfg) -> list[list[Hypothesis]]:
     """Greedy (``beam_size == 1``) or beam search of one batch with the ``search`` settings.
 
     ``search_cfg`` has the keys of ``cfg.search``: beam_size, length_penalty, max_len_a,
     max_len_b, n_best (a DictConfig, dict or object with those attributes).
     """
-    k = int(_cfg_get(search_cfg, "beam_size"))
-    alpha = float(_cfg_get(search_cfg, "length_penalty"))
-    a, b = float(_cfg_get(search_cfg, "max_len_a")), int(_cfg_get(search_cfg, "max_len_b"))
+    k = int(cfg_get(search_cfg, "beam_size"))
+    alpha = float(cfg_get(search_cfg, "length_penalty"))
+    a, b = float(cfg_get(search_cfg, "max_len_a")), int(cfg_get(search_cfg, "max_len_b"))
     if k == 1:
         return greedy_search(model, src, src_mask, a, b, length_penalty=alpha)
-    return beam_search(model, src, src_mask, k, alpha, a, b, int(_cfg_get(search_cfg, "n_best")))
+    return beam_search(model, src, src_mask, k, alpha, a, b, int(cfg_get(search_cfg, "n_best")))
 
 
 def translate(model: Seq2Seq, src_ids: Sequence[Sequence[int]], search_cfg,
@@ -375,7 +370,7 @@ def translate(model: Seq2Seq, src_ids: Sequence[Sequence[int]], search_cfg,
     """
     from nmt.data.batching import make_src_batch
 
-    batch_sentences = int(_cfg_get(search_cfg, "batch_sentences"))
+    batch_sentences = int(cfg_get(search_cfg, "batch_sentences"))
     out: list[list[Hypothesis] | None] = [None] * len(src_ids)
     nonempty = [i for i, ids in enumerate(src_ids) if len(ids) > 0]
     for i in range(len(src_ids)):

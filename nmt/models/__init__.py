@@ -3,19 +3,10 @@
 from __future__ import annotations
 
 from nmt.config import ConfigError, validate_model
+from nmt.data.tokenizer import PAD_ID
 from nmt.models.base import DecoderState, Encoded, Seq2Seq, reorder_tensors
 from nmt.models.rnn import BahdanauRNN, RNNState
 from nmt.models.transformer import Transformer, TransformerState
-
-PAD_ID = 0  # fallback; nmt.data.tokenizer.PAD_ID is authoritative when importable
-
-
-def _pad_id() -> int:
-    try:
-        from nmt.data.tokenizer import PAD_ID as pad
-    except ImportError:
-        return PAD_ID
-    return pad
 
 
 def build_model(model_cfg, src_vocab_size: int, tgt_vocab_size: int) -> Seq2Seq:
@@ -31,7 +22,8 @@ def build_model(model_cfg, src_vocab_size: int, tgt_vocab_size: int) -> Seq2Seq:
 
     Raises:
         ConfigError: invalid model config, non-positive vocabulary size, or
-            ``tie_embeddings`` with different source and target vocabulary sizes.
+            ``tie_embeddings`` with different source and target vocabulary sizes (the one
+            model-level check of this; the constructors assume it was done).
     """
     cfg = validate_model(model_cfg)
     for side, size in (("source", src_vocab_size), ("target", tgt_vocab_size)):
@@ -42,7 +34,7 @@ def build_model(model_cfg, src_vocab_size: int, tgt_vocab_size: int) -> Seq2Seq:
             f"model.tie_embeddings=true needs one vocabulary, but the source vocabulary has "
             f"{src_vocab_size} entries and the target {tgt_vocab_size}: set "
             "data.tokenizer.joint=true or model.tie_embeddings=false.")
-    pad = _pad_id()
+    pad = PAD_ID
     if cfg.name == "transformer":
         return Transformer(
             src_vocab_size, tgt_vocab_size, d_model=cfg.d_model, heads=cfg.heads,

@@ -103,6 +103,18 @@ class Seq2Seq(nn.Module):
         logits, alignment, _ = self.decode(tgt_in, self.encode(src, src_mask), None, need_alignment)
         return logits, alignment
 
+    def flop_params(self) -> tuple[int, int]:
+        """Parameter counts for the analytic training-FLOP estimate (Kaplan et al. 2020).
+
+        Returns:
+            ``(n_encoder, n_decoder)``: parameters applied once per source token (encoder)
+            and once per target token (decoder plus the output projection, V x d counted
+            also when tied to an embedding). Embedding lookups are not counted. A training
+            step then costs about ``6 * (n_encoder * src_tokens + n_decoder * tgt_tokens)``
+            FLOPs (``scripts/bench_model.py``).
+        """
+        raise NotImplementedError
+
     def num_parameters(self) -> int:
         """Number of distinct trainable parameters (tied matrices counted once)."""
         return sum(p.numel() for p in self.parameters() if p.requires_grad)

@@ -50,8 +50,13 @@ class RNNState(DecoderState):
 class BahdanauRNN(Seq2Seq):
     """Bahdanau et al. (2015) attentional GRU encoder-decoder.
 
+    All arguments after the vocabulary sizes are keyword-only and required: their defaults
+    live in ``configs/model/rnn.yaml`` only; build models with :func:`nmt.models.build_model`,
+    which validates the config and the vocabulary sizes.
+
     Args:
-        src_vocab_size, tgt_vocab_size: vocabulary sizes (equal when ``tie_embeddings``).
+        src_vocab_size, tgt_vocab_size: vocabulary sizes (must be equal with
+            ``tie_embeddings``; :func:`nmt.models.build_model` checks this).
         emb_dim: embedding size m.
         encoder_hidden: GRU size per direction n (annotations have 2n).
         encoder_layers: stacked bidirectional GRU layers.
@@ -61,21 +66,14 @@ class BahdanauRNN(Seq2Seq):
         maxout: maxout over pairs (appendix A.2.2); otherwise tanh.
         dropout: on source/target embeddings and on t_i (before W_o).
         tie_embeddings: share source and target embeddings.
-        pad_id: padding id.
-
-    Raises:
-        ValueError: ``tie_embeddings`` with different vocabulary sizes.
+        pad_id: padding id (``nmt.data.tokenizer.PAD_ID``).
     """
 
-    def __init__(self, src_vocab_size: int, tgt_vocab_size: int, emb_dim: int = 256,
-                 encoder_hidden: int = 256, encoder_layers: int = 1, decoder_hidden: int = 512,
-                 attention_dim: int = 512, output_dim: int = 512, maxout: bool = True,
-                 dropout: float = 0.3, tie_embeddings: bool = False, pad_id: int = 0):
+    def __init__(self, src_vocab_size: int, tgt_vocab_size: int, *, emb_dim: int,
+                 encoder_hidden: int, encoder_layers: int, decoder_hidden: int,
+                 attention_dim: int, output_dim: int, maxout: bool, dropout: float,
+                 tie_embeddings: bool, pad_id: int):
         super().__init__()
-        if tie_embeddings and src_vocab_size != tgt_vocab_size:
-            raise ValueError(
-                f"tie_embeddings needs one vocabulary, but src_vocab_size={src_vocab_size} != "
-                f"tgt_vocab_size={tgt_vocab_size}")
         self.src_vocab_size, self.tgt_vocab_size = src_vocab_size, tgt_vocab_size
         self.dropout, self.maxout, self.pad_id = dropout, maxout, pad_id
         self.decoder_hidden, self.attention_dim = decoder_hidden, attention_dim

@@ -155,8 +155,13 @@ class TransformerState(DecoderState):
 class Transformer(Seq2Seq):
     """Transformer encoder-decoder.
 
+    All arguments after the vocabulary sizes are keyword-only and required: their defaults
+    live in ``configs/model/transformer.yaml`` only; build models with
+    :func:`nmt.models.build_model`, which validates the config and the vocabulary sizes.
+
     Args:
-        src_vocab_size, tgt_vocab_size: vocabulary sizes (equal when ``tie_embeddings``).
+        src_vocab_size, tgt_vocab_size: vocabulary sizes (must be equal with
+            ``tie_embeddings``; :func:`nmt.models.build_model` checks this).
         d_model, heads, ff_dim, encoder_layers, decoder_layers: sizes (section 3).
         norm: "pre" or "post".
         dropout: residual dropout and dropout on embeddings + positions.
@@ -167,22 +172,19 @@ class Transformer(Seq2Seq):
             projection (section 3.4).
         alignment_layer: decoder layer (negative counts from the end) whose cross-attention,
             averaged over heads, is returned as the alignment.
-        pad_id: padding id (its embedding row is zero and gets no gradient).
-
-    Raises:
-        ValueError: ``tie_embeddings`` with different vocabulary sizes.
+        pad_id: padding id (its embedding row is zero and gets no gradient;
+            ``nmt.data.tokenizer.PAD_ID``).
     """
 
-    def __init__(self, src_vocab_size: int, tgt_vocab_size: int, d_model: int = 256, heads: int = 4,
-                 ff_dim: int = 1024, encoder_layers: int = 3, decoder_layers: int = 3,
-                 norm: str = "pre", dropout: float = 0.1, attention_dropout: float = 0.1,
-                 activation_dropout: float = 0.0, activation: str = "relu",
-                 tie_embeddings: bool = True, alignment_layer: int = -1, pad_id: int = 0):
+    #: Rows of the precomputed sinusoidal table; longer sequences get a table computed
+    #: on the fly in :meth:`_embed` (the buffer itself never changes).
+    max_cached_positions = 512
+
+    def __init__(self, src_vocab_size: int, tgt_vocab_size: int, *, d_model: int, heads: int,
+                 ff_dim: int, encoder_layers: int, decoder_layers: int, norm: str,
+                 dropout: float, attention_dropout: float, activation_dropout: float,
+                 activation: str, tie_embeddings: bool, alignment_layer: int, pad_id: int):
         super().__init__()
-        if tie_embeddings and src_vocab_size != tgt_vocab_size:
-            raise ValueError(
-                f"tie_embeddings needs one vocabulary, but src_vocab_size={src_vocab_size} != "
-                f"tgt_vocab_size={tgt_vocab_size}")
         self.src_vocab_size, self.tgt_vocab_size = src_vocab_size, tgt_vocab_size
         self.d_model, self.heads, self.pad_id = d_model, heads, pad_id
         self.dropout = dropout
@@ -199,7 +201,8 @@ class Transformer(Seq2Seq):
         self.encoder_norm = nn.LayerNorm(d_model) if self.pre_norm else nn.Identity()
         self.decoder_norm = nn.LayerNorm(d_model) if self.pre_norm else nn.Identity()
         self.output_proj = None if tie_embeddings else nn.Linear(d_model, tgt_vocab_size, bias=False)
-        self.register_buffer("positions", sinusoidal_positions(512, d_model), persistent=False)
+        self.register_buffer("positions", sinusoidal_positions(self.max_cached_positions, d_model),
+                             persistent=False)
         self.emb_scale = math.sqrt(d_model)
         self._reset_parameters()
 
@@ -226,11 +229,17 @@ class Transformer(Seq2Seq):
         return enc, dec + self.tgt_vocab_size * self.d_model
 
     def _embed(self, emb: nn.Embedding, ids: Tensor, start: int) -> Tensor:
-        """sqrt(d) * E[ids] + PE[start:start+T], then dropout: [B,T] -> [B,T,d]."""
+        """sqrt(d) * E[ids] + PE[start:start+T], then dropout: [B,T] -> [B,T,d].
+
+        Positions beyond the cached table are computed locally for this call; the
+        ``positions`` buffer is never reassigned (DDP broadcasts buffers, and a resized
+        buffer would differ between ranks).
+        """
         t = ids.size(1)
-        if start + t > self.positions.size(0):
-            self.positions = sinusoidal_positions(2 * (start + t), self.d_model).to(self.positions)
-        x = emb(ids) * self.emb_scale + self.positions[start:start + t]
+        table = self.positions
+        if start + t > table.size(0):
+            table = sinusoidal_positions(start + t, self.d_model).to(table)
+        x = emb(ids) * self.emb_scale + table[start:start + t]
         if self.dropout > 0.0 and self.training:
             x = F.dropout(x, self.dropout, True)
         return x
@@ -264,11 +273,9 @@ class Transformer(Seq2Seq):
         """
         incremental = state is not None
         if not incremental:
-            cross_kv = [layer.cross_attn.project_kv(enc.memory) for layer in self.decoder]
-            src_attn_mask, self_kv, start = enc.mask[:, None, None, :], None, 0
-        else:
-            cross_kv, src_attn_mask, self_kv, start = (state.cross_kv, state.src_attn_mask,
-                                                       state.self_kv, state.steps)
+            state = self.init_state(enc)  # cross-attention keys/values: built in one place
+        cross_kv, src_attn_mask, self_kv, start = (state.cross_kv, state.src_attn_mask,
+                                                   state.self_kv, state.steps)
         x = self._embed(self.tgt_embed, tgt_in, start)
         alignment = None
         new_kv = []

@@ -85,14 +85,19 @@ def load_for_inference(path: str | Path, device: str | torch.device = "cpu"):
         (:class:`nmt.data.tokenizer.Tokenizer`), cfg (``DictConfig`` saved at training).
 
     Raises:
-        CheckpointError: unreadable file or weights that do not fit the saved config.
+        CheckpointError: unreadable file, a tokenizer state that cannot be rebuilt, or weights
+            that do not fit the saved config (the message names the file).
     """
     from nmt.data.tokenizer import Tokenizer
     from nmt.models import build_model
 
     ckpt = load_checkpoint(path)
     cfg: DictConfig = OmegaConf.create(ckpt["config"])
-    tokenizer = Tokenizer.from_state_dict(ckpt["tokenizer"])
+    try:
+        tokenizer = Tokenizer.from_state_dict(ckpt.get("tokenizer"))
+    except (ValueError, RuntimeError, KeyError, TypeError) as err:
+        raise CheckpointError(f"{path}: the saved tokenizer cannot be rebuilt ({err}); the file "
+                              "is damaged or was written by another program.") from None
     model = build_model(cfg.model, tokenizer.src_vocab_size, tokenizer.tgt_vocab_size)
     try:
         model.load_state_dict(ckpt["model"])
@@ -109,17 +114,25 @@ def link_atomic(src: str | Path, dst: str | Path) -> None:
     Checkpoint files are never modified in place (every write is a new file + rename), so a
     hard link is as good as a copy and costs nothing. Falls back to a copy where the file
     system has no hard links.
+
+    Raises:
+        OSError: ``src`` is missing or unreadable, or ``dst``'s directory is not writable
+            (no temporary file is left behind when the copy fails).
     """
     src, dst = Path(src), Path(dst)
     tmp = dst.with_name(f".{dst.name}.{os.getpid()}.link")
     tmp.unlink(missing_ok=True)
     try:
-        os.link(src, tmp)
-    except OSError:
-        import shutil
+        try:
+            os.link(src, tmp)
+        except OSError:
+            import shutil
 
-        shutil.copyfile(src, tmp)
-    os.replace(tmp, dst)
+            shutil.copyfile(src, tmp)
+        os.replace(tmp, dst)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
 
 
 class CheckpointManager:
@@ -202,6 +215,27 @@ def _diff(a: Any, b: Any, prefix: str) -> list[str]:
 # Keys whose change makes a saved model/optimizer unusable for the current run. Dropout rates
 # (any model key containing "dropout") are regularisation, not architecture: they may change.
 COMPATIBILITY_KEYS = ("model", "data.src_lang", "data.tgt_lang", "data.tokenizer")
+# Keys that fix the batch order of an epoch: a change is allowed on resume, but the saved
+# position ``batch_in_epoch`` then points into a different batch list (warned, not refused).
+BATCH_ORDER_KEYS = ("train.batch_tokens", "train.seed", "train.accum_steps")
+
+
+def _at(tree: Any, key: str) -> Any:
+    for part in key.split("."):
+        tree = tree.get(part, "<absent>") if isinstance(tree, dict) else "<absent>"
+    return tree
+
+
+def batch_order_changes(ckpt: dict, cfg: DictConfig) -> list[str]:
+    """The :data:`BATCH_ORDER_KEYS` whose value differs between the checkpoint and ``cfg``.
+
+    Returns:
+        ``["train.seed: checkpoint has 1, now 2", ...]`` (empty when nothing changed).
+    """
+    saved = ckpt.get("config") or {}
+    now = OmegaConf.to_container(cfg, resolve=True)
+    return [f"{key}: checkpoint has {_at(saved, key)!r}, now {_at(now, key)!r}"
+            for key in BATCH_ORDER_KEYS if _at(saved, key) != _at(now, key)]
 
 
 def check_compatible(path: str | Path, ckpt: dict, cfg: DictConfig,
@@ -219,10 +253,7 @@ def check_compatible(path: str | Path, ckpt: dict, cfg: DictConfig,
     now = OmegaConf.to_container(cfg, resolve=True)
     problems: list[str] = []
     for key in COMPATIBILITY_KEYS:
-        a, b = saved, now
-        for part in key.split("."):
-            a = a.get(part, "<absent>") if isinstance(a, dict) else "<absent>"
-            b = b.get(part, "<absent>") if isinstance(b, dict) else "<absent>"
+        a, b = _at(saved, key), _at(now, key)
         problems += [p for p in _diff(a, b, key) if "dropout" not in p.split(":")[0]]
     if model is not None and not problems:
         saved_w, now_w = ckpt.get("model") or {}, model.state_dict()

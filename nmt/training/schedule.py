@@ -15,8 +15,10 @@ peak equals ``train.lr`` (the usual fairseq ``inverse_sqrt`` parametrisation)::
 RNN training), never below ``min_lr``. ``inverse_sqrt`` with ``warmup_steps=0`` is
 ``train.lr / sqrt(s)``.
 
-The schedule is stateless apart from the plateau bookkeeping, so resuming only needs
-:meth:`LRSchedule.state_dict` and the step counter.
+The schedule keeps no BLEU history of its own: the trainer counts validations without a
+BLEU gain once (``TrainState.bad_validations``, also used for early stopping) and passes
+that count to :meth:`LRSchedule.on_validation`. The only state is the plateau ``scale``,
+so resuming needs :meth:`LRSchedule.state_dict` and the step counter.
 """
 
 from __future__ import annotations
@@ -49,7 +51,8 @@ class LRSchedule:
     """Sets the learning rate of every param group of ``optimizer`` before each update.
 
     Usage: call :meth:`set_step` with the 1-based number of the optimizer step about to be
-    taken (before ``optimizer.step()``), and :meth:`on_validation` with each validation BLEU.
+    taken (before ``optimizer.step()``), and :meth:`on_validation` after each validation with
+    the number of validations since the last BLEU gain.
 
     Args:
         optimizer: any torch optimizer (its groups' ``lr`` are overwritten).
@@ -75,8 +78,6 @@ class LRSchedule:
         self.plateau_patience = plateau_patience
         self.min_lr = min_lr
         self.scale = 1.0              # plateau reductions so far (product of factors)
-        self.best: float | None = None
-        self.bad_validations = 0
         self.last_lr = self.lr_at(1)
 
     def lr_at(self, step: int) -> float:
@@ -101,32 +102,32 @@ class LRSchedule:
         self.last_lr = lr
         return lr
 
-    def on_validation(self, bleu: float) -> bool:
-        """Plateau bookkeeping after a validation; returns True when the lr was reduced."""
-        if self.kind != "plateau":
+    def on_validation(self, bad_validations: int) -> bool:
+        """Plateau step after a validation; returns True when the lr was reduced.
+
+        Args:
+            bad_validations: validations since the last BLEU gain, this one included (0 when
+                this validation improved BLEU); the trainer's early-stopping counter.
+
+        The lr is multiplied by ``plateau_factor`` whenever the count reaches a multiple of
+        ``plateau_patience`` (after ``patience``, ``2 * patience``, ... validations without a
+        gain), unless it is already at ``min_lr``.
+        """
+        if self.kind != "plateau" or bad_validations <= 0:
             return False
-        if self.best is None or bleu > self.best:
-            self.best = bleu
-            self.bad_validations = 0
-            return False
-        self.bad_validations += 1
-        if self.bad_validations >= self.plateau_patience:
-            self.bad_validations = 0
-            if self.lr * self.scale > self.min_lr:
-                self.scale *= self.plateau_factor
-                return True
+        if bad_validations % self.plateau_patience == 0 and self.lr * self.scale > self.min_lr:
+            self.scale *= self.plateau_factor
+            return True
         return False
 
     def state_dict(self) -> dict:
-        """Plateau state (``scale``, ``best``, ``bad_validations``) plus settings for checks."""
-        return {"kind": self.kind, "scale": self.scale, "best": self.best,
-                "bad_validations": self.bad_validations}
+        """Plateau state (``scale``) plus the kind, for checks."""
+        return {"kind": self.kind, "scale": self.scale}
 
     def load_state_dict(self, state: dict) -> None:
-        """Restore :meth:`state_dict` output (the settings come from the current config)."""
+        """Restore :meth:`state_dict` output (the settings come from the current config;
+        older checkpoints' extra ``best``/``bad_validations`` entries are ignored)."""
         self.scale = float(state["scale"])
-        self.best = state["best"]
-        self.bad_validations = int(state["bad_validations"])
 
 
 def build_schedule(optimizer: torch.optim.Optimizer, train_cfg) -> LRSchedule:

@@ -18,8 +18,11 @@ Order of one optimizer step (``s`` = steps done so far)::
     every eval_every_steps and at epoch end: validate (loss, ppl, greedy BLEU), checkpoint
 
 Checkpoints are written only at step boundaries and hold the RNG states, so a run killed
-after a checkpoint and resumed takes exactly the same steps (same batches, same dropout
-masks) as an uninterrupted one. Validation uses no random numbers.
+at any point and resumed redoes the steps after its last checkpoint and takes exactly the
+same steps (same batches, same dropout masks) as an uninterrupted one. Validation uses no
+random numbers. Resuming with another ``train.batch_tokens`` / ``seed`` / ``accum_steps``
+is allowed but logs a warning: the saved position in the epoch then indexes a different
+batch order.
 """
 
 from __future__ import annotations
@@ -33,7 +36,7 @@ import resource
 import signal
 import sys
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -46,6 +49,7 @@ from nmt.config import ConfigError
 from nmt.training.checkpoint import (
     CheckpointError,
     CheckpointManager,
+    batch_order_changes,
     check_compatible,
     load_checkpoint,
     rng_state,
@@ -68,7 +72,9 @@ from nmt.training.schedule import build_schedule
 
 log = logging.getLogger("nmt")
 
-KILL_ENV = "NMT_TEST_KILL_AT_STEP"   # tests: SIGKILL this process right after checkpoint <k>
+# Tests: SIGKILL this process right after optimizer step <k> (after step k's checkpoint when
+# k is a checkpoint step; otherwise the resumed run redoes the steps since the last one).
+KILL_ENV = "NMT_TEST_KILL_AT_STEP"
 
 
 @dataclass
@@ -80,10 +86,10 @@ class TrainState:
     batch_in_epoch: int = 0          # batches of the epoch list consumed (all ranks together)
     best_bleu: float | None = None
     best_step: int | None = None
-    bad_validations: int = 0         # validations since the last BLEU improvement
+    bad_validations: int = 0         # validations since the last BLEU gain (early stopping
+    #                                  and the plateau lr schedule both read this one counter)
     last_validated_step: int = -1
     elapsed_s: float = 0.0           # training wall time of all runs so far (for max_minutes)
-    tgt_tokens: int = 0              # target tokens trained on so far
     history: list = field(default_factory=list)   # one dict per validation
 
 
@@ -150,7 +156,7 @@ class Trainer:
         device: torch device of this rank.
 
     Raises (from :meth:`setup`, before the first batch):
-        ConfigError: bad sizes, unwritable ``run_dir``, an empty training split.
+        ConfigError: bad sizes, unwritable ``run_dir``, too few batches for the processes.
         CorpusError: missing or malformed data files.
         CheckpointError: an unreadable or incompatible ``last.pt``.
     """
@@ -190,25 +196,18 @@ class Trainer:
             check_compatible(self.manager.last, ckpt, cfg)
 
         # Rank 0 trains/caches the tokenizer first; the others then find it in the cache.
+        # Nothing is written into run_dir before the checkpoint's tokenizer is compared.
         data = None
         if info.is_main:
-            data = prepare_data(cfg.data, self.run_dir)
+            data = prepare_data(cfg.data, None)
         barrier(info)
         if not info.is_main:
             data = prepare_data(cfg.data, None)
         self.tokenizer, self.train_split, self.valid_split = data.tokenizer, data.train, data.valid
-        if ckpt is not None and ckpt.get("tokenizer") is not None:
-            from nmt.data.tokenizer import Tokenizer
-
-            saved = Tokenizer.from_state_dict(ckpt["tokenizer"])
-            if saved.fingerprint != self.tokenizer.fingerprint:
-                raise CheckpointError(
-                    f"{self.manager.last} was trained with another tokenizer than the one built "
-                    "from the current data (training data or data.max_train_pairs changed?): "
-                    "resume with the original data, or use a new run_dir=...")
-        if len(self.train_split) == 0:
-            raise ConfigError("The training split is empty after filtering: check data.root, "
-                              "data.max_len and data.max_train_pairs.")
+        if ckpt is not None:
+            self._check_resume(ckpt)
+        if info.is_main:
+            self.tokenizer.save(self.run_dir / "tokenizer")
         try:
             self.sampler = TokenBatchSampler(self.train_split.src_lens, self.train_split.tgt_lens,
                                              self.tcfg.batch_tokens, shuffle=True,
@@ -264,11 +263,40 @@ class Trainer:
                  len(self.train_split), len(self.valid_split), self.device,
                  "bf16 autocast" if self.amp_dtype else "fp32", info.world_size)
 
+    def _check_resume(self, ckpt: dict) -> None:
+        """Refuse a checkpoint of another tokenizer; warn when the batch order changed.
+
+        Raises:
+            CheckpointError: the saved tokenizer differs from the one built from the data.
+        """
+        from nmt.data.tokenizer import Tokenizer
+
+        last = self.manager.last
+        if ckpt.get("tokenizer") is not None:
+            try:
+                saved = Tokenizer.from_state_dict(ckpt["tokenizer"])
+            except (ValueError, RuntimeError, KeyError, TypeError) as err:
+                raise CheckpointError(f"{last}: the saved tokenizer cannot be rebuilt ({err}); "
+                                      "use a new run_dir=...") from None
+            if saved.fingerprint != self.tokenizer.fingerprint:
+                raise CheckpointError(
+                    f"{last} was trained with another tokenizer than the one built "
+                    "from the current data (training data or data.max_train_pairs changed?): "
+                    "resume with the original data, or use a new run_dir=...")
+        changed = batch_order_changes(ckpt, self.cfg)
+        if changed:
+            log.warning("resuming %s with settings that change the batch order (%s): the run "
+                        "continues at batch %d of epoch %d of the NEW order, so some pairs of "
+                        "this epoch are seen twice or not at all; restore the old values for "
+                        "an exact resume", last, "; ".join(changed),
+                        ckpt.get("batch_in_epoch", 0), ckpt.get("epoch", 0))
+
     def _restore(self, ckpt: dict) -> None:
         self.model.load_state_dict(ckpt["model"])
         self.optimizer.load_state_dict(ckpt["optimizer"])
         self.schedule.load_state_dict(ckpt["scheduler"])
-        self.state = TrainState(**ckpt["trainer"])
+        known = {f.name for f in fields(TrainState)}   # older checkpoints may hold more keys
+        self.state = TrainState(**{k: v for k, v in ckpt["trainer"].items() if k in known})
         rng = ckpt["rng"]
         if isinstance(rng, list) and len(rng) == self.info.world_size:
             set_rng_state(rng[self.info.rank])
@@ -393,7 +421,7 @@ class Trainer:
             st.best_bleu, st.best_step, st.bad_validations = scores["bleu"], st.step, 0
         else:
             st.bad_validations += 1
-        if self.schedule.on_validation(scores["bleu"]):
+        if self.schedule.on_validation(st.bad_validations):
             log.info("validation BLEU did not improve for %d validations: lr -> %.3g",
                      self.tcfg.plateau_patience, self.schedule.lr_at(st.step + 1))
         st.last_validated_step = st.step
@@ -431,9 +459,6 @@ class Trainer:
                 "trainer": asdict(st),
             }
             self.manager.save(ckpt, st.step, is_best=is_best)
-        kill_at = os.environ.get(KILL_ENV)
-        if kill_at and int(kill_at) == self.state.step:
-            os.kill(os.getpid(), signal.SIGKILL)
 
     def _validate_and_save(self, epoch_end: bool) -> None:
         t0 = time.perf_counter()
@@ -476,6 +501,7 @@ class Trainer:
         acc = torch.zeros(2, device=self.device)
         acc_tokens, acc_steps, grad_norm = 0, 0, torch.zeros(())
         t_log = time.perf_counter()
+        kill_at = int(os.environ.get(KILL_ENV) or -1)
         self.stop_reason = self._should_stop()
         while not self.stop_reason:
             batches = self.epoch_batches(st.epoch)
@@ -485,7 +511,6 @@ class Trainer:
             acc_tokens += tokens
             acc_steps += 1
             st.step += 1
-            st.tgt_tokens += tokens
             st.batch_in_epoch += len(group)
             epoch_end = st.batch_in_epoch >= len(batches)
             if epoch_end:
@@ -517,6 +542,8 @@ class Trainer:
                 acc_tokens, acc_steps, t_log, self._pause = 0, 0, now, 0.0
             if st.step % t.eval_every_steps == 0 or epoch_end:
                 self._validate_and_save(epoch_end)
+            if st.step == kill_at:        # tests: a crash between (or right after) checkpoints
+                os.kill(os.getpid(), signal.SIGKILL)
             self.stop_reason = self._should_stop()
             if not self.stop_reason:
                 check_time = not info.enabled or st.step % t.log_every_steps == 0
