@@ -8,8 +8,8 @@ import pickle
 import pytest
 from omegaconf import OmegaConf
 
-from nmt.data import tokenizer as tok_mod
 from nmt.config import ConfigError
+from nmt.data import tokenizer as tok_mod
 from nmt.data.corpus import CorpusError, read_text_pair
 from nmt.data.tokenizer import (
     BOS_ID,
