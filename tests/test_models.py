@@ -115,6 +115,30 @@ def test_state_reorder(name, overrides):
     assert torch.allclose(lg2, full_lg, atol=1e-5) and torch.allclose(al2, full_al, atol=1e-5)
 
 
+@pytest.mark.parametrize(("name", "overrides"), VARIANTS)
+def test_beam_style_reorders_equal_full_decoding(name, overrides):
+    """Repeat rows per sentence (beam layout), drop a sentence, shuffle within sentences:
+    every step still equals teacher-forced decoding of the rows' own prefixes."""
+    model = make_model(name, overrides)
+    src, src_mask, tgt_in = batch()
+    b = src.size(0)
+    steps = [torch.arange(b).repeat_interleave(3),                     # 1 -> 3 rows per sentence
+             torch.tensor([2, 1, 0, 3, 3, 4] + list(range(6, 3 * b))),  # shuffle inside groups
+             torch.arange(3, 3 * b)]                                    # sentence 0 leaves
+    with torch.no_grad():
+        state = model.init_state(model.encode(src, src_mask))
+        rows = torch.arange(b)       # source sentence of each row
+        prefix = tgt_in[:, :1]
+        _, _, state = model.decode(prefix, None, state)
+        for t, index in enumerate(steps, start=1):
+            state, rows, prefix = state.reorder(index), rows[index], prefix[index]
+            prefix = torch.cat([prefix, tgt_in[rows, t:t + 1]], dim=1)
+            lg, al, state = model.decode(prefix[:, -1:], None, state)
+            full_lg, full_al = model(src[rows], src_mask[rows], prefix)
+            assert torch.allclose(lg[:, 0], full_lg[:, -1], atol=1e-5)
+            assert torch.allclose(al[:, 0], full_al[:, -1], atol=1e-5)
+
+
 @pytest.mark.parametrize("name", ["transformer", "rnn"])
 def test_overfits_20_pairs(name):
     torch.manual_seed(0)

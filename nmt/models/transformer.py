@@ -102,17 +102,19 @@ class DecoderLayer(nn.Module):
         self.res3 = _Residual(d_model, dropout, pre_norm)
 
     def forward(self, x: Tensor, cross_kv: tuple[Tensor, Tensor], src_attn_mask: Tensor,
-                self_kv: tuple[Tensor, Tensor] | None, need_weights: bool
+                self_kv: tuple[Tensor, Tensor] | None, need_weights: bool, group: int = 1
                 ) -> tuple[Tensor, Tensor | None, tuple[Tensor, Tensor]]:
         """One layer.
 
         Args:
             x: [B,T,d] new target positions.
-            cross_kv: encoder keys/values 2 x [B,h,S,d_head] (projected once per sentence).
-            src_attn_mask: [B,1,1,S] bool, True at real source positions.
+            cross_kv: encoder keys/values 2 x [B/group,h,S,d_head] (projected once per sentence).
+            src_attn_mask: [B/group,1,1,S] bool, True at real source positions.
             self_kv: cached self-attention keys/values 2 x [B,h,t0,d_head] of the t0 earlier
                 positions, or None (teacher forcing from position 0).
             need_weights: return the cross-attention weights [B,h,T,S].
+            group: consecutive rows of ``x`` that share one row of ``cross_kv`` (the beams of
+                a sentence); their queries attend in one call, keys/values are never copied.
 
         Returns:
             output [B,T,d], cross-attention weights or None, keys/values of all t0+T positions.
@@ -123,8 +125,15 @@ class DecoderLayer(nn.Module):
             v = torch.cat([self_kv[1], v], dim=2)
         x = self.res1.out(x, self.self_attn.attend(q, k, v, causal=True)[0])
         q = self.cross_attn.project_q(self.res2.inp(x))
+        b, h, t, dh = q.shape
+        if group > 1:  # the `group` rows of one sentence share its keys/values: fold them into queries
+            q = q.view(b // group, group, h, t, dh).transpose(1, 2).reshape(b // group, h, group * t, dh)
         y, weights = self.cross_attn.attend(q, cross_kv[0], cross_kv[1], src_attn_mask,
                                             need_weights=need_weights)
+        if group > 1:
+            y = y.reshape(b, t, -1)
+            if weights is not None:
+                weights = weights.view(b // group, h, group, t, -1).transpose(1, 2).reshape(b, h, t, -1)
         x = self.res2.out(x, y)
         return self.res3.out(x, self.ff(self.res3.inp(x))), weights, (k, v)
 
@@ -132,24 +141,44 @@ class DecoderLayer(nn.Module):
 class TransformerState(DecoderState):
     """Incremental-decoding cache of :class:`Transformer`.
 
+    The encoder side is stored once per source sentence and shared by the rows (beams) that
+    decode it: ``rows`` maps each decoder row to its source row, so :meth:`reorder` copies
+    only the self-attention cache (and the encoder side only when sentences leave).
+
     Attributes:
-        cross_kv: per decoder layer, (key, value) [B,h,S,d_head] of the encoder memory.
-        src_attn_mask: [B,1,1,S] bool.
+        cross_kv: per decoder layer, (key, value) [n_src,h,S,d_head] of the encoder memory.
+        src_attn_mask: [n_src,1,1,S] bool.
         self_kv: per decoder layer, (key, value) [B,h,steps,d_head] or None before step 1.
         steps: target positions consumed so far.
+        rows: [B] int64, source row of each decoder row.
+        group: g when ``rows`` is ``arange(n_src).repeat_interleave(g)`` (beam layout), else
+            None (decode then gathers the encoder side per row).
     """
 
-    def __init__(self, cross_kv, src_attn_mask, self_kv, steps: int):
+    def __init__(self, cross_kv, src_attn_mask, self_kv, steps: int, rows: Tensor | None = None,
+                 group: int | None = 1):
         self.cross_kv = cross_kv
         self.src_attn_mask = src_attn_mask
         self.self_kv = self_kv
         self.steps = steps
+        n_src = src_attn_mask.size(0)
+        self.rows = torch.arange(n_src, device=src_attn_mask.device) if rows is None else rows
+        self.group = group
 
     def reorder(self, index: Tensor) -> TransformerState:
-        """Rows ``index`` [B'] (may repeat) of every cached tensor."""
-        return TransformerState(reorder_tensors(self.cross_kv, index),
-                                self.src_attn_mask.index_select(0, index),
-                                reorder_tensors(self.self_kv, index), self.steps)
+        """Rows ``index`` [B'] (may repeat) of the decoder cache; encoder side shared."""
+        rows = self.rows.index_select(0, index)
+        cross_kv, mask = self.cross_kv, self.src_attn_mask
+        used, inverse = torch.unique(rows, sorted=True, return_inverse=True)
+        if used.numel() < mask.size(0):  # some sentences left: drop their encoder side
+            cross_kv, mask, rows = reorder_tensors(cross_kv, used), mask.index_select(0, used), inverse
+        n_src, n_rows = mask.size(0), rows.numel()
+        group = n_rows // n_src if n_rows % n_src == 0 else None
+        if group is not None and not torch.equal(
+                rows, torch.arange(n_src, device=rows.device).repeat_interleave(group)):
+            group = None
+        return TransformerState(cross_kv, mask, reorder_tensors(self.self_kv, index), self.steps,
+                                rows, group)
 
 
 class Transformer(Seq2Seq):
@@ -276,18 +305,22 @@ class Transformer(Seq2Seq):
             state = self.init_state(enc)  # cross-attention keys/values: built in one place
         cross_kv, src_attn_mask, self_kv, start = (state.cross_kv, state.src_attn_mask,
                                                    state.self_kv, state.steps)
+        group = state.group
+        if group is None:  # rows in no beam layout: gather the encoder side per row
+            cross_kv = reorder_tensors(cross_kv, state.rows)
+            src_attn_mask, group = src_attn_mask.index_select(0, state.rows), 1
         x = self._embed(self.tgt_embed, tgt_in, start)
         alignment = None
         new_kv = []
         for i, layer in enumerate(self.decoder):
             want = need_alignment and i == self.alignment_layer
             x, weights, kv = layer(x, cross_kv[i], src_attn_mask,
-                                   None if self_kv is None else self_kv[i], want)
+                                   None if self_kv is None else self_kv[i], want, group)
             if want:
                 alignment = weights.mean(dim=1)
             new_kv.append(kv)
         logits = self.output_layer(self.decoder_norm(x))
         if not incremental:
             return logits, alignment, None
-        return logits, alignment, TransformerState(cross_kv, src_attn_mask, new_kv,
-                                                   start + tgt_in.size(1))
+        return logits, alignment, TransformerState(state.cross_kv, state.src_attn_mask, new_kv,
+                                                   start + tgt_in.size(1), state.rows, state.group)
