@@ -84,23 +84,27 @@ class AdditiveAttention(nn.Module):
         """U_a h_j for all j: [B,S,key_dim] -> [B,S,attention_dim] (once per sentence)."""
         return self.key_proj(memory)
 
-    def score(self, projected_query: Tensor, keys: Tensor, mask_bias: Tensor, memory: Tensor
-              ) -> tuple[Tensor, Tensor]:
+    def score(self, projected_query: Tensor, keys: Tensor, mask_bias: Tensor, memory: Tensor,
+              group: int = 1) -> tuple[Tensor, Tensor]:
         """One step given ``W_a s_{i-1}`` already computed.
 
         Args:
             projected_query: [B, attention_dim] = W_a s_{i-1}.
-            keys: [B,S,attention_dim] from :meth:`project_keys`.
-            mask_bias: [B,S] float, 0 at real positions and -inf at padding.
-            memory: [B,S,key_dim] annotations h_j.
+            keys: [B/group,S,attention_dim] from :meth:`project_keys`.
+            mask_bias: [B/group,S] float, 0 at real positions and -inf at padding.
+            memory: [B/group,S,key_dim] annotations h_j.
+            group: consecutive query rows that share one row of keys/memory (the beams of a
+                sentence in beam search; broadcast, never copied).
 
         Returns:
             context c_i [B,key_dim] and alpha_i [B,S] (0 on padding).
         """
-        energies = self.energy(torch.tanh(keys + projected_query.unsqueeze(1))).squeeze(2)
-        alpha = torch.softmax(energies + mask_bias, dim=1)  # [B,S]
-        context = torch.bmm(alpha.unsqueeze(1), memory).squeeze(1)  # [B,key_dim]
-        return context, alpha
+        n = keys.size(0)
+        query = projected_query.view(n, group, 1, -1)
+        energies = self.energy(torch.tanh(keys.unsqueeze(1) + query)).squeeze(-1)  # [n,g,S]
+        alpha = torch.softmax(energies + mask_bias.unsqueeze(1), dim=-1)
+        context = torch.bmm(alpha, memory)  # [n,g,key_dim]
+        return context.reshape(-1, memory.size(-1)), alpha.reshape(-1, alpha.size(-1))
 
     def forward(self, query: Tensor, keys: Tensor, memory: Tensor, mask: Tensor
                 ) -> tuple[Tensor, Tensor]:

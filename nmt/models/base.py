@@ -127,3 +127,33 @@ def reorder_tensors(tensors, index: Tensor):
     if isinstance(tensors, torch.Tensor):
         return tensors.index_select(0, index)
     return type(tensors)(reorder_tensors(t, index) for t in tensors)
+
+
+def regroup_rows(rows: Tensor, index: Tensor, n_src: int) -> tuple[Tensor | None, Tensor, int | None]:
+    """Beam-search bookkeeping for encoder-side tensors shared by the rows of a sentence.
+
+    Decoder rows (beams) point into per-sentence encoder tensors instead of copying them.
+
+    Args:
+        rows: [B] int64, the encoder row of each current decoder row.
+        index: [B'] int64, the decoder rows to keep (``DecoderState.reorder``'s argument).
+        n_src: number of encoder rows now stored.
+
+    Returns:
+        ``used``: [n'] encoder rows still referenced, or None when all are (then the encoder
+        tensors stay as they are; otherwise select ``used`` from them); ``rows`` [B']: the new
+        map into the (selected) encoder rows; ``group``: g when ``rows`` equals
+        ``arange(n').repeat_interleave(g)`` (each sentence's beams consecutive, as beam
+        search lays them out), else None.
+    """
+    rows = rows.index_select(0, index)
+    used, inverse = torch.unique(rows, sorted=True, return_inverse=True)
+    if used.numel() < n_src:
+        n_src, rows = used.numel(), inverse
+    else:
+        used = None
+    group = rows.numel() // n_src if rows.numel() % n_src == 0 else None
+    if group is not None and not torch.equal(
+            rows, torch.arange(n_src, device=rows.device).repeat_interleave(group)):
+        group = None
+    return used, rows, group

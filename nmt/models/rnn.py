@@ -23,28 +23,39 @@ from torch import Tensor, nn
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
 from nmt.models.attention import AdditiveAttention, mask_bias
-from nmt.models.base import DecoderState, Encoded, Seq2Seq
+from nmt.models.base import DecoderState, Encoded, Seq2Seq, regroup_rows
 
 
 class RNNState(DecoderState):
     """Incremental-decoding cache of :class:`BahdanauRNN`.
 
+    The encoder side (keys, memory, bias) is stored once per source sentence and shared by
+    the rows (beams) that decode it, as in :class:`nmt.models.transformer.TransformerState`.
+
     Attributes:
         hidden: s_{i-1} [B, decoder_hidden].
-        keys: U_a h_j [B,S,attention_dim] (projected once per sentence).
-        memory: h_j [B,S,2*encoder_hidden].
-        bias: [B,S] float attention bias, 0 at real source positions, -inf at padding.
+        keys: U_a h_j [n_src,S,attention_dim] (projected once per sentence).
+        memory: h_j [n_src,S,2*encoder_hidden].
+        bias: [n_src,S] float attention bias, 0 at real source positions, -inf at padding.
         steps: target positions consumed so far.
+        rows: [B] int64, source row of each decoder row.
+        group: g when ``rows`` is ``arange(n_src).repeat_interleave(g)``, else None.
     """
 
-    def __init__(self, hidden: Tensor, keys: Tensor, memory: Tensor, bias: Tensor, steps: int):
+    def __init__(self, hidden: Tensor, keys: Tensor, memory: Tensor, bias: Tensor, steps: int,
+                 rows: Tensor | None = None, group: int | None = 1):
         self.hidden, self.keys, self.memory, self.bias, self.steps = hidden, keys, memory, bias, steps
+        self.rows = torch.arange(keys.size(0), device=keys.device) if rows is None else rows
+        self.group = group
 
     def reorder(self, index: Tensor) -> RNNState:
-        """Rows ``index`` [B'] (may repeat) of every cached tensor."""
-        return RNNState(self.hidden.index_select(0, index), self.keys.index_select(0, index),
-                        self.memory.index_select(0, index), self.bias.index_select(0, index),
-                        self.steps)
+        """Rows ``index`` [B'] (may repeat) of the decoder state; encoder side shared."""
+        used, rows, group = regroup_rows(self.rows, index, self.keys.size(0))
+        keys, memory, bias = self.keys, self.memory, self.bias
+        if used is not None:
+            keys, memory, bias = (t.index_select(0, used) for t in (keys, memory, bias))
+        return RNNState(self.hidden.index_select(0, index), keys, memory, bias, self.steps,
+                        rows, group)
 
 
 class BahdanauRNN(Seq2Seq):
@@ -165,13 +176,16 @@ class BahdanauRNN(Seq2Seq):
         # one matmul per step for the recurrent gates and the attention query W_a s_{i-1}
         w_rec, b_rec = self.recurrent.weight, self.recurrent.bias
         w_ctx = self.gru_in_ctx.weight
-        keys, memory, bias = state.keys, state.memory, state.bias
+        keys, memory, bias, group = state.keys, state.memory, state.bias, state.group
+        if group is None:  # rows in no beam layout: gather the encoder side per row
+            keys, memory, bias = (t.index_select(0, state.rows) for t in (keys, memory, bias))
+            group = 1
         s = state.hidden
         states, contexts, alphas = [], [], []
         for i in range(tgt_in.size(1)):
             rec = torch.addmm(b_rec, s, w_rec.t())  # [B, 3n + a]
             gh, query = rec[:, : 3 * n], rec[:, 3 * n:]
-            context, alpha = self.attention.score(query, keys, bias, memory)
+            context, alpha = self.attention.score(query, keys, bias, memory, group)
             gi = torch.addmm(gi_emb[:, i], context, w_ctx.t())
             i_r, i_z, i_n = gi.chunk(3, 1)
             h_r, h_z, h_n = gh.chunk(3, 1)
@@ -193,4 +207,5 @@ class BahdanauRNN(Seq2Seq):
         alignment = torch.stack(alphas, 1) if need_alignment else None
         if not incremental:
             return logits, alignment, None
-        return logits, alignment, RNNState(s, keys, memory, bias, state.steps + tgt_in.size(1))
+        return logits, alignment, RNNState(s, state.keys, state.memory, state.bias,
+                                           state.steps + tgt_in.size(1), state.rows, state.group)

@@ -20,7 +20,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from nmt.models.attention import MultiHeadAttention
-from nmt.models.base import DecoderState, Encoded, Seq2Seq, reorder_tensors
+from nmt.models.base import DecoderState, Encoded, Seq2Seq, regroup_rows, reorder_tensors
 
 
 def sinusoidal_positions(length: int, d_model: int) -> Tensor:
@@ -167,16 +167,10 @@ class TransformerState(DecoderState):
 
     def reorder(self, index: Tensor) -> TransformerState:
         """Rows ``index`` [B'] (may repeat) of the decoder cache; encoder side shared."""
-        rows = self.rows.index_select(0, index)
+        used, rows, group = regroup_rows(self.rows, index, self.src_attn_mask.size(0))
         cross_kv, mask = self.cross_kv, self.src_attn_mask
-        used, inverse = torch.unique(rows, sorted=True, return_inverse=True)
-        if used.numel() < mask.size(0):  # some sentences left: drop their encoder side
-            cross_kv, mask, rows = reorder_tensors(cross_kv, used), mask.index_select(0, used), inverse
-        n_src, n_rows = mask.size(0), rows.numel()
-        group = n_rows // n_src if n_rows % n_src == 0 else None
-        if group is not None and not torch.equal(
-                rows, torch.arange(n_src, device=rows.device).repeat_interleave(group)):
-            group = None
+        if used is not None:  # some sentences left: drop their encoder side
+            cross_kv, mask = reorder_tensors(cross_kv, used), mask.index_select(0, used)
         return TransformerState(cross_kv, mask, reorder_tensors(self.self_kv, index), self.steps,
                                 rows, group)
 
