@@ -270,3 +270,66 @@ def check_compatible(path: str | Path, ckpt: dict, cfg: DictConfig,
             f"{path} was written by an incompatible run ({'; '.join(problems)}). Resume with the "
             "original settings, or start afresh with another run_dir=... (or delete the old one)."
         )
+
+
+# ------------------------------------------------------------------ checkpoint averaging
+def average_checkpoints(paths: list[str | Path]) -> dict:
+    """Average the weights of several checkpoints of one run (Vaswani et al. 2017, section 6.1).
+
+    The Transformer paper's base models "used a single model obtained by averaging the last 5
+    checkpoints"; fairseq and JoeyNMT ship the same tool. Every floating-point tensor of
+    ``model`` is the element-wise mean of the inputs' (accumulated in float64, stored in the
+    input dtype); other tensors (integer buffers) must be equal in all inputs.
+
+    Args:
+        paths: two or more checkpoint files written by ``nmt-train`` for the same model and
+            tokenizer (e.g. the ``step_<k>.pt`` files of one run).
+
+    Returns:
+        An inference checkpoint (``version``, ``model``, ``config``, ``tokenizer``, ``step``,
+        ``epoch``, ``batch_in_epoch`` of the newest input by step, and ``averaged_from``: the
+        input paths). It holds no optimizer or RNG state, so it evaluates and translates
+        (:func:`load_for_inference`) but does not resume training.
+
+    Raises:
+        CheckpointError: fewer than two paths, an unreadable input, or an input whose model
+            config, tokenizer or weight names/shapes differ from the first (names both files).
+    """
+    if len(paths) < 2:
+        raise CheckpointError(f"averaging needs at least two checkpoints, got {len(paths)}: "
+                              f"{', '.join(map(str, paths)) or 'none'}.")
+    first_path = Path(paths[0])
+    first = load_checkpoint(first_path)
+    sums = {name: t.to(torch.float64).clone() if t.is_floating_point() else t
+            for name, t in first["model"].items()}
+    newest = first
+    for path in paths[1:]:
+        ckpt = load_checkpoint(path)
+        problems = _diff(_at(first.get("config") or {}, "model"),
+                         _at(ckpt.get("config") or {}, "model"), "model")
+        if ckpt.get("tokenizer") != first.get("tokenizer"):
+            problems.append("the tokenizer (vocabulary) differs")
+        weights = ckpt["model"]
+        if set(weights) != set(sums):
+            problems.append(f"weight names differ ({sorted(set(weights) ^ set(sums))[:3]} ...)")
+        else:
+            problems += [f"weight {n}: shape {tuple(weights[n].shape)} vs {tuple(sums[n].shape)}"
+                         for n in sums if weights[n].shape != sums[n].shape][:3]
+        if problems:
+            raise CheckpointError(f"{path} cannot be averaged with {first_path}: "
+                                  f"{'; '.join(problems)}. Average checkpoints of one run only.")
+        for name, t in weights.items():
+            if t.is_floating_point():
+                sums[name] += t.to(torch.float64)
+            elif not torch.equal(t, sums[name]):
+                raise CheckpointError(f"{path} cannot be averaged with {first_path}: the integer "
+                                      f"tensor {name} differs (only float weights are averaged).")
+        if ckpt.get("step", 0) >= newest.get("step", 0):
+            newest = ckpt
+    dtypes = {name: t.dtype for name, t in first["model"].items()}
+    model = {name: (t / len(paths)).to(dtypes[name]) if t.is_floating_point() else t
+             for name, t in sums.items()}
+    return {"version": CHECKPOINT_VERSION, "model": model, "config": newest["config"],
+            "tokenizer": newest["tokenizer"], "step": newest.get("step", 0),
+            "epoch": newest.get("epoch", 0), "batch_in_epoch": newest.get("batch_in_epoch", 0),
+            "averaged_from": [str(p) for p in paths]}
