@@ -91,9 +91,11 @@ def test_cli_refuses_bad_selections_with_exit_2(run_dir, capsys, args, message):
     assert message in " ".join(capsys.readouterr().err.split())
 
 
-def test_neither_or_both_sources_is_refused(run_dir, capsys):
+def test_neither_or_both_sources_or_a_missing_run_dir_is_refused(run_dir, tmp_path, capsys):
     assert cli_average.main(["out=x.pt"]) == 2
     assert "either run_dir=DIR" in capsys.readouterr().err
+    assert cli_average.main([f"run_dir={tmp_path / 'nope'}"]) == 2
+    assert "no checkpoints/ directory there" in " ".join(capsys.readouterr().err.split())
 
 
 def test_checkpoints_of_another_model_are_refused_naming_both_files(run_dir, tmp_path):

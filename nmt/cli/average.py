@@ -46,6 +46,9 @@ def select_checkpoints(cfg: DictConfig) -> tuple[list[Path], Path]:
         if not isinstance(last, int) or isinstance(last, bool) or last < 2:
             raise ConfigError(f"last={last!r} must be an integer >= 2 (checkpoints to average).")
         manager = CheckpointManager(Path(cfg.run_dir) / "checkpoints", keep_last=0)
+        if not manager.directory.is_dir():
+            raise ConfigError(f"run_dir={cfg.run_dir}: no checkpoints/ directory there; give the "
+                              "run_dir of a training run (nmt-train run_dir=...).")
         have = manager.step_files()
         if len(have) < last:
             names = ", ".join(p.name for p in have) or "none"
