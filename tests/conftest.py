@@ -12,6 +12,9 @@ Data fixtures (reuse them instead of writing corpora by hand):
                     own with ``compose_config(tiny_overrides + ["model=rnn", ...])``.
 ``multi30k_root``   path of the real Multi30k files (``$NMT_DATA_ROOT`` or
                     ``<repo>/../shared/data/multi30k``); the test is skipped when absent.
+
+Helpers (plain functions): ``make_pairs``, ``write_corpus``, and ``tiny_transformer(root,
+n_test)`` for a dim-16 model with its config and tokenizer (checkpoint fixtures build on it).
 """
 
 from __future__ import annotations
@@ -76,6 +79,26 @@ def write_corpus(root: Path, sizes: dict[str, int] | None = None) -> Path:
         (root / f"{split}.de").write_text("".join(p[0] + "\n" for p in pairs), encoding="utf-8")
         (root / f"{split}.en").write_text("".join(p[1] + "\n" for p in pairs), encoding="utf-8")
     return root
+
+
+def tiny_transformer(root: Path, n_test: int):
+    """A dim-16, one-layer Transformer over a generated corpus under ``root``: writes
+    ``root/corpus`` (100 train pairs, ``n_test`` test pairs), trains a 100-piece tokenizer
+    into ``root/cache`` and returns ``(cfg, tokenizer, model)`` (model freshly initialized
+    from torch's current RNG state)."""
+    from nmt.config import compose_config
+    from nmt.data.corpus import read_parallel
+    from nmt.data.tokenizer import train_or_load_tokenizer
+    from nmt.models import build_model
+
+    corpus = write_corpus(root / "corpus", {"train": 100, "test": n_test})
+    cfg = compose_config([f"data.root={corpus}", f"data.cache_dir={root / 'cache'}",
+                          "data.test_split=test", "data.tokenizer.vocab_size=100",
+                          "model.d_model=16", "model.heads=2", "model.ff_dim=32",
+                          "model.encoder_layers=1", "model.decoder_layers=1"])
+    src, tgt = read_parallel(cfg.data, "train")
+    tok = train_or_load_tokenizer(cfg.data.tokenizer, "de", "en", src, tgt, cfg.data.cache_dir)
+    return cfg, tok, build_model(cfg.model, tok.src_vocab_size, tok.tgt_vocab_size)
 
 
 @pytest.fixture

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import write_corpus
+from conftest import tiny_transformer
 from omegaconf import OmegaConf
 
 from nmt.cli import average as cli_average
@@ -23,20 +23,8 @@ from nmt.training.checkpoint import (
 def run_dir(tmp_path_factory) -> Path:
     """A run directory with step_1/2/3.pt of one tiny Transformer whose float weights are
     the constants 1, 2 and 6 (integer buffers, if any, untouched)."""
-    from nmt.config import compose_config
-    from nmt.data.corpus import read_parallel
-    from nmt.data.tokenizer import train_or_load_tokenizer
-    from nmt.models import build_model
-
     root = tmp_path_factory.mktemp("avg")
-    corpus = write_corpus(root / "corpus", {"train": 100, "test": 6})
-    cfg = compose_config([f"data.root={corpus}", f"data.cache_dir={root / 'cache'}",
-                          "data.test_split=test", "data.tokenizer.vocab_size=100",
-                          "model.d_model=16", "model.heads=2", "model.ff_dim=32",
-                          "model.encoder_layers=1", "model.decoder_layers=1"])
-    src, tgt = read_parallel(cfg.data, "train")
-    tok = train_or_load_tokenizer(cfg.data.tokenizer, "de", "en", src, tgt, cfg.data.cache_dir)
-    model = build_model(cfg.model, tok.src_vocab_size, tok.tgt_vocab_size)
+    cfg, tok, model = tiny_transformer(root, n_test=6)
     for step, value in ((1, 1.0), (2, 2.0), (3, 6.0)):
         weights = {k: torch.full_like(v, value) if v.is_floating_point() else v.clone()
                    for k, v in model.state_dict().items()}

@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from conftest import REPO_ROOT, write_corpus
+from conftest import REPO_ROOT, tiny_transformer, write_corpus
 from omegaconf import OmegaConf
 
 from nmt.cli import evaluate as cli_evaluate
@@ -25,22 +25,11 @@ from nmt.evaluation import load_alignments
 @pytest.fixture(scope="module")
 def ckpt(tmp_path_factory) -> Path:
     """A tiny (dim-16) untrained Transformer checkpoint with its tokenizer and data config."""
-    from nmt.config import compose_config
-    from nmt.data.corpus import read_parallel
-    from nmt.data.tokenizer import train_or_load_tokenizer
-    from nmt.models import build_model
     from nmt.training.checkpoint import save_atomic
 
     root = tmp_path_factory.mktemp("cli")
-    corpus = write_corpus(root / "corpus", {"train": 100, "test": 12})
-    cfg = compose_config([f"data.root={corpus}", f"data.cache_dir={root / 'cache'}",
-                          "data.test_split=test", "data.tokenizer.vocab_size=100",
-                          "model.d_model=16", "model.heads=2", "model.ff_dim=32",
-                          "model.encoder_layers=1", "model.decoder_layers=1"])
-    src, tgt = read_parallel(cfg.data, "train")
-    tok = train_or_load_tokenizer(cfg.data.tokenizer, "de", "en", src, tgt, cfg.data.cache_dir)
     torch.manual_seed(0)
-    model = build_model(cfg.model, tok.src_vocab_size, tok.tgt_vocab_size)
+    cfg, tok, model = tiny_transformer(root, n_test=12)
     path = root / "run" / "checkpoints" / "best.pt"
     save_atomic({"version": 1, "model": model.state_dict(),
                  "config": OmegaConf.to_container(cfg, resolve=True), "tokenizer": tok.state_dict(),
