@@ -1,27 +1,38 @@
 """One typed config tree, composed by Hydra from ``configs/`` and validated once.
 
-The YAML files under ``configs/`` hold every default, each in exactly one place. The
-dataclasses below hold only the *types* (all fields ``MISSING``): merging the composed
-YAML into them makes OmegaConf reject a non-numeric ``train.max_steps=abc`` or an unknown
-key, and :func:`validate` adds the range checks that types cannot express. Every problem
-becomes a :class:`ConfigError` whose message says which key to change and how.
+The YAML files under ``configs/`` (installed as the package ``nmt.configs``, found through
+the search path :data:`CONFIG_PATH`) hold every default, each in exactly one place. The
+dataclasses below hold only the *types* (all fields ``MISSING``). They are registered in
+Hydra's ConfigStore (``nmt_train``, ``nmt_evaluate``, ...) and each primary config lists its
+schema first in its defaults list, so Hydra itself rejects a non-numeric
+``train.max_steps=abc`` or an unknown key (also one added with ``+key=...``, which appends a
+key that the schema does not have). :func:`validate` adds the range checks that types cannot
+express. Every problem becomes a :class:`ConfigError` whose message says which key to change.
 
-Usage::
+Usage (tests, scripts, notebooks; the ``nmt-*`` tools are ``hydra.main`` applications)::
 
     cfg = compose_config(["model=rnn", "train.max_steps=100"])   # validated DictConfig
+
+Checkpoints store the resolved config as plain containers with :data:`CONFIG_VERSION`;
+:func:`upgrade_config` brings an old one up to date (migrations, then the current
+defaults for every key it lacks), so adding a key never makes old checkpoints unloadable.
 """
 
 from __future__ import annotations
 
-import os
+import copy
+import dataclasses
+import functools
+import hashlib
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from omegaconf import MISSING, DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-CONFIG_DIR = Path(os.environ.get("NMT_CONFIG_DIR", Path(__file__).resolve().parents[1] / "configs"))
+CONFIG_MODULE = "nmt.configs"
+CONFIG_PATH = f"pkg://{CONFIG_MODULE}"   # config_path of every hydra.main entry point
 
 
 class ConfigError(ValueError):
@@ -73,6 +84,7 @@ class TokenizerSchema:
     vocab_size: int = MISSING
     character_coverage: float = MISSING
     joint: bool = MISSING
+    model: str | None = MISSING
 
 
 @dataclass
@@ -118,6 +130,8 @@ class TrainSchema:
     compile: bool = MISSING
     early_stopping_patience: int | None = MISSING
     keep_last: int = MISSING
+    resume: str = MISSING
+    init_from: str | None = MISSING
 
 
 @dataclass
@@ -128,6 +142,118 @@ class SearchSchema:
     max_len_b: int = MISSING
     batch_sentences: int = MISSING
     n_best: int = MISSING
+
+
+# Primary configs of the tools (configs/<name>.yaml lists its schema first).
+@dataclass
+class TrainConfig:
+    model: Any = MISSING                 # TransformerSchema or RNNSchema: see validate_model
+    data: DataSchema = field(default_factory=DataSchema)
+    train: TrainSchema = field(default_factory=TrainSchema)
+    search: SearchSchema = field(default_factory=SearchSchema)
+    run_dir: str = MISSING
+    device: str = MISSING
+
+
+@dataclass
+class DataRootOverride:
+    root: str | None = MISSING
+
+
+@dataclass
+class EvaluateConfig(SearchSchema):
+    checkpoint: str = MISSING
+    split: str | None = MISSING
+    data: DataRootOverride = field(default_factory=DataRootOverride)
+    src_file: str | None = MISSING
+    ref_file: str | None = MISSING
+    out_dir: str | None = MISSING
+    save_alignments: bool = MISSING
+    device: str = MISSING
+
+
+@dataclass
+class TranslateConfig(SearchSchema):
+    checkpoint: str = MISSING
+    input: str | None = MISSING
+    output: str | None = MISSING
+    device: str = MISSING
+
+
+@dataclass
+class PlotConfig:
+    alignments: str = MISSING
+    index: Any = MISSING                 # int, "all" or "start:stop"
+    out: str = MISSING
+    cmap: str = MISSING
+    dpi: int = MISSING
+
+
+@dataclass
+class AverageConfig:
+    run_dir: str | None = MISSING
+    last: int = MISSING
+    checkpoints: list[str] | None = MISSING
+    out: str | None = MISSING
+
+
+TOOL_SCHEMAS: dict[str, type] = {"nmt_train": TrainConfig, "nmt_evaluate": EvaluateConfig,
+                                 "nmt_translate": TranslateConfig, "nmt_plot": PlotConfig,
+                                 "nmt_average": AverageConfig}
+
+
+# Keys that never name a sweep job's directory (paths, and where it runs).
+DIRNAME_EXCLUDED_KEYS = ("run_dir", "device", "data.root", "data.cache_dir",
+                         "data.tokenizer.model", "train.init_from")
+
+
+def _fixed_overrides(argv: list[str]) -> set[str]:
+    """The overrides of a sweep's command line that are the same for every job (no sweep)."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    parser, fixed = OverridesParser.create(), set()
+    for arg in argv:
+        if arg.startswith("-"):
+            continue
+        try:
+            if not parser.parse_override(arg).is_sweep_override():
+                fixed.add(arg)
+        except Exception:  # not an override: Hydra reports it elsewhere
+            continue
+    return fixed
+
+
+def job_dirname(task_overrides: Any, limit: int = 120) -> str:
+    """A sweep job's directory name (``hydra.sweep.subdir``) from its overrides.
+
+    Keeps the overrides that vary between the jobs: the job's own (``hydra.overrides.task``)
+    less those given with one value on the sweep's command line, and less
+    :data:`DIRNAME_EXCLUDED_KEYS`; sorted and joined as Hydra's ``override_dirname``
+    (``train.lr=0.001,train.warmup_steps=300``). A ``/`` becomes ``_``; a name longer than
+    ``limit`` characters is cut and given an 8-character hash of the whole, so two jobs never
+    share a directory and names stay under the 255-byte limit; no override gives ``default``.
+    """
+    import sys
+
+    fixed = _fixed_overrides(sys.argv[1:])
+    own = sorted(str(o) for o in task_overrides if str(o) not in fixed and
+                 str(o).split("=", 1)[0].lstrip("+~") not in DIRNAME_EXCLUDED_KEYS)
+    name = ",".join(own).replace("/", "_") or "default"
+    if len(name) > limit:
+        name = f"{name[:limit]}..{hashlib.sha256(name.encode()).hexdigest()[:8]}"
+    return name
+
+
+def register_configs() -> None:
+    """Put the tool schemas into Hydra's ConfigStore and the ``nmt.dirname`` resolver into
+    OmegaConf (idempotent; done when this module is imported)."""
+    from hydra.core.config_store import ConfigStore
+
+    store = ConfigStore.instance()
+    for name, schema in TOOL_SCHEMAS.items():
+        store.store(name=name, node=schema)
+    if not OmegaConf.has_resolver("nmt.dirname"):
+        OmegaConf.register_new_resolver("nmt.dirname", job_dirname)
 
 
 # ------------------------------------------------------------------------- checks
@@ -263,8 +389,17 @@ def validate(cfg: DictConfig) -> DictConfig:
     _positive(out, "train.warmup_steps", "train.clip_grad_norm", "train.weight_decay",
               "train.keep_last", "train.min_lr", allow_zero=True)
     _unit_interval(out, "train.label_smoothing")
-    if len(out.train.betas) != 2:
-        raise ConfigError(f"train.betas={list(out.train.betas)} must hold two numbers, e.g. [0.9,0.98].")
+    _choice(out, "train.resume", ("auto", "force"))
+    if len(out.train.betas) != 2 or not all(0.0 <= b < 1.0 for b in out.train.betas):
+        raise ConfigError(f"train.betas={list(out.train.betas)} must hold two numbers in [0, 1), "
+                          "e.g. train.betas=[0.9,0.98] (Adam's beta1, beta2).")
+    _positive(out, "train.eps")
+    if not 0.0 < out.train.plateau_factor < 1.0:
+        raise ConfigError(f"train.plateau_factor={out.train.plateau_factor} must lie in (0, 1): "
+                          "the learning rate is multiplied by it on a plateau.")
+    if out.train.init_from and out.data.tokenizer.model:
+        raise ConfigError("train.init_from and data.tokenizer.model both name a tokenizer: a "
+                          "fine-tuning run uses its checkpoint's tokenizer, so drop data.tokenizer.model.")
     if out.model.tie_embeddings and not out.data.tokenizer.joint:
         raise ConfigError(
             "model.tie_embeddings=true needs one vocabulary for both sides, but "
@@ -290,34 +425,151 @@ def _merge_typed(schema: type, section: Any, where: str) -> DictConfig:
 
 
 # ------------------------------------------------------------------------ compose
+def _hydra_error_message(err: BaseException) -> str:
+    """Hydra/OmegaConf error text as one line, without the config search path dump."""
+    text = str(err)
+    cause = err.__cause__
+    if isinstance(cause, OmegaConfBaseException) and str(cause).split("\n")[0] not in text:
+        text += ". " + str(cause).split("\n")[0]
+    return " ".join(text.split("Config search path")[0].split())
+
+
 def compose_config(overrides: list[str] | tuple[str, ...] = (), config_name: str = "config",
-                   validate_fn=validate) -> DictConfig:
+                   validate_fn: Callable[[DictConfig], DictConfig] | None = validate) -> DictConfig:
     """Compose ``configs/<config_name>.yaml`` with Hydra overrides and validate it.
+
+    For tests, scripts and notebooks; the tools themselves are ``hydra.main`` applications.
+    A caller's own Hydra context (a ``hydra.initialize`` block, or a running ``hydra.main``
+    job) is left as it was: this function composes in a private one and restores the
+    caller's afterwards.
 
     Args:
         overrides: Hydra override strings, e.g. ``["model=rnn", "train.max_steps=10"]``.
-        config_name: primary config (``config``, ``evaluate``, ``translate``, ``plot``).
+        config_name: primary config (``config``, ``evaluate``, ``translate``, ``plot``, ``average``).
         validate_fn: checker applied to the composed config (``None``: return unchecked).
+
+    Returns:
+        The composed config with interpolations resolved (``validate_fn``'s result).
 
     Raises:
         ConfigError: unknown group option, unknown key, bad override syntax or invalid value.
     """
-    from hydra import compose, initialize_config_dir
+    from hydra import compose, initialize_config_module
     from hydra.core.global_hydra import GlobalHydra
+    from hydra.core.singleton import Singleton
+    from hydra.core.utils import JobRuntime
     from hydra.errors import HydraException
 
-    GlobalHydra.instance().clear()
+    register_configs()
+    saved = {cls: Singleton._instances.pop(cls) for cls in (GlobalHydra, JobRuntime)
+             if cls in Singleton._instances}
     try:
-        with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base="1.3"):
+        with initialize_config_module(config_module=CONFIG_MODULE, version_base="1.3"):
             cfg = compose(config_name=config_name, overrides=list(overrides))
-    except (HydraException, OmegaConfBaseException) as err:
-        msg = " ".join(str(err).split("Config search path")[0].split())
-        raise ConfigError(f"Could not build the config from overrides {list(overrides)}: {msg}") from None
+    except (HydraException, OmegaConfBaseException, ValueError) as err:
+        raise ConfigError(f"Could not build the config from overrides {list(overrides)}: "
+                          f"{_hydra_error_message(err)}") from None
     finally:
-        GlobalHydra.instance().clear()
-    # Resolve interpolations now (run_dir, env vars) so saved configs are self-contained.
+        for cls in (GlobalHydra, JobRuntime):
+            Singleton._instances.pop(cls, None)
+        Singleton._instances.update(saved)
+    return finish_config(cfg, validate_fn)
+
+
+def _unknown_keys(node: Any, prefix: str = "") -> list[str]:
+    """Dotted keys under ``node`` that its schema (dataclass) does not have.
+
+    Hydra's ``+key=value`` appends such a key to a typed node (it opens the node first);
+    no tool would read it, so it is an error rather than silently ignored.
+    """
+    if not isinstance(node, DictConfig):
+        return []
+    schema = OmegaConf.get_type(node)
+    allowed = ({f.name for f in dataclasses.fields(schema)} if dataclasses.is_dataclass(schema)
+               else None)
+    out = []
+    for key in node.keys():
+        path = f"{prefix}{key}"
+        if allowed is not None and key not in allowed:
+            out.append(path)
+        elif not OmegaConf.is_missing(node, key):
+            out += _unknown_keys(node._get_node(key), f"{path}.")
+    return out
+
+
+def finish_config(cfg: DictConfig, validate_fn: Callable[[DictConfig], DictConfig] | None = validate
+                  ) -> DictConfig:
+    """Resolve interpolations (run_dir, environment variables) and validate.
+
+    Used on what Hydra composed, by :func:`compose_config` and by the tools' ``hydra.main``
+    task functions alike, so saved configs are self-contained.
+
+    Raises:
+        ConfigError: an interpolation cannot be resolved, or ``validate_fn`` rejects the config.
+    """
+    cfg = copy.deepcopy(cfg)
     try:
         OmegaConf.resolve(cfg)
     except OmegaConfBaseException as err:
-        raise ConfigError(f"Could not resolve the config: {err}") from None
+        raise ConfigError(f"Could not resolve the config: {_hydra_error_message(err)}") from None
+    unknown = _unknown_keys(cfg)
+    if unknown:
+        raise ConfigError(f"{unknown[0]} is not a setting of this tool (added with +{unknown[0]}=...?): "
+                          "see --help for the keys there are.")
     return validate_fn(cfg) if validate_fn is not None else cfg
+
+
+# ------------------------------------------------------------------ checkpoint configs
+# Version of the config layout stored in checkpoints (``config_version``). When a key is
+# renamed, moved or given a meaning that old values do not have, bump it and add a function
+# here that turns a plain config dict of version k into one of version k + 1. A key that is
+# only added needs no migration: :func:`upgrade_config` fills it with today's default.
+CONFIG_VERSION = 1
+MIGRATIONS: dict[int, Callable[[dict], dict]] = {}
+
+
+@functools.lru_cache(maxsize=8)
+def _defaults_for(model_name: str) -> DictConfig:
+    return compose_config([f"model={model_name}"], validate_fn=None)
+
+
+def upgrade_config(saved: Mapping, version: int | None = None) -> DictConfig:
+    """Bring a config saved in a checkpoint up to this version of nmt.
+
+    Applies :data:`MIGRATIONS` from ``version`` (absent: 1) to :data:`CONFIG_VERSION`, then
+    merges the result over the current defaults of its model (``configs/config.yaml`` with
+    ``model=<its name>``), so every key added since the checkpoint was written gets its default.
+
+    Args:
+        saved: the plain config dict of a checkpoint (``ckpt["config"]``).
+        version: the checkpoint's ``config_version``.
+
+    Returns:
+        A resolved ``DictConfig`` with every current key.
+
+    Raises:
+        ConfigError: the checkpoint is from a newer nmt (unknown version or key), or names no
+            known model.
+    """
+    version = 1 if version is None else int(version)
+    if version > CONFIG_VERSION:
+        raise ConfigError(f"the checkpoint's config has version {version}, newer than this nmt "
+                          f"understands ({CONFIG_VERSION}): upgrade nmt to read it.")
+    tree = copy.deepcopy(dict(saved))
+    for v in range(version, CONFIG_VERSION):
+        tree = MIGRATIONS[v](tree)
+    name = (tree.get("model") or {}).get("name")
+    if name not in MODEL_SCHEMAS:
+        raise ConfigError(f"the checkpoint's config names model.name={name!r}, which this nmt "
+                          f"does not know ({', '.join(MODEL_SCHEMAS)}).")
+    try:
+        merged = OmegaConf.merge(_defaults_for(name), tree)
+    except OmegaConfBaseException as err:
+        key = getattr(err, "full_key", None) or "?"
+        raise ConfigError(f"the checkpoint's config has the key {key}, which this nmt does not "
+                          "know: it was written by a newer or a modified nmt.") from None
+    OmegaConf.set_struct(merged, False)
+    return merged
+
+
+register_configs()

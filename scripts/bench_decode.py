@@ -73,7 +73,7 @@ def main(argv: list[str] | None = None) -> int:
     def run(cfg) -> int:
         from nmt.cli.evaluate import load_texts
         from nmt.evaluation.evaluate import evaluate_split
-        from nmt.training.checkpoint import load_for_inference
+        from nmt.inference.loader import load_for_inference
 
         device = resolve_device(cfg.device)
         if random_name:

@@ -10,11 +10,11 @@ from conftest import tiny_transformer
 from omegaconf import OmegaConf
 
 from nmt.cli import average as cli_average
+from nmt.inference.loader import load_for_inference
 from nmt.training.checkpoint import (
     CheckpointError,
     average_checkpoints,
     load_checkpoint,
-    load_for_inference,
     save_atomic,
 )
 

@@ -8,13 +8,13 @@ import torch
 
 import nmt.training.checkpoint as ckpt_mod
 from nmt.config import compose_config
+from nmt.inference.loader import load_for_inference
 from nmt.training.checkpoint import (
     CheckpointError,
     CheckpointManager,
     batch_order_changes,
     check_compatible,
     load_checkpoint,
-    load_for_inference,
     rng_state,
     save_atomic,
     set_rng_state,

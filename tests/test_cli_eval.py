@@ -18,7 +18,7 @@ from omegaconf import OmegaConf
 from nmt.cli import evaluate as cli_evaluate
 from nmt.cli import plot as cli_plot
 from nmt.cli import translate as cli_translate
-from nmt.cli.common import run_cli
+from nmt.cli.common import run_task
 from nmt.evaluation import load_alignments
 
 
@@ -78,7 +78,7 @@ def test_evaluate_file_pair_and_data_root_override(ckpt, tmp_path):
     (["checkpoint=x.pt", "beam_size=0"], "beam_size=0"),
     (["checkpoint=x.pt", "beam_size=2", "n_best=3"], "n_best=3 exceeds"),
     (["checkpoint=x.pt", "nonsense=1"], "nonsense"),
-    (["stray_argument"], "not an override"),
+    (["stray_argument"], "Error parsing override 'stray_argument'"),
 ])
 def test_evaluate_user_errors_exit_2(args, message, capsys):
     assert cli_evaluate.main(args) == 2
@@ -95,15 +95,18 @@ def test_evaluate_missing_split_file_is_a_corpus_error(ckpt, tmp_path, capsys):
 def test_help_prints_usage_and_config(capsys):
     assert cli_evaluate.main(["--help", "beam_size=7"]) == 0
     out = capsys.readouterr().out
-    assert out.startswith("usage: nmt-evaluate") and "beam_size: 7" in out and "checkpoint: ???" in out
+    assert out.startswith("nmt-evaluate: translate") and "beam_size: 7" in out
+    assert "checkpoint: ???" in out and "--cfg job|hydra|all" in out
 
 
-def test_run_cli_propagates_bugs():
+def test_run_task_propagates_bugs():
+    from omegaconf import OmegaConf
+
     def boom(cfg):
         raise RuntimeError("bug")
 
     with pytest.raises(RuntimeError, match="bug"):
-        run_cli(boom, [], config_name="plot", usage="x")
+        run_task(OmegaConf.create({}), boom, prog="x", validate_fn=None)
 
 
 def test_translate_matches_evaluate_and_n_best_format(ckpt, tmp_path):
@@ -127,7 +130,7 @@ def test_translate_matches_evaluate_and_n_best_format(ckpt, tmp_path):
 
 def test_translate_streams_chunk_by_chunk(ckpt):
     """Output of the first chunk is written before the second chunk is read."""
-    from nmt.training.checkpoint import load_for_inference
+    from nmt.inference.loader import load_for_inference
 
     model, tok, _ = load_for_inference(ckpt)
     out = io.StringIO()

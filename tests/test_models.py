@@ -7,7 +7,7 @@ import torch
 import torch.nn.functional as F
 from omegaconf import OmegaConf
 
-from nmt.config import CONFIG_DIR, ConfigError
+from nmt.config import ConfigError, compose_config
 from nmt.models import BahdanauRNN, Transformer, build_model
 
 V_SRC, V_TGT = 23, 23
@@ -30,7 +30,7 @@ IDS = ["transformer-pre", "transformer-post", "rnn-maxout", "rnn-2layer"]
 
 
 def model_cfg(name, **overrides):
-    cfg = OmegaConf.load(CONFIG_DIR / "model" / f"{name}.yaml")
+    cfg = compose_config([f"model={name}"], validate_fn=None).model
     return OmegaConf.merge(cfg, TINY[name], overrides)
 
 

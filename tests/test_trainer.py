@@ -15,7 +15,8 @@ from omegaconf import OmegaConf
 
 from nmt.cli.train import main
 from nmt.config import compose_config
-from nmt.training.checkpoint import load_checkpoint, load_for_inference
+from nmt.inference.loader import load_for_inference
+from nmt.training.checkpoint import load_checkpoint
 from nmt.training.trainer import KILL_ENV, train
 
 REPO = Path(__file__).resolve().parents[1]
@@ -148,21 +149,29 @@ def test_bad_input_stops_with_one_paragraph_and_status_2(overrides, tmp_path, ca
 def test_incompatible_checkpoint_is_refused(overrides, tmp_path, capsys):
     args = overrides + TINY_MODEL + TINY_TRAIN + ["train.max_steps=1"]
     assert main(args) == 0
+    # Any changed setting is refused before anything is written, naming the key ...
     assert main(args + ["model.ff_dim=64"]) == 2
+    err = " ".join(capsys.readouterr().err.split())
+    assert "holds a run with other settings" in err and "model.ff_dim: checkpoint has 32, now 64" in err
+    assert "train.resume=force" in err
+    # ... and with train.resume=force a model or vocabulary change is still impossible.
+    force = ["train.resume=force"]
+    assert main(args + ["model.ff_dim=64"] + force) == 2
     err = capsys.readouterr().err
     assert "incompatible" in err and "model.ff_dim: checkpoint has 32, now 64" in err
-    assert main(args + ["data.tokenizer.vocab_size=100"]) == 2
+    assert main(args + ["data.tokenizer.vocab_size=100"] + force) == 2
     assert "data.tokenizer.vocab_size" in capsys.readouterr().err
 
     # Other training data -> another tokenizer: refused, and run_dir/tokenizer is untouched.
     tok_dir = tmp_path / "run" / "tokenizer"
     before = {p.name: p.read_bytes() for p in tok_dir.iterdir()}
-    assert main(args + ["data.max_train_pairs=120"]) == 2
+    assert main(args + ["data.max_train_pairs=120"] + force) == 2
     assert "another tokenizer" in " ".join(capsys.readouterr().err.split())   # wrapped
     assert {p.name: p.read_bytes() for p in tok_dir.iterdir()} == before
 
-    # A changed batch order is allowed but named in a warning.
-    assert main(args[:-1] + ["train.max_steps=2", "train.seed=7", "train.batch_tokens=300"]) == 0
+    # A changed batch order is allowed with force but named in a warning.
+    assert main(args[:-1] + ["train.max_steps=2", "train.seed=7", "train.batch_tokens=300"]
+                + force) == 0
     err = " ".join(capsys.readouterr().err.split())
     assert "WARNING" in err and "change the batch order" in err
     assert "train.seed: checkpoint has 1234, now 7" in err

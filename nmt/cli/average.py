@@ -14,13 +14,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import hydra
 from omegaconf import DictConfig
 
-from nmt.cli.common import run_cli
-from nmt.config import ConfigError
-
-USAGE = ("nmt-average run_dir=DIR [last=5] [out=FILE.pt]\n"
-         "       nmt-average checkpoints='[A.pt,B.pt,...]' out=FILE.pt")
+from nmt.cli.common import run_app, run_task
+from nmt.config import CONFIG_PATH, ConfigError
 
 
 def select_checkpoints(cfg: DictConfig) -> tuple[list[Path], Path]:
@@ -75,10 +73,15 @@ def _run(cfg: DictConfig) -> int:
     return 0
 
 
+@hydra.main(version_base="1.3", config_path=CONFIG_PATH, config_name="average")
+def app(cfg: DictConfig) -> None:
+    """The Hydra task function of ``nmt-average``."""
+    run_task(cfg, _run, prog="nmt-average", validate_fn=None)
+
+
 def main(argv: list[str] | None = None) -> int:
     """Console entry point ``nmt-average``; returns the exit status (2 on user errors)."""
-    return run_cli(_run, argv, config_name="average", usage=USAGE, validate_fn=None,
-                   prog="nmt-average")
+    return run_app(app, argv, config_name="average", prog="nmt-average", validate_fn=None)
 
 
 if __name__ == "__main__":

@@ -1,34 +1,31 @@
-"""Shared plumbing of the ``nmt-*`` command-line tools.
+"""Shared plumbing of the ``nmt-*`` command-line tools, which are Hydra applications.
 
-Every CLI takes Hydra-style ``key=value`` overrides (``model=rnn train.max_steps=10``),
-composes its primary config from ``configs/<config_name>.yaml`` through
-:func:`nmt.config.compose_config`, and runs. Usage from a CLI module::
+Each tool is a ``hydra.main`` task function over its primary config in ``configs/``
+(installed as ``nmt.configs``) plus a ``main(argv)`` that the console script calls::
 
-    from nmt.cli.common import run_cli
-
-    USAGE = "nmt-evaluate checkpoint=PATH [split=NAME] [beam_size=5] [out_dir=DIR] ..."
-
-    def _run(cfg: DictConfig) -> int | None:
-        ...                       # do the work; return an exit status (None = 0)
+    @hydra.main(version_base="1.3", config_path=CONFIG_PATH, config_name="evaluate")
+    def app(cfg: DictConfig) -> None:
+        run_task(cfg, _run, prog="nmt-evaluate", validate_fn=_check)
 
     def main(argv: list[str] | None = None) -> int:
-        return run_cli(_run, argv, config_name="evaluate", usage=USAGE, validate_fn=_check)
+        return run_app(app, argv, config_name="evaluate", prog="nmt-evaluate", validate_fn=_check)
 
-    if __name__ == "__main__":
-        raise SystemExit(main())
+So everything Hydra documents works: ``-m/--multirun`` sweeps, ``--cfg job|hydra|all``,
+``--info``, ``-cp/-cn/-cd``, ``hydra.*`` overrides, ``--shell-completion`` and ``--help``
+(which lists the config groups and their options, then the composed config).
 
-Behaviour shared by all tools:
-
-* ``-h`` / ``--help`` prints the usage line and the composed config (with any other
-  overrides applied, so ``nmt-train model=rnn --help`` shows the RNN defaults) and exits 0.
-* A user error -- :class:`nmt.config.ConfigError`, ``nmt.data.corpus.CorpusError``,
-  :class:`nmt.training.checkpoint.CheckpointError` -- is printed as one paragraph
-  ``<prog>: error: <message>`` on stderr and the tool exits with status 2 (no traceback).
-  Any other exception is a bug and propagates with its traceback.
+User errors -- :class:`nmt.config.ConfigError`, ``nmt.data.corpus.CorpusError``,
+``nmt.training.checkpoint.CheckpointError`` -- are printed as one paragraph
+``<prog>: error: <message>`` on stderr with exit status 2, never a traceback; that holds for
+what Hydra cannot compose too (a typo in a key or a group option), which :func:`run_app`
+checks before handing the command line to Hydra. Any other exception is a bug and
+propagates with its traceback.
 """
 
 from __future__ import annotations
 
+import os
+import shlex
 import sys
 import tempfile
 import textwrap
@@ -37,11 +34,11 @@ from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
-from nmt.config import ConfigError, compose_config, validate, validate_search
+from nmt.config import ConfigError, compose_config, finish_config, validate_search
 from nmt.runtime import tune_malloc
 
 EXIT_USER_ERROR = 2
-_DEFAULT = object()
+Validator = Callable[[DictConfig], DictConfig] | None
 
 
 def user_error_types() -> tuple[type[BaseException], ...]:
@@ -62,93 +59,96 @@ def user_error_types() -> tuple[type[BaseException], ...]:
 
 
 def print_error(prog: str, err: BaseException | str) -> None:
-    """Print ``<prog>: error: <message>`` as one wrapped paragraph to stderr."""
+    """Print ``<prog>: error: <message>`` as one wrapped paragraph to stderr.
+
+    Under ``torchrun`` only rank 0 prints: every rank raises the same error
+    (:func:`nmt.training.distributed.collective_errors`), and one paragraph is enough.
+    """
+    if os.environ.get("RANK", "0") != "0":
+        return
     message = " ".join(str(err).split())
     # Wrap at spaces only: paths such as /tmp/pytest-of-x must stay whole for copy-paste.
     print(textwrap.fill(f"{prog}: error: {message}", width=100, break_on_hyphens=False,
                         break_long_words=False), file=sys.stderr)
 
 
-def check_overrides(argv: Sequence[str]) -> list[str]:
-    """Return ``argv`` as a list after checking every item looks like ``key=value``.
+def run_task(cfg: DictConfig, body: Callable[[DictConfig], int | None], *, prog: str,
+             validate_fn: Validator) -> None:
+    """The body of a tool's ``hydra.main`` task function.
 
-    Raises:
-        ConfigError: an argument without ``=`` (e.g. a bare file name or ``--beam 5``).
+    Resolves and validates Hydra's config (:func:`nmt.config.finish_config`), calls
+    ``body(cfg)``, and turns a user error into one paragraph and ``SystemExit(2)``; a
+    non-zero status from ``body`` becomes ``SystemExit(status)``.
     """
-    for arg in argv:
-        if arg.startswith("-") or ("=" not in arg and not arg.startswith("~")):
-            raise ConfigError(
-                f"argument {arg!r} is not an override: arguments are key=value pairs, "
-                "e.g. checkpoint=runs/tf/checkpoints/best.pt beam_size=5 (see --help)."
-            )
-    return list(argv)
-
-
-def run_cli(run: Callable[[DictConfig], int | None], argv: Sequence[str] | None = None, *,
-            config_name: str, usage: str, validate_fn=_DEFAULT, prog: str | None = None) -> int:
-    """Parse overrides, compose + validate the config, call ``run(cfg)``; return an exit status.
-
-    Args:
-        run: the tool's body; gets the composed config, returns an exit status or None (0).
-        argv: command-line arguments without the program name (default ``sys.argv[1:]``).
-        config_name: primary config under ``configs/`` (``config``, ``evaluate``, ...).
-        usage: one or more lines printed by ``--help`` above the config.
-        validate_fn: checker passed to :func:`compose_config`; default
-            :func:`nmt.config.validate` for ``config_name="config"``, else no check.
-        prog: name used in messages (default: the basename of ``sys.argv[0]``).
-
-    Returns:
-        0 on success (or ``run``'s status), 2 on a user error (message on stderr).
-    """
-    argv = list(sys.argv[1:] if argv is None else argv)
-    prog = prog or Path(sys.argv[0]).name or config_name
-    if validate_fn is _DEFAULT:
-        validate_fn = validate if config_name == "config" else None
-    if any(a in ("-h", "--help") for a in argv):
-        return _print_help(argv, config_name, usage, validate_fn, prog)
     tune_malloc()
     try:
-        cfg = compose_config(check_overrides(argv), config_name=config_name, validate_fn=validate_fn)
-        status = run(cfg)
+        status = body(finish_config(cfg, validate_fn))
     except Exception as err:
-        errors = user_error_types()  # run() may have imported the data/training modules
-        if not isinstance(err, errors):
+        if not isinstance(err, user_error_types()):  # body() may have imported more modules
             raise
         print_error(prog, err)
-        return EXIT_USER_ERROR
-    return 0 if status is None else int(status)
+        raise SystemExit(EXIT_USER_ERROR) from None
+    if status:
+        raise SystemExit(int(status))
 
 
-def _print_help(argv: list[str], config_name: str, usage: str, validate_fn, prog: str) -> int:
-    overrides = [a for a in argv if a not in ("-h", "--help")]
-    print(f"usage: {usage.strip()}\n")
-    print("Arguments are Hydra overrides key=value (nested keys with dots, e.g. data.root=DIR).")
+def run_app(app: Callable[[], None], argv: Sequence[str] | None = None, *, config_name: str,
+            prog: str, validate_fn: Validator,
+            precheck: Callable[[DictConfig], None] | None = None) -> int:
+    """Run the ``hydra.main`` application ``app`` on ``argv``; returns the exit status.
+
+    A plain run (no ``-``-flag such as ``-m``, ``--cfg`` or ``--help``) is composed and
+    validated here first, so that an override Hydra cannot apply (unknown key or option,
+    bad syntax, wrong type) is a one-paragraph error with status 2 instead of Hydra's
+    multi-line report; ``precheck`` may add checks on the validated config.
+
+    Args:
+        app: the ``hydra.main``-decorated task function (reads ``sys.argv``).
+        argv: arguments without the program name (default ``sys.argv[1:]``).
+        config_name: the primary config, for the pre-check.
+        prog: the tool's name in messages and in ``sys.argv[0]`` while ``app`` runs.
+        validate_fn: the tool's validator (also used by its task function).
+
+    Returns:
+        0, the status the tool exited with, or 2 for a user error.
+    """
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if not any(a.startswith("-") for a in argv):
+        try:
+            cfg = compose_config(argv, config_name=config_name, validate_fn=validate_fn)
+            if precheck is not None:
+                precheck(cfg)
+        except ConfigError as err:
+            print_error(prog, err)
+            return EXIT_USER_ERROR
+    saved = sys.argv
+    sys.argv = [prog, *argv]
     try:
-        cfg = compose_config(check_overrides(overrides), config_name=config_name, validate_fn=None)
-    except ConfigError as err:
-        print_error(prog, err)
-        return EXIT_USER_ERROR
-    print(f"Config (configs/{config_name}.yaml with the overrides given; ??? = required):\n")
-    print(OmegaConf.to_yaml(cfg), end="")
+        app()
+    except SystemExit as exit_:
+        code = exit_.code
+        return code if isinstance(code, int) else (0 if code is None else 1)
+    finally:
+        sys.argv = saved
     return 0
 
 
-def resolve_device(name: str):
-    """``"auto"`` -> ``cuda`` when available, else ``cpu``; other names pass through.
+def hydra_record():
+    """How this ``hydra.main`` job was launched, for ``run_dir/.hydra`` and ``summary.json``.
 
-    Raises:
-        ConfigError: ``cuda`` requested but no CUDA device is available.
+    Returns:
+        :class:`nmt.training.rundir.RunRecord` (empty outside a Hydra job).
     """
-    import torch
+    from hydra.core.hydra_config import HydraConfig
 
-    if name in (None, "", "auto"):
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    if str(name).startswith("cuda") and not torch.cuda.is_available():
-        raise ConfigError(f"device={name} asked for CUDA, but no CUDA device is available: use device=cpu.")
-    try:
-        return torch.device(name)
-    except RuntimeError:
-        raise ConfigError(f"device={name!r} is not a device: use auto, cpu, cuda or cuda:N.") from None
+    from nmt.training.rundir import RunRecord
+
+    if not HydraConfig.initialized():
+        return RunRecord()
+    hydra_cfg = HydraConfig.get()
+    return RunRecord(command=" ".join(shlex.quote(a) for a in sys.argv),
+                     overrides=list(hydra_cfg.overrides.task),
+                     config_yaml=None, hydra_yaml=OmegaConf.to_yaml({"hydra": hydra_cfg}))
 
 
 def ensure_writable_dir(path: str | Path, key: str) -> Path:

@@ -15,20 +15,19 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import hydra
 from omegaconf import DictConfig, OmegaConf
 
 from nmt.cli.common import (
     check_search,
     ensure_writable_dir,
     require,
-    resolve_device,
-    run_cli,
+    run_app,
+    run_task,
     search_settings,
 )
-from nmt.config import ConfigError
-
-USAGE = ("nmt-evaluate checkpoint=PATH [split=NAME | src_file=FILE ref_file=FILE] [data.root=DIR] "
-         "[beam_size=5] [out_dir=DIR] [device=auto]")
+from nmt.config import CONFIG_PATH, ConfigError
+from nmt.runtime import resolve_device
 
 
 def _check(cfg: DictConfig) -> DictConfig:
@@ -61,7 +60,7 @@ def load_texts(cfg: DictConfig, train_cfg: DictConfig) -> tuple[str, list[str], 
 
 def _run(cfg: DictConfig) -> int:
     from nmt.evaluation.evaluate import evaluate_split, write_outputs
-    from nmt.training.checkpoint import load_for_inference
+    from nmt.inference.loader import load_for_inference
 
     device = resolve_device(cfg.device)
     model, tokenizer, train_cfg = load_for_inference(cfg.checkpoint, device)
@@ -85,10 +84,15 @@ def _run(cfg: DictConfig) -> int:
     return 0
 
 
+@hydra.main(version_base="1.3", config_path=CONFIG_PATH, config_name="evaluate")
+def app(cfg: DictConfig) -> None:
+    """The Hydra task function of ``nmt-evaluate``."""
+    run_task(cfg, _run, prog="nmt-evaluate", validate_fn=_check)
+
+
 def main(argv: list[str] | None = None) -> int:
     """Console entry point ``nmt-evaluate``; returns the exit status (2 on user errors)."""
-    return run_cli(_run, argv, config_name="evaluate", usage=USAGE, validate_fn=_check,
-                   prog="nmt-evaluate")
+    return run_app(app, argv, config_name="evaluate", prog="nmt-evaluate", validate_fn=_check)
 
 
 if __name__ == "__main__":

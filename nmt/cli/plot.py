@@ -13,12 +13,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import hydra
 from omegaconf import DictConfig
 
-from nmt.cli.common import ensure_writable_dir, require, run_cli
-from nmt.config import ConfigError
-
-USAGE = "nmt-plot alignments=FILE.npz [index=N | index=all | index=A:B] [out=fig.png | out=DIR]"
+from nmt.cli.common import ensure_writable_dir, require, run_app, run_task
+from nmt.config import CONFIG_PATH, ConfigError
 
 
 def parse_index(index, count: int) -> tuple[list[int], bool]:
@@ -79,13 +78,32 @@ def _run(cfg: DictConfig) -> int:
 
 
 def _check(cfg: DictConfig) -> DictConfig:
+    """Required keys, a colormap matplotlib knows, a positive dpi.
+
+    Raises:
+        ConfigError: naming the key and what it accepts.
+    """
     require(cfg, "alignments", "out")
+    if cfg.dpi <= 0:
+        raise ConfigError(f"dpi={cfg.dpi} must be a positive number of dots per inch, e.g. dpi=120.")
+    from matplotlib import colormaps
+
+    if str(cfg.cmap) not in colormaps:
+        close = [n for n in sorted(colormaps) if n.lower().startswith(str(cfg.cmap).lower()[:3])][:6]
+        raise ConfigError(f"cmap={cfg.cmap!r} is not a matplotlib colormap: try gray, viridis, "
+                          f"magma or Blues{' (or ' + ', '.join(close) + ')' if close else ''}.")
     return cfg
+
+
+@hydra.main(version_base="1.3", config_path=CONFIG_PATH, config_name="plot")
+def app(cfg: DictConfig) -> None:
+    """The Hydra task function of ``nmt-plot``."""
+    run_task(cfg, _run, prog="nmt-plot", validate_fn=_check)
 
 
 def main(argv: list[str] | None = None) -> int:
     """Console entry point ``nmt-plot``; returns the exit status (2 on user errors)."""
-    return run_cli(_run, argv, config_name="plot", usage=USAGE, validate_fn=_check, prog="nmt-plot")
+    return run_app(app, argv, config_name="plot", prog="nmt-plot", validate_fn=_check)
 
 
 if __name__ == "__main__":

@@ -27,13 +27,12 @@ from contextlib import ExitStack
 from itertools import islice
 from typing import BinaryIO, TextIO
 
+import hydra
 from omegaconf import DictConfig
 
-from nmt.cli.common import check_search, require, resolve_device, run_cli, search_settings
-from nmt.config import ConfigError
-
-USAGE = ("nmt-translate checkpoint=PATH [input=FILE] [output=FILE] [beam_size=5] [n_best=1] "
-         "[batch_sentences=100] < input > output")
+from nmt.cli.common import check_search, require, run_app, run_task, search_settings
+from nmt.config import CONFIG_PATH, ConfigError
+from nmt.runtime import resolve_device
 
 
 def _check(cfg: DictConfig) -> DictConfig:
@@ -114,7 +113,7 @@ def translate_stream(model, tokenizer, inp: Iterable[str], out: TextIO, search_c
 
 
 def _run(cfg: DictConfig) -> int:
-    from nmt.training.checkpoint import load_for_inference
+    from nmt.inference.loader import load_for_inference
 
     device = resolve_device(cfg.device)
     model, tokenizer, _ = load_for_inference(cfg.checkpoint, device)
@@ -144,10 +143,15 @@ def _run(cfg: DictConfig) -> int:
     return 0
 
 
+@hydra.main(version_base="1.3", config_path=CONFIG_PATH, config_name="translate")
+def app(cfg: DictConfig) -> None:
+    """The Hydra task function of ``nmt-translate``."""
+    run_task(cfg, _run, prog="nmt-translate", validate_fn=_check)
+
+
 def main(argv: list[str] | None = None) -> int:
     """Console entry point ``nmt-translate``; returns the exit status (2 on user errors)."""
-    return run_cli(_run, argv, config_name="translate", usage=USAGE, validate_fn=_check,
-                   prog="nmt-translate")
+    return run_app(app, argv, config_name="translate", prog="nmt-translate", validate_fn=_check)
 
 
 if __name__ == "__main__":

@@ -388,8 +388,12 @@ def load_split(data_cfg: Any, split: str, tokenizer: Tokenizer) -> TokenizedSpli
     return TokenizedSplit(path)
 
 
-def prepare_data(data_cfg: Any, run_dir: str | Path | None = None) -> PreparedData:
+def prepare_data(data_cfg: Any, run_dir: str | Path | None = None,
+                 tokenizer: Tokenizer | None = None) -> PreparedData:
     """Tokenizer + tokenized, cached training and validation splits.
+
+    ``tokenizer`` (a fine-tuning run's, or ``data.tokenizer.model``'s) is used as it is;
+    without one, a tokenizer is trained on the training split (or found in the cache).
 
     Training split: first ``max_train_pairs`` pairs, empty pairs dropped (count logged), the
     tokenizer trained on what is left, then pairs beyond ``max_len`` / ``max_len_ratio``
@@ -419,10 +423,11 @@ def prepare_data(data_cfg: Any, run_dir: str | Path | None = None) -> PreparedDa
             loaded.update(src=src, tgt=tgt, rows=rows)
         return loaded
 
-    tokenizer = train_or_load_tokenizer(
-        cfg_get(data_cfg, "tokenizer"), str(cfg_get(data_cfg, "src_lang")),
-        str(cfg_get(data_cfg, "tgt_lang")),
-        lambda: texts()["src"], lambda: texts()["tgt"], cache, data_hash=train_id)
+    if tokenizer is None:
+        tokenizer = train_or_load_tokenizer(
+            cfg_get(data_cfg, "tokenizer"), str(cfg_get(data_cfg, "src_lang")),
+            str(cfg_get(data_cfg, "tgt_lang")),
+            lambda: texts()["src"], lambda: texts()["tgt"], cache, data_hash=train_id)
     max_len, ratio = int(cfg_get(data_cfg, "max_len")), float(cfg_get(data_cfg, "max_len_ratio"))
     path = cache / "tokenized" / f"{split}-{_key(train_id, tokenizer.fingerprint, max_len, ratio)}.arrow"
     if path.is_file():

@@ -326,3 +326,46 @@ def train_or_load_tokenizer(tok_cfg: Any, src_lang: str, tgt_lang: str, src_text
     log.info("tokenizer: trained %s (src %d, tgt %d pieces) -> %s", settings["type"],
              tokenizer.src_vocab_size, tokenizer.tgt_vocab_size, final)
     return tokenizer
+
+
+def load_tokenizer_model(path: str | Path, tok_cfg: Any, src_lang: str, tgt_lang: str) -> Tokenizer:
+    """The tokenizer that ``data.tokenizer.model`` names, instead of training one.
+
+    Args:
+        path: a directory written by :meth:`Tokenizer.save` (a run's ``tokenizer/``), or one
+            SentencePiece ``.model`` file, used for both sides (joint).
+        tok_cfg: ``data.tokenizer`` (its ``joint`` must be true for a single file).
+        src_lang, tgt_lang: recorded in the settings of a single-file tokenizer.
+
+    Raises:
+        ConfigError: no such file or directory, not a SentencePiece model, or a single model
+            with ``data.tokenizer.joint=false`` (each message names ``data.tokenizer.model``).
+    """
+    path = Path(path)
+    key = f"data.tokenizer.model={path}"
+    if path.is_dir():
+        try:
+            return Tokenizer.load(path)
+        except (FileNotFoundError, ValueError, KeyError, RuntimeError) as err:
+            raise ConfigError(f"{key}: {err} Give a run's tokenizer/ directory or a "
+                              "SentencePiece .model file.") from None
+    if not path.is_file():
+        raise ConfigError(f"{key}: no such file or directory; give a run's tokenizer/ directory "
+                          "or a SentencePiece .model file.")
+    if not bool(cfg_get(tok_cfg, "joint")):
+        raise ConfigError(f"{key} is one SentencePiece model, used for both sides: set "
+                          "data.tokenizer.joint=true, or give a tokenizer/ directory with "
+                          "src.model and tgt.model.")
+    model = path.read_bytes()
+    try:
+        size = spm.SentencePieceProcessor(model_proto=model).get_piece_size()
+    except RuntimeError:
+        raise ConfigError(f"{key}: not a SentencePiece model file.") from None
+    settings = {"type": "given", "vocab_size": size, "character_coverage": None, "joint": True,
+                "src_lang": src_lang, "tgt_lang": tgt_lang, "model": str(path)}
+    tokenizer = Tokenizer(model, None, settings)
+    if [tokenizer._src.pad_id(), tokenizer._src.unk_id(), tokenizer._src.bos_id(),
+            tokenizer._src.eos_id()] != [PAD_ID, UNK_ID, BOS_ID, EOS_ID]:
+        raise ConfigError(f"{key}: the model's special ids (pad, unk, bos, eos) must be "
+                          f"{PAD_ID}, {UNK_ID}, {BOS_ID}, {EOS_ID}, as in the models nmt trains.")
+    return tokenizer

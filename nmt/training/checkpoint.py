@@ -1,31 +1,40 @@
-"""Checkpoints: atomic writes, and loading a model for inference from a checkpoint alone.
+"""Checkpoint files: atomic writes, safe reads, the step-file manager, averaging.
 
-A checkpoint is a ``torch.save`` dict:
+A checkpoint is a ``torch.save`` dict of plain values only (tensors, numbers, strings, bytes,
+lists, dicts), so :func:`load_checkpoint` reads it with ``torch.load(weights_only=True)``:
+opening a checkpoint never runs code from it.
 
-=================  ==========================================================
-``version``        format version (int, currently 1)
-``model``          ``model.state_dict()``
-``config``         resolved config as a plain dict (``OmegaConf.to_container``)
-``tokenizer``      ``Tokenizer.state_dict()`` (SentencePiece model bytes + settings)
-``step``           optimizer steps done (int)
-``epoch``          current epoch (int, 0-based)
-``batch_in_epoch`` batches of ``epoch`` already consumed (int)
+==================  ==========================================================
+``version``         file format version (int, currently 1)
+``config_version``  layout version of ``config`` (:data:`nmt.config.CONFIG_VERSION`)
+``model``           ``model.state_dict()``
+``config``          resolved config as a plain dict (``OmegaConf.to_container``)
+``tokenizer``       ``Tokenizer.state_dict()`` (SentencePiece model bytes + settings)
+``step``            optimizer steps done (int)
+``epoch``           current epoch (int, 0-based)
+``batch_in_epoch``  batches of ``epoch`` already consumed (int)
 ``optimizer``, ``scheduler``, ``scaler``, ``rng``, ``trainer``  training state (trainer.py)
-=================  ==========================================================
+==================  ==========================================================
 
-A checkpoint alone is enough to translate: :func:`load_for_inference` rebuilds the model
-from its config and the tokenizer from its bytes.
+:func:`load_checkpoint` returns ``config`` upgraded to this version of nmt
+(:func:`nmt.config.upgrade_config`), so checkpoints stay loadable when keys are added. A
+checkpoint alone is enough to translate: :func:`nmt.inference.loader.load_for_inference`
+rebuilds the model from its config and the tokenizer from its bytes.
 """
 
 from __future__ import annotations
 
 import os
+import pickle
+import re
 import tempfile
 from pathlib import Path
 from typing import Any
 
 import torch
 from omegaconf import DictConfig, OmegaConf
+
+from nmt.config import CONFIG_VERSION
 
 CHECKPOINT_VERSION = 1
 
@@ -59,52 +68,56 @@ def save_atomic(obj: Any, path: str | Path) -> None:
         os.close(dir_fd)
 
 
+def _numpy_globals() -> list:
+    """NumPy array reconstruction, allowed only for checkpoints written before 2026-11-22,
+    which stored NumPy's RNG state as an array (data, not code)."""
+    import numpy as np
+
+    multiarray = getattr(np, "_core", None) or np.core
+    return [multiarray.multiarray._reconstruct, np.ndarray, np.dtype, type(np.dtype("uint32"))]
+
+
 def load_checkpoint(path: str | Path, map_location: str | torch.device = "cpu") -> dict:
-    """Read a checkpoint dict.
+    """Read a checkpoint dict safely (``weights_only=True``) and upgrade its config.
+
+    Returns:
+        The checkpoint dict; its ``config`` (when present) is brought up to this version of
+        nmt by :func:`nmt.config.upgrade_config` and returned as a plain dict.
 
     Raises:
-        CheckpointError: the file does not exist, is not a checkpoint, or has another version.
+        CheckpointError: the file does not exist, is not a checkpoint (or holds objects other
+            than plain data, which are never unpickled), has another format version, or a
+            config this nmt cannot read.
     """
+    from nmt.config import ConfigError, upgrade_config
+
     path = Path(path)
     if not path.is_file():
         raise CheckpointError(f"{path}: no such checkpoint file.")
     try:
-        ckpt = torch.load(path, map_location=map_location, weights_only=False)
+        try:
+            ckpt = torch.load(path, map_location=map_location, weights_only=True)
+        except pickle.UnpicklingError:
+            with torch.serialization.safe_globals(_numpy_globals()):
+                ckpt = torch.load(path, map_location=map_location, weights_only=True)
+    except pickle.UnpicklingError as err:
+        unsafe = re.search(r"Unsupported global: GLOBAL (\S+)", str(err))
+        what = f" ({unsafe.group(1)})" if unsafe else ""
+        raise CheckpointError(f"{path}: holds objects other than plain data{what}, which nmt "
+                              "never unpickles (loading them could run code from the file): it "
+                              "was not written by nmt.") from None
     except Exception as err:  # torch raises many kinds for a torn or foreign file
-        raise CheckpointError(f"{path}: not a readable checkpoint ({type(err).__name__}: {err}).") from None
+        msg = " ".join(str(err).split())[:300]
+        raise CheckpointError(f"{path}: not a readable checkpoint ({type(err).__name__}: {msg}).") from None
     if not isinstance(ckpt, dict) or ckpt.get("version") != CHECKPOINT_VERSION:
         raise CheckpointError(f"{path}: not an nmt checkpoint of version {CHECKPOINT_VERSION}.")
+    if isinstance(ckpt.get("config"), dict):
+        try:
+            upgraded = upgrade_config(ckpt["config"], ckpt.get("config_version"))
+        except ConfigError as err:
+            raise CheckpointError(f"{path}: {err}") from None
+        ckpt["config"] = OmegaConf.to_container(upgraded, resolve=True)
     return ckpt
-
-
-def load_for_inference(path: str | Path, device: str | torch.device = "cpu"):
-    """Rebuild ``(model, tokenizer, cfg)`` from a checkpoint file, model in eval mode.
-
-    Returns:
-        model (:class:`nmt.models.base.Seq2Seq` on ``device``), tokenizer
-        (:class:`nmt.data.tokenizer.Tokenizer`), cfg (``DictConfig`` saved at training).
-
-    Raises:
-        CheckpointError: unreadable file, a tokenizer state that cannot be rebuilt, or weights
-            that do not fit the saved config (the message names the file).
-    """
-    from nmt.data.tokenizer import Tokenizer
-    from nmt.models import build_model
-
-    ckpt = load_checkpoint(path)
-    cfg: DictConfig = OmegaConf.create(ckpt["config"])
-    try:
-        tokenizer = Tokenizer.from_state_dict(ckpt.get("tokenizer"))
-    except (ValueError, RuntimeError, KeyError, TypeError) as err:
-        raise CheckpointError(f"{path}: the saved tokenizer cannot be rebuilt ({err}); the file "
-                              "is damaged or was written by another program.") from None
-    model = build_model(cfg.model, tokenizer.src_vocab_size, tokenizer.tgt_vocab_size)
-    try:
-        model.load_state_dict(ckpt["model"])
-    except RuntimeError as err:
-        raise CheckpointError(f"{path}: weights do not fit the saved model config: {err}") from None
-    model.to(device).eval()
-    return model, tokenizer, cfg
 
 
 # ------------------------------------------------------------------ training-side helpers
@@ -177,13 +190,15 @@ class CheckpointManager:
 
 
 def rng_state() -> dict:
-    """Python, NumPy and torch (CPU and, when present, CUDA) random generator states."""
+    """Python, NumPy and torch (CPU and, when present, CUDA) random generator states, as
+    plain values (NumPy's key array becomes a list) so checkpoints load with ``weights_only``."""
     import random
 
     import numpy as np
 
-    state = {"python": random.getstate(), "numpy": np.random.get_state(),
-             "torch": torch.get_rng_state()}
+    numpy_state = np.random.get_state(legacy=False)
+    numpy_state["state"] = {**numpy_state["state"], "key": numpy_state["state"]["key"].tolist()}
+    state = {"python": random.getstate(), "numpy": numpy_state, "torch": torch.get_rng_state()}
     if torch.cuda.is_available() and torch.cuda.is_initialized():
         state["cuda"] = torch.cuda.get_rng_state_all()
     return state
@@ -196,7 +211,11 @@ def set_rng_state(state: dict) -> None:
     import numpy as np
 
     random.setstate(state["python"])
-    np.random.set_state(state["numpy"])
+    numpy_state = state["numpy"]
+    if isinstance(numpy_state, dict):          # plain values (see rng_state)
+        numpy_state = {**numpy_state, "state": {**numpy_state["state"], "key": np.asarray(
+            numpy_state["state"]["key"], dtype=np.uint32)}}
+    np.random.set_state(numpy_state)
     torch.set_rng_state(state["torch"])
     if "cuda" in state and torch.cuda.is_available():
         torch.cuda.set_rng_state_all(state["cuda"])
@@ -209,7 +228,7 @@ def _diff(a: Any, b: Any, prefix: str) -> list[str]:
         for key in sorted(set(a) | set(b)):
             out += _diff(a.get(key, "<absent>"), b.get(key, "<absent>"), f"{prefix}.{key}")
         return out
-    return [] if a == b else [f"{prefix}: checkpoint has {a!r}, now {b!r}"]
+    return [] if a == b else [f"{prefix.lstrip('.')}: checkpoint has {a!r}, now {b!r}"]
 
 
 # Keys whose change makes a saved model/optimizer unusable for the current run. Dropout rates
@@ -224,6 +243,21 @@ def _at(tree: Any, key: str) -> Any:
     for part in key.split("."):
         tree = tree.get(part, "<absent>") if isinstance(tree, dict) else "<absent>"
     return tree
+
+
+# Keys that may differ between the runs of one run_dir without changing what is trained.
+UNCHECKED_KEYS = ("run_dir", "device", "data.cache_dir", "train.resume")
+
+
+def config_changes(ckpt: dict, cfg: DictConfig) -> list[str]:
+    """Every setting of ``cfg`` that differs from the checkpoint's (but :data:`UNCHECKED_KEYS`).
+
+    Returns:
+        ``["train.lr: checkpoint has 0.001, now 0.002", ...]`` (empty when nothing changed).
+    """
+    saved = ckpt.get("config") or {}
+    now = OmegaConf.to_container(cfg, resolve=True)
+    return [p for p in _diff(saved, now, "") if p.split(":")[0].lstrip(".") not in UNCHECKED_KEYS]
 
 
 def batch_order_changes(ckpt: dict, cfg: DictConfig) -> list[str]:
@@ -289,7 +323,7 @@ def average_checkpoints(paths: list[str | Path]) -> dict:
         An inference checkpoint (``version``, ``model``, ``config``, ``tokenizer``, ``step``,
         ``epoch``, ``batch_in_epoch`` of the newest input by step, and ``averaged_from``: the
         input paths). It holds no optimizer or RNG state, so it evaluates and translates
-        (:func:`load_for_inference`) but does not resume training.
+        (:func:`nmt.inference.loader.load_for_inference`) but does not resume training.
 
     Raises:
         CheckpointError: fewer than two paths, an unreadable input, or an input whose model
@@ -329,7 +363,8 @@ def average_checkpoints(paths: list[str | Path]) -> dict:
     dtypes = {name: t.dtype for name, t in first["model"].items()}
     model = {name: (t / len(paths)).to(dtypes[name]) if t.is_floating_point() else t
              for name, t in sums.items()}
-    return {"version": CHECKPOINT_VERSION, "model": model, "config": newest["config"],
+    return {"version": CHECKPOINT_VERSION, "config_version": CONFIG_VERSION,
+            "model": model, "config": newest["config"],
             "tokenizer": newest["tokenizer"], "step": newest.get("step", 0),
             "epoch": newest.get("epoch", 0), "batch_in_epoch": newest.get("batch_in_epoch", 0),
             "averaged_from": [str(p) for p in paths]}

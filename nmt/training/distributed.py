@@ -20,7 +20,8 @@ from __future__ import annotations
 
 import os
 import socket
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -132,3 +133,42 @@ def free_port(host: str = "127.0.0.1") -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind((host, 0))
         return sock.getsockname()[1]
+
+
+@contextmanager
+def collective_errors(info: DistInfo, user_errors: tuple[type[BaseException], ...]) -> Iterator[None]:
+    """Run a block on every rank; if it raised a user error on any rank, raise on every rank.
+
+    A user error on one rank (say rank 0 finds a bad corpus while the others wait) must end
+    all ranks at once with that message, not leave them waiting at the next collective until
+    the process group times out. Every rank leaves the block through one ``all_gather`` of
+    the error messages (a barrier). The block itself must not call collectives that the
+    failing rank would skip.
+
+    Args:
+        info: this rank's position; for one process the block runs as it is.
+        user_errors: exception classes that are exchanged (others propagate at once: bugs).
+
+    Raises:
+        The rank's own error, or, on a rank that did not fail, an error of the same class as
+        the first failing rank's carrying its message.
+    """
+    error: BaseException | None = None
+    try:
+        yield
+    except user_errors as err:
+        if not info.enabled:
+            raise
+        error = err
+    if not info.enabled:
+        return
+    report = None if error is None else (type(error).__name__, str(error))
+    reports = gather_objects(report, info)
+    failed = [(rank, r) for rank, r in enumerate(reports) if r is not None]
+    if not failed:
+        return
+    if error is not None:
+        raise error
+    rank, (name, message) = failed[0]
+    cls = next((c for c in user_errors if c.__name__ == name), user_errors[0])
+    raise cls(message)

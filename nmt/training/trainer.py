@@ -5,8 +5,11 @@ One call runs a whole (possibly resumed, possibly distributed) training run::
     summary = train(compose_config(["model=rnn", "run_dir=runs/rnn"]))
 
 Everything goes under ``run_dir``: ``config.yaml`` (resolved config), ``tokenizer/``,
-``checkpoints/{last,best,step_<k>}.pt``, ``tensorboard/`` (events), ``train.log`` and
-``summary.json``. If ``checkpoints/last.pt`` exists the run resumes from it.
+``checkpoints/{last,best,step_<k>}.pt``, ``tensorboard/`` (events), ``train.log``,
+``summary.json`` (the whole run across resumes) and, from ``nmt-train``, ``.hydra/``. If
+``checkpoints/last.pt`` exists the run resumes from it, is refused, or is left alone (a
+finished run): :mod:`nmt.training.rundir` has the rules. ``train.init_from`` starts a new
+run from another run's weights and tokenizer (fine-tuning).
 
 Order of one optimizer step (``s`` = steps done so far)::
 
@@ -28,7 +31,6 @@ batch order.
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
 import os
 import random
@@ -37,6 +39,7 @@ import signal
 import sys
 import time
 from dataclasses import asdict, dataclass, field, fields
+from datetime import datetime
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -45,7 +48,8 @@ import numpy as np
 import torch
 from omegaconf import DictConfig, OmegaConf
 
-from nmt.config import ConfigError
+from nmt.config import CONFIG_VERSION, ConfigError
+from nmt.runtime import machine_info, resolve_device
 from nmt.training.checkpoint import (
     CheckpointError,
     CheckpointManager,
@@ -59,15 +63,23 @@ from nmt.training.distributed import (
     DistInfo,
     all_reduce_sum,
     any_rank,
-    barrier,
     broadcast_object,
     cleanup_distributed,
+    collective_errors,
     gather_objects,
     init_distributed,
     local_share,
     truncate_to_multiple,
 )
 from nmt.training.loss import label_smoothed_nll, perplexity
+from nmt.training.rundir import (
+    RunPlan,
+    RunRecord,
+    check_run_dir,
+    plan_run,
+    write_json_atomic,
+    write_record,
+)
 from nmt.training.schedule import build_schedule
 
 log = logging.getLogger("nmt")
@@ -89,8 +101,26 @@ class TrainState:
     bad_validations: int = 0         # validations since the last BLEU gain (early stopping
     #                                  and the plateau lr schedule both read this one counter)
     last_validated_step: int = -1
-    elapsed_s: float = 0.0           # training wall time of all runs so far (for max_minutes)
+    elapsed_s: float = 0.0           # wall time of all segments so far (for max_minutes)
     history: list = field(default_factory=list)   # one dict per validation
+    stop_reason: str = ""            # set by the checkpoint that ends the run (finished)
+    train_s: float = 0.0             # seconds in training steps, all segments (no validation)
+    train_tokens: int = 0            # target tokens trained on, all segments, all ranks
+    peak_rss_mb: float = 0.0         # largest peak RSS of rank 0 over all segments
+    segments: list = field(default_factory=list)  # one dict per run of the command
+
+
+USER_ERRORS: tuple[type[BaseException], ...] = (ConfigError, CheckpointError)
+
+
+def _user_errors() -> tuple[type[BaseException], ...]:
+    from nmt.data.corpus import CorpusError
+
+    return (*USER_ERRORS, CorpusError)
+
+
+def _now() -> str:
+    return datetime.now().astimezone().isoformat(timespec="seconds")
 
 
 def autocast_dtype(precision: str, device: torch.device) -> torch.dtype | None:
@@ -126,25 +156,8 @@ def _setup_logging(run_dir: Path | None, info: DistInfo) -> list[logging.Handler
         h.setFormatter(fmt)
         log.addHandler(h)
     log.setLevel(logging.INFO)
+    log.propagate = False   # these handlers print it; not once more through the root logger (Hydra's)
     return handlers
-
-
-def check_run_dir(run_dir: Path) -> None:
-    """Create ``run_dir`` and make sure files can be written there.
-
-    Raises:
-        ConfigError: the directory cannot be created or written.
-    """
-    try:
-        run_dir.mkdir(parents=True, exist_ok=True)
-        probe = run_dir / f".write_test.{os.getpid()}"
-        probe.write_text("ok", encoding="utf-8")
-        probe.unlink()
-    except OSError as err:
-        raise ConfigError(
-            f"run_dir={run_dir} cannot be written ({err.strerror or err}): choose a writable "
-            "directory with run_dir=PATH."
-        ) from None
 
 
 class Trainer:
@@ -161,8 +174,12 @@ class Trainer:
         CheckpointError: an unreadable or incompatible ``last.pt``.
     """
 
-    def __init__(self, cfg: DictConfig, info: DistInfo, device: torch.device) -> None:
+    def __init__(self, cfg: DictConfig, info: DistInfo, device: torch.device,
+                 plan: RunPlan | None = None, record: RunRecord | None = None) -> None:
         self.cfg = cfg
+        self.plan = plan or RunPlan("fresh")
+        self.record = record
+        self.init_ckpt: dict | None = None   # train.init_from's checkpoint until its weights are loaded
         self.tcfg = cfg.train
         self.info = info
         self.device = device
@@ -175,8 +192,7 @@ class Trainer:
         self.stop_reason = ""
         self._epoch_cache: tuple[int, list[np.ndarray]] | None = None
         self._start = time.perf_counter()
-        self._train_time = 0.0        # seconds spent in training steps by this process
-        self._train_tokens = 0        # target tokens trained on by this process (global)
+        self._mark = time.perf_counter()   # start of the training time not yet in state.train_s
         self._pause = 0.0             # validation/checkpoint seconds since the last log line
         # Plain Python copies of the per-step settings (DictConfig access is slow in a loop).
         self.t = SimpleNamespace(**OmegaConf.to_container(cfg.train, resolve=True))
@@ -185,28 +201,98 @@ class Trainer:
 
     # ------------------------------------------------------------------ setup
     def setup(self) -> None:
-        """Data, model, optimizer, schedule; resume from ``last.pt`` if present."""
-        from nmt.data import TokenBatchSampler, prepare_data
-        from nmt.models import build_model
+        """Data, model, optimizer, schedule; resume from the plan's checkpoint, or start from
+        ``train.init_from``'s weights.
 
-        cfg, info = self.cfg, self.info
-        ckpt = None
-        if self.manager.last.exists():
-            ckpt = load_checkpoint(self.manager.last)
-            check_compatible(self.manager.last, ckpt, cfg)
-
+        Every rank leaves each phase together (:func:`collective_errors`): a user error on
+        one rank ends all of them with its message.
+        """
+        errors = _user_errors()
+        with collective_errors(self.info, errors):
+            self._setup_checks()
         # Rank 0 trains/caches the tokenizer first; the others then find it in the cache.
         # Nothing is written into run_dir before the checkpoint's tokenizer is compared.
         data = None
-        if info.is_main:
-            data = prepare_data(cfg.data, None)
-        barrier(info)
-        if not info.is_main:
-            data = prepare_data(cfg.data, None)
-        self.tokenizer, self.train_split, self.valid_split = data.tokenizer, data.train, data.valid
+        with collective_errors(self.info, errors):
+            if self.info.is_main:
+                data = self._prepare_data()
+        with collective_errors(self.info, errors):
+            if not self.info.is_main:
+                data = self._prepare_data()
+        with collective_errors(self.info, errors):
+            self._setup_model(data)
+
+    def _setup_checks(self) -> None:
+        ckpt = self.plan.checkpoint
+        self.init_ckpt = None
         if ckpt is not None:
-            self._check_resume(ckpt)
+            check_compatible(self.manager.last, ckpt, self.cfg)
+        elif self.tcfg.init_from:
+            self.init_ckpt = self._load_init_from(str(self.tcfg.init_from))
+
+    def _load_init_from(self, path: str) -> dict:
+        """The checkpoint a fine-tuning run starts from; its model config must be ours.
+
+        Raises:
+            CheckpointError: unreadable, or another model config (dropout rates may differ).
+        """
+        ckpt = load_checkpoint(path)
+        saved = (ckpt.get("config") or {}).get("model") or {}
+        now = OmegaConf.to_container(self.cfg.model, resolve=True)
+        diff = [f"model.{k}: checkpoint has {saved.get(k, '<absent>')!r}, now {now.get(k, '<absent>')!r}"
+                for k in sorted(set(saved) | set(now))
+                if saved.get(k, "<absent>") != now.get(k, "<absent>") and "dropout" not in k]
+        if diff:
+            raise CheckpointError(
+                f"train.init_from={path}: its model config differs from this run's "
+                f"({'; '.join(diff)}). Fine-tuning keeps the architecture: give the same model "
+                "settings as the checkpoint (dropout rates may differ).")
+        return ckpt
+
+    def _given_tokenizer(self):
+        """The tokenizer this run must use, or None to train (or find in the cache) one.
+
+        Resumed runs that did not train their tokenizer take it from ``last.pt``; fine-tuning
+        takes ``train.init_from``'s; ``data.tokenizer.model`` names a file or directory.
+        """
+        from nmt.data.tokenizer import Tokenizer, load_tokenizer_model
+
+        given_model = self.cfg.data.tokenizer.model
+        if self.plan.checkpoint is not None and (self.tcfg.init_from or given_model):
+            source, state = self.manager.last, self.plan.checkpoint.get("tokenizer")
+        elif self.init_ckpt is not None:
+            source, state = self.tcfg.init_from, self.init_ckpt.get("tokenizer")
+        elif given_model:
+            return load_tokenizer_model(str(given_model), self.cfg.data.tokenizer,
+                                        self.cfg.data.src_lang, self.cfg.data.tgt_lang)
+        else:
+            return None
+        try:
+            return Tokenizer.from_state_dict(state)
+        except (ValueError, RuntimeError, KeyError, TypeError) as err:
+            raise CheckpointError(f"{source}: the saved tokenizer cannot be rebuilt ({err}).") from None
+
+    def _prepare_data(self):
+        from nmt.data import prepare_data
+
+        data = prepare_data(self.cfg.data, None, tokenizer=self._given_tokenizer())
+        if self.plan.checkpoint is not None:
+            self.tokenizer = data.tokenizer
+            self._check_resume(self.plan.checkpoint)
+        return data
+
+    def _setup_model(self, data) -> None:
+        from nmt.data import TokenBatchSampler
+        from nmt.models import build_model
+
+        cfg, info = self.cfg, self.info
+        ckpt = self.plan.checkpoint
+        self.tokenizer, self.train_split, self.valid_split = data.tokenizer, data.train, data.valid
+        if self.tokenizer.joint is False and cfg.model.tie_embeddings:
+            raise ConfigError("model.tie_embeddings=true needs one vocabulary for both sides, but "
+                              "the given tokenizer has two: set model.tie_embeddings=false.")
         if info.is_main:
+            write_record(self.run_dir, self.record)
             self.tokenizer.save(self.run_dir / "tokenizer")
         try:
             self.sampler = TokenBatchSampler(self.train_split.src_lens, self.train_split.tgt_lens,
@@ -233,6 +319,23 @@ class Trainer:
         if ckpt is not None:
             check_compatible(self.manager.last, ckpt, cfg, self.model)
             self._restore(ckpt)
+        elif self.init_ckpt is not None:
+            try:
+                self.model.load_state_dict(self.init_ckpt["model"])
+            except RuntimeError as err:
+                raise CheckpointError(f"train.init_from={self.tcfg.init_from}: its weights do "
+                                      f"not fit this model ({err}).") from None
+            self.init_ckpt = None
+            log.info("fine-tuning: weights and tokenizer from %s (fresh optimizer, schedule and "
+                     "step count)", self.tcfg.init_from)
+        if self.plan.changes:
+            log.warning("train.resume=force: continuing %s with changed settings: %s",
+                        self.run_dir, "; ".join(self.plan.changes))
+        self.state.segments.append({"started": _now(), "ended": None, "start_step": self.state.step,
+                                    "end_step": self.state.step,
+                                    "command": self.record.command if self.record else "",
+                                    "machine": machine_info(self.device),
+                                    "world_size": info.world_size})
         self.train_model: torch.nn.Module = self.model
         if self.tcfg.compile:
             self.train_model = torch.compile(self.model)
@@ -426,7 +529,7 @@ class Trainer:
                      self.tcfg.plateau_patience, self.schedule.lr_at(st.step + 1))
         st.last_validated_step = st.step
         elapsed = st.elapsed_s + time.perf_counter() - self._start
-        tps = self._train_tokens / max(self._train_time, 1e-9)
+        tps = st.train_tokens / max(st.train_s, 1e-9)
         st.history.append({"step": st.step, "epoch": st.epoch, **scores, "elapsed_s": elapsed})
         log.info("valid | step %d | epoch %d%s | loss %.4f | nll %.4f | ppl %.2f | bleu %.2f%s | "
                  "tokens/s %.0f | elapsed %.1f min", st.step, st.epoch,
@@ -445,9 +548,12 @@ class Trainer:
         st = self.state
         st.elapsed_s += time.perf_counter() - self._start
         self._start = time.perf_counter()
+        st.peak_rss_mb = max(st.peak_rss_mb, _peak_rss_mb())
+        st.segments[-1].update(ended=_now(), end_step=st.step)
         if self.info.is_main:
             ckpt = {
                 "version": 1,
+                "config_version": CONFIG_VERSION,
                 "model": self.model.state_dict(),
                 "config": OmegaConf.to_container(self.cfg, resolve=True),
                 "tokenizer": self.tokenizer.state_dict(),
@@ -460,15 +566,22 @@ class Trainer:
             }
             self.manager.save(ckpt, st.step, is_best=is_best)
 
-    def _validate_and_save(self, epoch_end: bool) -> None:
+    def _validate_and_save(self, epoch_end: bool, stop_reason: str = "") -> str:
+        """Validate, record the stop condition (``stop_reason``, or early stopping decided by
+        this validation) and write the checkpoint; returns the stop reason ("" = go on)."""
         t0 = time.perf_counter()
+        self.state.train_s += t0 - self._mark
         scores = self.validate()
         is_best = self._after_validation(scores, epoch_end)
+        self.state.stop_reason = stop_reason or self._should_stop()
         self.checkpoint(is_best)
         self._pause += time.perf_counter() - t0
+        self._mark = time.perf_counter()
+        return self.state.stop_reason
 
     # ------------------------------------------------------------------ loop
     def _should_stop(self) -> str:
+        """The stop condition met by the state (steps, epochs, early stopping), or ""."""
         st, t = self.state, self.t
         if t.max_steps is not None and st.step >= t.max_steps:
             return f"max_steps={t.max_steps} reached"
@@ -485,8 +598,20 @@ class Trainer:
         used = self.state.elapsed_s + time.perf_counter() - self._start
         return used >= 60.0 * float(self.t.max_minutes)
 
+    def _stop_before_step(self, check_time: bool) -> str:
+        """The stop reason known before a step: steps, epochs, early stopping, time (the
+        time check is collective under DDP, so every rank must pass the same ``check_time``)."""
+        reason = self._should_stop()
+        if not reason and check_time and any_rank(self._out_of_time(), self.info, self.device):
+            reason = f"max_minutes={self.t.max_minutes} reached"
+        return reason
+
     def fit(self) -> dict[str, Any]:
-        """Train until a stop condition; returns the summary (also in ``summary.json``)."""
+        """Train until a stop condition; returns the summary (also in ``summary.json``).
+
+        The checkpoint written when the run stops records the stop reason, so re-running a
+        finished run is a no-op (:mod:`nmt.training.rundir`).
+        """
         from tqdm.auto import tqdm
 
         t, st, info = self.t, self.state, self.info
@@ -499,17 +624,25 @@ class Trainer:
         self.model.train()
         self._pause = 0.0
         acc = torch.zeros(2, device=self.device)
-        acc_tokens, acc_steps, grad_norm = 0, 0, torch.zeros(())
-        t_log = time.perf_counter()
+        acc_tokens, grad_norm = 0, torch.zeros(())
+        t_log = self._mark = time.perf_counter()
         kill_at = int(os.environ.get(KILL_ENV) or -1)
-        self.stop_reason = self._should_stop()
+        # A resumed run (train.resume=force with new stop settings) may be done already; a
+        # fresh run takes at least one step, however long its setup took.
+        self.stop_reason = self._stop_before_step(check_time=st.step > 0)
+        if self.stop_reason and self.stop_reason != st.stop_reason:
+            if st.last_validated_step != st.step:
+                self._validate_and_save(epoch_end=False, stop_reason=self.stop_reason)
+            else:
+                st.stop_reason = self.stop_reason
+                self.checkpoint(is_best=False)
         while not self.stop_reason:
             batches = self.epoch_batches(st.epoch)
             group = batches[st.batch_in_epoch: st.batch_in_epoch + group_size]
             sums, grad_norm, tokens = self.train_step(group)
             acc += sums
             acc_tokens += tokens
-            acc_steps += 1
+            st.train_tokens += tokens
             st.step += 1
             st.batch_in_epoch += len(group)
             epoch_end = st.batch_in_epoch >= len(batches)
@@ -517,14 +650,13 @@ class Trainer:
                 st.epoch += 1
                 st.batch_in_epoch = 0
             bar.update(1)
-            if st.step % t.log_every_steps == 0:
+            log_step = st.step % t.log_every_steps == 0
+            if log_step:
                 now = time.perf_counter()
                 span = max(now - t_log - self._pause, 1e-9)
                 all_reduce_sum(acc, info)
                 loss, nll = (acc / max(acc_tokens, 1)).tolist()
                 tps = acc_tokens / span
-                self._train_time += span
-                self._train_tokens += acc_tokens
                 lr = self.schedule.last_lr
                 gn = float(grad_norm)
                 if self.writer is not None:
@@ -536,39 +668,39 @@ class Trainer:
                     self.writer.add_scalar("train/tokens_per_s", tps, st.step)
                 bar.set_postfix(loss=f"{loss:.3f}", lr=f"{lr:.2e}", tok_s=f"{tps:.0f}")
                 log.info("train | step %d | epoch %d | loss %.4f | ppl %.2f | lr %.3g | "
-                             "grad_norm %.3f | tokens/s %.0f", st.step, st.epoch, loss,
-                             perplexity(nll), lr, gn, tps)
+                         "grad_norm %.3f | tokens/s %.0f", st.step, st.epoch, loss,
+                         perplexity(nll), lr, gn, tps)
                 acc.zero_()
-                acc_tokens, acc_steps, t_log, self._pause = 0, 0, now, 0.0
-            if st.step % t.eval_every_steps == 0 or epoch_end:
-                self._validate_and_save(epoch_end)
+                acc_tokens, t_log, self._pause = 0, now, 0.0
+            # Stop conditions known before validating (steps, epochs, time) make this step's
+            # checkpoint the last one; early stopping is decided by the validation itself.
+            reason = self._stop_before_step(check_time=not info.enabled or log_step)
+            if st.step % t.eval_every_steps == 0 or epoch_end or reason:
+                reason = self._validate_and_save(epoch_end, stop_reason=reason)
             if st.step == kill_at:        # tests: a crash between (or right after) checkpoints
                 os.kill(os.getpid(), signal.SIGKILL)
-            self.stop_reason = self._should_stop()
-            if not self.stop_reason:
-                check_time = not info.enabled or st.step % t.log_every_steps == 0
-                if check_time and any_rank(self._out_of_time(), info, self.device):
-                    self.stop_reason = f"max_minutes={t.max_minutes} reached"
-        if acc_steps:
-            self._train_time += max(time.perf_counter() - t_log - self._pause, 0.0)
-            self._train_tokens += acc_tokens
+            self.stop_reason = reason
         bar.close()
-        if st.last_validated_step != st.step:
-            self._validate_and_save(epoch_end=False)
         return self._summary()
 
     def _summary(self) -> dict[str, Any]:
+        """``summary.json``: the whole run, all segments (resumes) together."""
         st = self.state
-        peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+        first, last = st.segments[0], st.segments[-1]
+        started, ended = first["started"][:10], (last["ended"] or last["started"])[:10]
         summary = {
             "stop_reason": self.stop_reason,
             "steps": st.step, "epochs_done": st.epoch, "params": self.n_params,
-            "wall_time_s": round(st.elapsed_s, 2),       # all runs of this run_dir together
-            "train_tokens_per_s": round(self._train_tokens / max(self._train_time, 1e-9), 1),
+            "wall_time_s": round(st.elapsed_s, 2),       # all segments, validation included
+            "train_time_s": round(st.train_s, 2),        # all segments, training steps only
+            "train_tokens": st.train_tokens,
+            "train_tokens_per_s": round(st.train_tokens / max(st.train_s, 1e-9), 1),
             "best_bleu": st.best_bleu, "best_step": st.best_step,
             "last": st.history[-1] if st.history else None,
-            "peak_rss_mb": round(peak_mb, 1), "world_size": self.info.world_size,
-            "device": str(self.device),
+            "peak_rss_mb": round(st.peak_rss_mb, 1), "world_size": self.info.world_size,
+            "device": str(self.device), "machine": last["machine"],
+            "date": started if started == ended else f"{started}..{ended}",
+            "segments": st.segments,
         }
         if self.device.type == "cuda":
             summary["peak_cuda_mb"] = round(torch.cuda.max_memory_allocated(self.device) / 2**20, 1)
@@ -576,9 +708,10 @@ class Trainer:
                  "best bleu %s at step %s | peak RSS %.0f MiB", summary["stop_reason"],
                  st.step, f"{self.n_params:,}", st.elapsed_s / 60,
                  summary["train_tokens_per_s"],
-                 "n/a" if st.best_bleu is None else f"{st.best_bleu:.2f}", st.best_step, peak_mb)
+                 "n/a" if st.best_bleu is None else f"{st.best_bleu:.2f}", st.best_step,
+                 st.peak_rss_mb)
         if self.info.is_main:
-            (self.run_dir / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+            write_json_atomic(self.run_dir / "summary.json", summary)
         return summary
 
     def close(self) -> None:
@@ -587,14 +720,24 @@ class Trainer:
             self.writer = None
 
 
-def train(cfg: DictConfig) -> dict[str, Any]:
-    """Run (or resume) the training described by ``cfg``; returns the summary dict.
+def _peak_rss_mb() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def train(cfg: DictConfig, record: RunRecord | None = None) -> dict[str, Any]:
+    """Run, resume or (finished) leave alone the training described by ``cfg``.
+
+    Args:
+        cfg: validated ``nmt-train`` config (:func:`nmt.config.compose_config`).
+        record: how ``nmt-train`` was launched (written to ``run_dir/.hydra`` and the summary).
+
+    Returns:
+        The summary dict (``summary.json``); for a finished run, the one it wrote then.
 
     Raises:
-        ConfigError, CorpusError, CheckpointError: user errors, before the first batch.
+        ConfigError, CorpusError, CheckpointError: user errors, before the first batch (on
+            every rank under DDP, whichever rank found it).
     """
-    from nmt.cli.common import resolve_device
-
     device = resolve_device(cfg.device)
     info = init_distributed(device.type)
     if info.enabled and device.type == "cuda":
@@ -606,11 +749,27 @@ def train(cfg: DictConfig) -> dict[str, Any]:
     handlers: list[logging.Handler] = []
     trainer = None
     try:
-        if info.is_main:
-            check_run_dir(run_dir)
-        barrier(info)
+        plan = None
+        with collective_errors(info, _user_errors()):
+            dirs = gather_objects(str(run_dir.resolve()), info)
+            if len(set(dirs)) > 1:
+                raise ConfigError(f"the processes were given different run directories ({', '.join(sorted(set(dirs)))}): "
+                                  "all ranks must write to one run_dir (under torchrun, give a sweep "
+                                  "an explicit hydra.sweep.dir=..., not one with ${now:...}).")
+            if info.is_main:
+                plan = plan_run(run_dir, cfg)
+                if plan.kind != "finished":
+                    check_run_dir(run_dir)
+        plan = broadcast_object(plan, info)
+        if plan.kind == "finished":
+            if info.is_main:
+                print(f"nmt-train: {run_dir} is finished ({plan.summary.get('stop_reason')}, "
+                      f"{plan.summary.get('steps')} steps); nothing to do. Change a stop setting "
+                      "with train.resume=force to train on, or choose another run_dir=...",
+                      file=sys.stderr)
+            return plan.summary
         handlers = _setup_logging(run_dir, info)
-        trainer = Trainer(cfg, info, device)
+        trainer = Trainer(cfg, info, device, plan, record)
         trainer.setup()
         return trainer.fit()
     finally:
@@ -619,4 +778,5 @@ def train(cfg: DictConfig) -> dict[str, Any]:
         for h in handlers:
             log.removeHandler(h)
             h.close()
+        log.propagate = True
         cleanup_distributed()
