@@ -207,38 +207,46 @@ DIRNAME_EXCLUDED_KEYS = ("run_dir", "device", "data.root", "data.cache_dir",
                          "data.tokenizer.model", "train.init_from")
 
 
-def _fixed_overrides(argv: list[str]) -> set[str]:
-    """The overrides of a sweep's command line that are the same for every job (no sweep)."""
+def _override_key(override: str) -> str:
+    return override.split("=", 1)[0].lstrip("+~")
+
+
+def _command_line_keys(argv: list[str]) -> tuple[set[str], set[str]]:
+    """(keys swept on a sweep's command line, keys given there with one value only)."""
     from hydra.core.override_parser.overrides_parser import OverridesParser
 
-    parser, fixed = OverridesParser.create(), set()
+    parser, swept, fixed = OverridesParser.create(), set(), set()
     for arg in argv:
         if arg.startswith("-"):
             continue
         try:
-            if not parser.parse_override(arg).is_sweep_override():
-                fixed.add(arg)
+            sweep = parser.parse_override(arg).is_sweep_override()
         except Exception:  # not an override: Hydra reports it elsewhere
             continue
-    return fixed
+        (swept if sweep else fixed).add(_override_key(arg))
+    return swept, fixed - swept
 
 
 def job_dirname(task_overrides: Any, limit: int = 120) -> str:
     """A sweep job's directory name (``hydra.sweep.subdir``) from its overrides.
 
-    Keeps the overrides that vary between the jobs: the job's own (``hydra.overrides.task``)
-    less those given with one value on the sweep's command line, and less
-    :data:`DIRNAME_EXCLUDED_KEYS`; sorted and joined as Hydra's ``override_dirname``
-    (``train.lr=0.001,train.warmup_steps=300``). A ``/`` becomes ``_``; a name longer than
+    Keeps the overrides that vary between the jobs: the job's own (``hydra.overrides.task``,
+    the last one of each key) less the keys given with one value only on the sweep's command
+    line and :data:`DIRNAME_EXCLUDED_KEYS`; sorted and joined as Hydra's
+    ``override_dirname`` (``train.lr=0.001,train.warmup_steps=300``). Keys a sweeper adds
+    itself (Optuna's search space) are kept. A ``/`` becomes ``_``; a name longer than
     ``limit`` characters is cut and given an 8-character hash of the whole, so two jobs never
     share a directory and names stay under the 255-byte limit; no override gives ``default``.
     """
     import sys
 
-    fixed = _fixed_overrides(sys.argv[1:])
-    own = sorted(str(o) for o in task_overrides if str(o) not in fixed and
-                 str(o).split("=", 1)[0].lstrip("+~") not in DIRNAME_EXCLUDED_KEYS)
-    name = ",".join(own).replace("/", "_") or "default"
+    swept, fixed = _command_line_keys(sys.argv[1:])
+    own: dict[str, str] = {}
+    for override in map(str, task_overrides):
+        key = _override_key(override)
+        if key not in DIRNAME_EXCLUDED_KEYS and key not in fixed:
+            own[key] = override
+    name = ",".join(sorted(own.values())).replace("/", "_") or "default"
     if len(name) > limit:
         name = f"{name[:limit]}..{hashlib.sha256(name.encode()).hexdigest()[:8]}"
     return name

@@ -119,6 +119,9 @@ def phase_iterate(overrides: list[str], batch_tokens: int) -> dict[str, str]:
 def _child(phase: str, overrides: list[str], batch_tokens: int) -> dict[str, str]:
     cmd = [sys.executable, __file__, "--phase", phase, "--batch-tokens", str(batch_tokens), *overrides]
     proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
+    if proc.returncode == 2:          # a user error: the child printed its one paragraph
+        sys.stderr.write(proc.stderr[proc.stderr.rfind("bench_data.py: error:"):])
+        raise SystemExit(2)
     if proc.returncode != 0:
         sys.stderr.write(proc.stdout + proc.stderr)
         raise SystemExit(f"bench_data: phase {phase} failed (exit {proc.returncode}).")
@@ -155,7 +158,7 @@ def main(argv: list[str] | None = None) -> int:
     elif args.phase == "iterate":
         result = phase_iterate(overrides, args.batch_tokens)
     else:
-        from nmt.config import compose_config
+        from nmt.config import ConfigError, compose_config
 
         tmp = Path(tempfile.mkdtemp(prefix="bench_data_"))
         try:
@@ -167,7 +170,7 @@ def main(argv: list[str] | None = None) -> int:
             result["batch_tokens"] = str(args.batch_tokens)
             if args.replicate > 1:
                 if cfg.data.format != "text":
-                    raise SystemExit("bench_data: --replicate needs data.format=text.")
+                    raise ConfigError("--replicate needs data.format=text.")
                 rep_root = tmp / f"x{args.replicate}"
                 _replicate(Path(cfg.data.root), cfg.data, args.replicate, rep_root)
                 rep = [*overrides, f"data.root={rep_root}"]
@@ -182,5 +185,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
+    from nmt.cli.common import exit_on_user_error
+
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-    sys.exit(main())
+    sys.exit(exit_on_user_error("bench_data.py", main))

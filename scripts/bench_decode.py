@@ -29,8 +29,9 @@ import sys
 import torch
 from omegaconf import OmegaConf
 
-from nmt.cli.common import check_search, resolve_device, run_cli, search_settings
-from nmt.config import ConfigError
+from nmt.cli.common import check_search, exit_on_user_error, search_settings
+from nmt.config import ConfigError, compose_config
+from nmt.runtime import resolve_device
 
 
 def _pop(argv: list[str], key: str, default: str | None) -> str | None:
@@ -106,8 +107,8 @@ def main(argv: list[str] | None = None) -> int:
         print(" ".join(f"{k}={v}" for k, v in fields.items()))
         return 0
 
-    return run_cli(run, argv, config_name="evaluate", usage=__doc__.strip().splitlines()[0],
-                   validate_fn=check, prog="bench_decode.py")
+    return exit_on_user_error("bench_decode.py", lambda: run(
+        compose_config(argv, config_name="evaluate", validate_fn=check)))
 
 
 if __name__ == "__main__":

@@ -145,4 +145,6 @@ def main(argv: list[str] | None = None) -> dict:
 
 
 if __name__ == "__main__":
-    main()
+    from nmt.cli.common import exit_on_user_error
+
+    raise SystemExit(exit_on_user_error("bench_model.py", lambda: main() and 0))

@@ -3,20 +3,22 @@
     python scripts/results_table.py runs/transformer_de_en [runs/rnn_de_en ...]
 
 Reads, per run directory, what the commands wrote: ``config.yaml`` (nmt-train),
-``summary.json`` (nmt-train), ``eval/{val,test_2016_flickr}{,_greedy}/scores.json``
-(nmt-evaluate). Prints one markdown row per run, then the sacreBLEU signatures.
-Numbers are pasted from those files, never recomputed.
+``summary.json`` (nmt-train: the whole run across resumes, with the machine and the date it
+trained), ``eval/<split>{,_greedy}/scores.json`` (nmt-evaluate) for the config's
+``data.valid_split`` and ``data.test_split``. Prints one markdown row per run, then the
+sacreBLEU signatures. Numbers are pasted from those files, never recomputed, and the date is
+the training's, not today's.
 """
 
 from __future__ import annotations
 
 import json
-import platform
 import sys
-from datetime import date
 from pathlib import Path
 
 from omegaconf import OmegaConf
+
+from nmt.config import ConfigError
 
 COLUMNS = ("model", "data", "params", "train min", "train tok/s", "peak RSS GiB", "val BLEU",
            "test BLEU greedy", "test BLEU beam 5", "test chrF beam 5", "test BLEU lc beam 5",
@@ -30,9 +32,16 @@ def _scores(run: Path, name: str) -> dict:
 
 def row(run: Path) -> tuple[list[str], str]:
     """Table cells and the BLEU/chrF signatures of one run directory."""
+    for name in ("config.yaml", "summary.json"):
+        if not (run / name).is_file():
+            raise ConfigError(f"{run / name}: not found; give the run_dir of a finished "
+                              "nmt-train run (bash scripts/run_multi30k.sh writes one).")
     cfg = OmegaConf.to_container(OmegaConf.load(run / "config.yaml"))
     summary = json.loads((run / "summary.json").read_text())
-    val, test, test_greedy = _scores(run, "val"), _scores(run, "test_2016_flickr"), _scores(run, "test_2016_flickr_greedy")
+    valid_split, test_split = cfg["data"]["valid_split"], cfg["data"]["test_split"]
+    val, test = _scores(run, valid_split), _scores(run, test_split)
+    test_greedy = _scores(run, f"{test_split}_greedy")
+    machine = summary.get("machine") or {}
 
     def fmt(d: dict, key: str) -> str:
         return f"{d[key]:.1f}" if key in d else "n/a"
@@ -43,7 +52,8 @@ def row(run: Path) -> tuple[list[str], str]:
         f"{summary['train_tokens_per_s']:.0f}", f"{summary['peak_rss_mb'] / 1024:.1f}",
         fmt(val, "bleu"), fmt(test_greedy, "bleu"), fmt(test, "bleu"), fmt(test, "chrf"),
         fmt(test, "bleu_lowercase"),
-        f"{platform.machine()}, {summary.get('device', 'cpu')}", date.today().isoformat(),
+        f"{machine.get('cores', '?')} cores {machine.get('cpu', '?')}, {summary.get('device', '?')}",
+        str(summary.get("date", "n/a")),
     ]
     signatures = f"{run}: BLEU {test.get('bleu_signature', 'n/a')} | chrF {test.get('chrf_signature', 'n/a')}"
     return cells, signatures
@@ -51,8 +61,8 @@ def row(run: Path) -> tuple[list[str], str]:
 
 def main(argv: list[str]) -> int:
     if not argv:
-        print(__doc__.strip(), file=sys.stderr)
-        return 2
+        raise ConfigError("give one or more run directories: python scripts/results_table.py "
+                          "runs/transformer_de_en [...]")
     rows = [row(Path(a)) for a in argv]
     print("| " + " | ".join(COLUMNS) + " |")
     print("|" + "---|" * len(COLUMNS))
@@ -64,4 +74,6 @@ def main(argv: list[str]) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main(sys.argv[1:]))
+    from nmt.cli.common import exit_on_user_error
+
+    raise SystemExit(exit_on_user_error("results_table.py", lambda: main(sys.argv[1:])))

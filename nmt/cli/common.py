@@ -72,24 +72,36 @@ def print_error(prog: str, err: BaseException | str) -> None:
                         break_long_words=False), file=sys.stderr)
 
 
+def exit_on_user_error(prog: str, fn: Callable[[], int | None]) -> int:
+    """Call ``fn()``; a user error becomes one paragraph on stderr and status 2.
+
+    For the tools' task functions and the scripts in ``scripts/``.
+
+    Returns:
+        ``fn``'s status (None counts as 0), or 2 after a user error.
+    """
+    try:
+        status = fn()
+    except Exception as err:
+        if not isinstance(err, user_error_types()):  # fn() may have imported more modules
+            raise
+        print_error(prog, err)
+        return EXIT_USER_ERROR
+    return 0 if status is None else int(status)
+
+
 def run_task(cfg: DictConfig, body: Callable[[DictConfig], int | None], *, prog: str,
              validate_fn: Validator) -> None:
     """The body of a tool's ``hydra.main`` task function.
 
     Resolves and validates Hydra's config (:func:`nmt.config.finish_config`), calls
-    ``body(cfg)``, and turns a user error into one paragraph and ``SystemExit(2)``; a
-    non-zero status from ``body`` becomes ``SystemExit(status)``.
+    ``body(cfg)``; a user error becomes one paragraph and ``SystemExit(2)``, a non-zero
+    status from ``body`` ``SystemExit(status)``.
     """
     tune_malloc()
-    try:
-        status = body(finish_config(cfg, validate_fn))
-    except Exception as err:
-        if not isinstance(err, user_error_types()):  # body() may have imported more modules
-            raise
-        print_error(prog, err)
-        raise SystemExit(EXIT_USER_ERROR) from None
+    status = exit_on_user_error(prog, lambda: body(finish_config(cfg, validate_fn)))
     if status:
-        raise SystemExit(int(status))
+        raise SystemExit(status)
 
 
 def run_app(app: Callable[[], None], argv: Sequence[str] | None = None, *, config_name: str,

@@ -183,6 +183,24 @@ def split_paths(data_cfg: Any, split: str) -> list[Path]:
     return []
 
 
+def check_split_files(data_cfg: Any, split: str) -> list[Path]:
+    """The files of a ``text``/``tsv`` split, after checking that they exist.
+
+    Raises:
+        CorpusError: a file is missing; the message names it, ``data.root``, the
+            ``NMT_DATA_ROOT`` variable and ``scripts/download_multi30k.sh``.
+    """
+    paths = split_paths(data_cfg, split)
+    for path in paths:
+        if not path.exists():
+            root = cfg_get(data_cfg, "root")
+            raise CorpusError(
+                f"{path}: file not found (split {split!r} under data.root={root}). Point "
+                "data.root=DIR or the NMT_DATA_ROOT environment variable at the corpus "
+                "directory, or fetch Multi30k with bash scripts/download_multi30k.sh DIR.")
+    return paths
+
+
 def read_parallel(data_cfg: Any, split: str) -> tuple[list[str], list[str]]:
     """Read one split of the configured corpus, raw and unfiltered.
 
@@ -198,9 +216,9 @@ def read_parallel(data_cfg: Any, split: str) -> tuple[list[str], list[str]]:
     """
     fmt = cfg_get(data_cfg, "format")
     if fmt == "text":
-        return read_text_pair(*split_paths(data_cfg, split))
+        return read_text_pair(*check_split_files(data_cfg, split))
     if fmt == "tsv":
-        return read_tsv(split_paths(data_cfg, split)[0])
+        return read_tsv(check_split_files(data_cfg, split)[0])
     if fmt == "hf":
         return read_hf(str(cfg_get(data_cfg, "root")), split, cfg_get(data_cfg, "src_lang"),
                        cfg_get(data_cfg, "tgt_lang"))
@@ -223,7 +241,7 @@ def split_fingerprint(data_cfg: Any, split: str) -> str:
         ds = _load_hf(str(cfg_get(data_cfg, "root")), split)
         h.update(str(getattr(ds, "_fingerprint", "")).encode())
         return h.hexdigest()
-    for path in split_paths(data_cfg, split):
+    for path in check_split_files(data_cfg, split):
         _check_file(path)
         try:
             with open(path, "rb") as f:

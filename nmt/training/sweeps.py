@@ -70,21 +70,30 @@ def sweep_rows(sweep_dir: str | Path) -> list[dict[str, Any]]:
     return rows
 
 
+def _effective(overrides: list[str]) -> dict[str, str]:
+    """The override in force for each key (the last one on the command line wins)."""
+    out: dict[str, str] = {}
+    for override in overrides:
+        out[override.split("=", 1)[0].lstrip("+~")] = override
+    return out
+
+
 def format_sweep_table(rows: list[dict[str, Any]]) -> str:
-    """A markdown table of :func:`sweep_rows`; overrides shared by every job go above it."""
-    common = set.intersection(*(set(r["overrides"]) for r in rows)) if len(rows) > 1 else set()
+    """A markdown table of :func:`sweep_rows`; overrides shared by every job go above it,
+    each row shows the job's other overrides sorted by key."""
+    effective = [_effective(r["overrides"]) for r in rows]
+    common = (set.intersection(*(set(e.values()) for e in effective)) if len(rows) > 1 else set())
 
     def cell(value: Any, fmt: str) -> str:
         return "n/a" if value is None else format(value, fmt)
 
     lines = []
     if common:
-        shared = [o for o in rows[0]["overrides"] if o in common]
-        lines.append(f"every job: {' '.join(shared)}")
+        lines.append(f"every job: {' '.join(sorted(common))}")
     lines.append("| " + " | ".join(COLUMNS) + " |")
     lines.append("|" + "---|" * len(COLUMNS))
-    for r in rows:
-        own = " ".join(o for o in r["overrides"] if o not in common) or "(none)"
+    for r, eff in zip(rows, effective, strict=True):
+        own = " ".join(v for _, v in sorted(eff.items()) if v not in common) or "(none)"
         lines.append("| " + " | ".join([
             r["job"], own, cell(r["steps"], "d"), cell(r["best_bleu"], ".2f"),
             cell(r["best_step"], "d"), cell(r["tokens_per_s"], ".0f"), cell(r["train_min"], ".1f"),
