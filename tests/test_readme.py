@@ -38,17 +38,22 @@ def test_quick_start_has_install_main_job_and_tests():
     assert install in ci and tests in ci, ".ci/run must install and test exactly as the README says"
 
 
+def sliced_main_job(tmp_path: Path, corpus: Path, run_dir: Path, repo: Path = REPO_ROOT) -> list[str]:
+    """The README's main-job command (its script under ``repo``), shrunk to seconds."""
+    _, main_job, _ = readme_commands()
+    script, *rest = shlex.split(main_job)[1:]
+    return ["bash", str(repo / script), *rest, *TINY_TRANSFORMER,
+            f"data.root={corpus}", f"data.cache_dir={tmp_path / 'cache'}", "data.max_train_pairs=150",
+            "data.tokenizer.vocab_size=100", "train.max_steps=4", "train.batch_tokens=400",
+            f"run_dir={run_dir}", "device=cpu"]
+
+
 def test_main_job_runs_end_to_end_on_a_tiny_slice(tmp_path: Path):
     corpus = write_corpus(tmp_path / "multi30k", {"train": 200, "val": 12, "test_2016_flickr": 12})
     run_dir = tmp_path / "run"
-    _, main_job, _ = readme_commands()
-    cmd = shlex.split(main_job) + TINY_TRANSFORMER + [
-        f"data.root={corpus}", f"data.cache_dir={tmp_path / 'cache'}", "data.max_train_pairs=150",
-        "data.tokenizer.vocab_size=100", "train.max_steps=4", "train.batch_tokens=400",
-        f"run_dir={run_dir}", "device=cpu",
-    ]
     env = {**os.environ, "CI": "1", "OMP_NUM_THREADS": "1"}
-    proc = subprocess.run(cmd, cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(sliced_main_job(tmp_path, corpus, run_dir), cwd=REPO_ROOT, env=env,
+                          capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
 
     for name in ("config.yaml", "train.log", "summary.json", "checkpoints/best.pt",
@@ -69,3 +74,38 @@ def test_main_job_runs_end_to_end_on_a_tiny_slice(tmp_path: Path):
     assert len(pngs) == 5
     # The job ends with the results table: BLEU, chrF and the sacreBLEU signature.
     assert "test BLEU beam 5" in proc.stdout and "nrefs:1|case:mixed" in proc.stdout
+
+
+def test_main_job_reads_a_hugging_face_dataset_saved_locally(tmp_path: Path):
+    """data/README.md's Hugging Face route: other split names, read from the config."""
+    import datasets
+
+    from conftest import make_pairs
+
+    def split(n: int, seed: int) -> datasets.Dataset:
+        pairs = make_pairs(n, seed)
+        return datasets.Dataset.from_dict({"de": [p[0] for p in pairs], "en": [p[1] for p in pairs]})
+
+    local = tmp_path / "multi30k_hf"
+    datasets.DatasetDict({"train": split(200, 0), "validation": split(10, 1),
+                          "test": split(10, 2)}).save_to_disk(str(local))
+    run_dir = tmp_path / "run"
+    cmd = sliced_main_job(tmp_path, local, run_dir) + [
+        "data.format=hf", "data.valid_split=validation", "data.test_split=test"]
+    env = {**os.environ, "CI": "1", "OMP_NUM_THREADS": "1"}
+    proc = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
+    for split_name in ("validation", "test", "validation_greedy", "test_greedy"):
+        scores = json.loads((run_dir / "eval" / split_name / "scores.json").read_text())
+        assert scores["n_sentences"] == 10 and scores["split"] == split_name.split("_")[0]
+    assert len(list((run_dir / "eval" / "heatmaps").glob("*.png"))) == 5
+    assert "| transformer | de->en |" in proc.stdout
+
+
+def test_main_job_stops_at_once_on_a_typo_in_its_overrides(tmp_path: Path):
+    _, main_job, _ = readme_commands()
+    proc = subprocess.run([*shlex.split(main_job), "trian.lr=0.002", f"run_dir={tmp_path / 'r'}"],
+                          cwd=REPO_ROOT, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert proc.stderr.startswith("nmt-train: error:") and "trian" in proc.stderr
+    assert not (tmp_path / "r").exists()

@@ -1,0 +1,99 @@
+"""``nmt-evaluate``: translate a test split (or any file pair), print BLEU/chrF, write outputs.
+
+    nmt-evaluate checkpoint=runs/tf/checkpoints/best.pt split=test_2016_flickr beam_size=5 out_dir=runs/tf/eval
+    nmt-evaluate checkpoint=... src_file=test.de ref_file=test.en beam_size=1
+
+The split is read with the checkpoint's data config (``data.root=DIR`` reads it from
+elsewhere). Every sentence is translated (nothing filtered or truncated). ``out_dir`` gets
+``hyps.txt`` (one detokenized line per source line), ``scores.json`` (bleu, chrf, their
+sacreBLEU signatures, bleu_lowercase, beam_size, n_sentences, seconds, ...) and
+``alignments.npz`` (see :mod:`nmt.evaluation.alignments`; plot it with ``nmt-plot``).
+Options: configs/evaluate.yaml (``nmt-evaluate --help``).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import hydra
+from omegaconf import DictConfig, OmegaConf
+
+from nmt.cli.common import (
+    check_search,
+    ensure_writable_dir,
+    require,
+    run_app,
+    run_task,
+    search_settings,
+)
+from nmt.config import CONFIG_PATH, ConfigError
+from nmt.runtime import resolve_device
+
+
+def _check(cfg: DictConfig) -> DictConfig:
+    require(cfg, "checkpoint")
+    if bool(cfg.src_file) != bool(cfg.ref_file):
+        raise ConfigError("src_file and ref_file go together: give both (or neither, to read split=...).")
+    if cfg.src_file and cfg.split:
+        raise ConfigError("give either split=... or src_file=... ref_file=..., not both.")
+    return check_search(cfg)
+
+
+def load_texts(cfg: DictConfig, train_cfg: DictConfig) -> tuple[str, list[str], list[str]]:
+    """``(name, sources, references)`` from ``src_file``/``ref_file`` or the split.
+
+    Raises:
+        CorpusError: missing/unreadable files or unequal line counts.
+    """
+    from nmt.data.corpus import read_parallel, read_text_pair
+
+    if cfg.src_file:
+        src, ref = read_text_pair(cfg.src_file, cfg.ref_file)
+        return Path(cfg.src_file).name, src, ref
+    data_cfg = OmegaConf.to_container(train_cfg.data, resolve=True)
+    if cfg.data.root:
+        data_cfg["root"] = str(cfg.data.root)
+    split = cfg.split or data_cfg["test_split"]
+    src, ref = read_parallel(data_cfg, split)
+    return split, src, ref
+
+
+def _run(cfg: DictConfig) -> int:
+    from nmt.evaluation.evaluate import evaluate_split, write_outputs
+    from nmt.inference.loader import load_for_inference
+
+    device = resolve_device(cfg.device)
+    model, tokenizer, train_cfg = load_for_inference(cfg.checkpoint, device)
+    name, src, ref = load_texts(cfg, train_cfg)
+    out_dir = Path(cfg.out_dir) if cfg.out_dir else (
+        Path(cfg.checkpoint).parent / f"eval_{name}_beam{cfg.beam_size}")
+    ensure_writable_dir(out_dir, "out_dir")  # before translating: nothing is lost
+    hyps, scores, hypotheses, src_ids = evaluate_split(model, tokenizer, src, ref,
+                                                       search_settings(cfg), device)
+    scores.update(checkpoint=str(cfg.checkpoint), split=name)
+    if cfg.save_alignments:
+        write_outputs(out_dir, hyps, scores, hypotheses, tokenizer, src_ids)
+    else:
+        write_outputs(out_dir, hyps, scores)
+    print(f"{name}: {scores['n_sentences']} sentences, beam_size={scores['beam_size']}, "
+          f"{scores['seconds']:.1f} s ({scores['sents_per_s']:.0f} sentences/s)")
+    print(f"BLEU = {scores['bleu']:.2f}  ({scores['bleu_signature']})")
+    print(f"chrF = {scores['chrf']:.2f}  ({scores['chrf_signature']})")
+    print(f"BLEU (lowercase) = {scores['bleu_lowercase']:.2f}")
+    print(f"wrote {out_dir}/hyps.txt, scores.json" + (", alignments.npz" if cfg.save_alignments else ""))
+    return 0
+
+
+@hydra.main(version_base="1.3", config_path=CONFIG_PATH, config_name="evaluate")
+def app(cfg: DictConfig) -> None:
+    """The Hydra task function of ``nmt-evaluate``."""
+    run_task(cfg, _run, prog="nmt-evaluate", validate_fn=_check)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Console entry point ``nmt-evaluate``; returns the exit status (2 on user errors)."""
+    return run_app(app, argv, config_name="evaluate", prog="nmt-evaluate", validate_fn=_check)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

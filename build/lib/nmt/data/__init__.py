@@ -1,0 +1,45 @@
+"""Data pipeline: corpus reading, SentencePiece tokenizer, cached token batches.
+
+``prepare_data(cfg.data, run_dir)`` gives the tokenizer and the memory-mapped training and
+validation splits; ``TokenBatchSampler`` cuts an epoch into length-bucketed token batches and
+``TokenizedSplit.collate`` turns one into a padded :class:`Batch`.
+"""
+
+from nmt.data.batching import (
+    Batch,
+    PreparedData,
+    TokenBatchSampler,
+    TokenizedSplit,
+    load_split,
+    make_src_batch,
+    pad_efficiency,
+    prepare_data,
+    write_split,
+)
+from nmt.data.corpus import (
+    CorpusError,
+    drop_empty_pairs,
+    read_hf,
+    read_lines,
+    read_parallel,
+    read_text_pair,
+    read_tsv,
+    split_fingerprint,
+)
+from nmt.data.tokenizer import (
+    BOS_ID,
+    EOS_ID,
+    PAD_ID,
+    UNK_ID,
+    Tokenizer,
+    train_or_load_tokenizer,
+    train_sentencepiece,
+)
+
+__all__ = [
+    "BOS_ID", "EOS_ID", "PAD_ID", "UNK_ID", "Batch", "CorpusError", "PreparedData",
+    "TokenBatchSampler", "TokenizedSplit", "Tokenizer", "drop_empty_pairs", "load_split",
+    "make_src_batch", "pad_efficiency", "prepare_data", "read_hf", "read_lines",
+    "read_parallel", "read_text_pair", "read_tsv", "split_fingerprint", "train_or_load_tokenizer",
+    "train_sentencepiece", "write_split",
+]

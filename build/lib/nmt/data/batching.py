@@ -1,0 +1,450 @@
+"""Tokenized, memory-mapped splits and length-bucketed token batches.
+
+:func:`prepare_data` turns the configured corpus into a :class:`PreparedData`: the
+tokenizer (trained or taken from the cache) and the tokenized training and validation
+splits. Each split is an Arrow IPC file under ``{cache_dir}/tokenized/`` keyed by a hash of
+the corpus bytes, the tokenizer model and the filter settings, so a second run skips
+tokenization and any change to data or tokenizer makes a new file. The file is
+memory-mapped: only two small length arrays per split live in Python memory; the
+token ids and texts are paged in by the OS when a batch needs them, so corpora larger than
+RAM train too.
+
+:class:`TokenBatchSampler` cuts an epoch into batches of at most ``batch_tokens`` padded
+positions (``B * max(S, T)``), grouping pairs of similar length so padding stays small
+(Vaswani et al. 2017, section 5.1: "sentence pairs were batched together by approximate
+sequence length"); batch order is shuffled per epoch, deterministically in (seed, epoch).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import json
+import logging
+import os
+import tempfile
+from collections.abc import Sequence
+from dataclasses import dataclass, fields, replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import torch
+
+from nmt.config import cfg_get
+from nmt.data.corpus import CorpusError, drop_empty_pairs, read_parallel, split_fingerprint
+from nmt.data.tokenizer import BOS_ID, EOS_ID, PAD_ID, Tokenizer, train_or_load_tokenizer
+
+log = logging.getLogger("nmt.data")
+
+CACHE_VERSION = 1
+_CHUNK_ROWS = 100_000  # pairs per Arrow record batch (bounds memory while tokenizing)
+_SCHEMA = pa.schema([("src_ids", pa.list_(pa.int32())), ("tgt_ids", pa.list_(pa.int32())),
+                     ("src_text", pa.large_string()), ("tgt_text", pa.large_string()),
+                     ("row", pa.int64())])
+
+
+# ------------------------------------------------------------------------- Batch
+@dataclass
+class Batch:
+    """One padded batch (batch-first; True in a mask marks a real, non-pad position).
+
+    Attributes:
+        src: [B, S] int64, subword ids + EOS, PAD-padded.
+        src_mask: [B, S] bool.
+        tgt_in: [B, T] int64, BOS + y (decoder input, teacher forcing).
+        tgt_out: [B, T] int64, y + EOS (what the decoder must predict at each position).
+        tgt_mask: [B, T] bool (same for tgt_in and tgt_out).
+        indices: [B] int64, row numbers in the :class:`TokenizedSplit` that was collated.
+        n_src_tokens: real source positions (EOS included).
+        n_tgt_tokens: real ``tgt_out`` positions (EOS included): the loss normaliser.
+    """
+
+    src: torch.Tensor
+    src_mask: torch.Tensor
+    tgt_in: torch.Tensor
+    tgt_out: torch.Tensor
+    tgt_mask: torch.Tensor
+    indices: torch.Tensor
+    n_src_tokens: int
+    n_tgt_tokens: int
+
+    def to(self, device: torch.device | str, non_blocking: bool = False) -> Batch:
+        """A copy with every tensor on ``device``."""
+        moved = {f.name: getattr(self, f.name).to(device, non_blocking=non_blocking)
+                 for f in fields(self) if isinstance(getattr(self, f.name), torch.Tensor)}
+        return replace(self, **moved)
+
+    def __len__(self) -> int:
+        return int(self.src.shape[0])
+
+
+def _pad_rows(values: np.ndarray, starts: np.ndarray, lens: np.ndarray, width: int) -> np.ndarray:
+    """Rows ``values[starts[k] : starts[k] + lens[k]]`` left-aligned in a PAD matrix
+    [B, width] (one vectorised gather)."""
+    cols = np.arange(width)
+    valid = cols[None, :] < lens[:, None]
+    if not values.size:
+        return np.full((len(starts), width), PAD_ID, dtype=np.int64)
+    pos = np.where(valid, starts[:, None] + cols[None, :], 0)
+    return np.where(valid, values[pos], PAD_ID).astype(np.int64)
+
+
+def make_src_batch(src_ids: Sequence[Sequence[int]], device: torch.device | str | None = None
+                   ) -> tuple[torch.Tensor, torch.Tensor]:
+    """Source id lists (no EOS) -> ``(src [B, S], src_mask [B, S])``: EOS appended, PAD-padded.
+
+    An empty list becomes a source of just EOS. Used by search and ``nmt-translate``.
+    """
+    lens = np.array([len(s) for s in src_ids], dtype=np.int64)
+    width = int(lens.max()) + 1 if len(lens) else 1
+    src = np.full((len(lens), width), PAD_ID, dtype=np.int64)
+    for k, ids in enumerate(src_ids):
+        src[k, : len(ids)] = ids
+        src[k, len(ids)] = EOS_ID
+    src_t = torch.from_numpy(src)
+    mask = torch.from_numpy(np.arange(width)[None, :] <= lens[:, None])
+    if device is not None:
+        src_t, mask = src_t.to(device), mask.to(device)
+    return src_t, mask
+
+
+# ------------------------------------------------------------------ TokenizedSplit
+class TokenizedSplit:
+    """A tokenized split backed by a memory-mapped Arrow IPC file (see module docstring).
+
+    Attributes:
+        path: the Arrow file.
+        src_lens: [N] int64, source lengths *including* EOS (= S of a batch of one).
+        tgt_lens: [N] int64, ``tgt_out`` lengths *including* EOS (= T of a batch of one).
+        rows: [N] int64, the line number of each pair in the raw split (differs from the
+            position only in a filtered training split).
+    """
+
+    def __init__(self, path: str | Path):
+        self._open(Path(path))
+
+    def __getstate__(self) -> dict[str, Any]:  # picklable (DataLoader workers, spawn): path only
+        return {"path": str(self.path)}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self._open(Path(state["path"]))
+
+    def _open(self, path: Path) -> None:
+        self.path = path
+        self._reader = pa.ipc.open_file(pa.memory_map(str(self.path), "r"))
+        self._chunks: list[tuple[np.ndarray, ...]] = []
+        src_lens, tgt_lens, rows = [], [], []
+        for i in range(self._reader.num_record_batches):
+            rb = self._reader.get_batch(i)
+            src, tgt = rb.column("src_ids"), rb.column("tgt_ids")
+            s_off, t_off = src.offsets.to_numpy(), tgt.offsets.to_numpy()  # int32, zero-copy
+            self._chunks.append((src.values.to_numpy(zero_copy_only=True), s_off,
+                                 tgt.values.to_numpy(zero_copy_only=True), t_off))
+            src_lens.append(np.diff(s_off).astype(np.int64) + 1)
+            tgt_lens.append(np.diff(t_off).astype(np.int64) + 1)
+            rows.append(rb.column("row").to_numpy())
+        empty = np.zeros(0, np.int64)
+        self.src_lens = np.concatenate(src_lens) if src_lens else empty
+        self.tgt_lens = np.concatenate(tgt_lens) if tgt_lens else empty
+        self.rows = np.concatenate(rows).astype(np.int64) if rows else empty
+        self._starts = np.cumsum([0] + [len(x) for x in src_lens])
+
+    def __len__(self) -> int:
+        return len(self.src_lens)
+
+    def _locate(self, i: int) -> tuple[int, int]:
+        if not 0 <= i < len(self):
+            raise IndexError(f"row {i} out of range for a split of {len(self)} pairs.")
+        c = int(np.searchsorted(self._starts, i, side="right") - 1)
+        return c, i - int(self._starts[c])
+
+    def src_ids(self, i: int) -> list[int]:
+        """Subword ids of source ``i`` (no EOS), as :meth:`Tokenizer.encode_src` gave them."""
+        c, j = self._locate(int(i))
+        values, off = self._chunks[c][0], self._chunks[c][1]
+        return values[off[j]: off[j + 1]].tolist()
+
+    def tgt_ids(self, i: int) -> list[int]:
+        """Subword ids of target ``i`` (no BOS/EOS)."""
+        c, j = self._locate(int(i))
+        values, off = self._chunks[c][2], self._chunks[c][3]
+        return values[off[j]: off[j + 1]].tolist()
+
+    def _texts(self, column: str) -> list[str]:
+        return [s for i in range(self._reader.num_record_batches)
+                for s in self._reader.get_batch(i).column(column).to_pylist()]
+
+    def src_texts(self) -> list[str]:
+        """The raw source sentences, in row order."""
+        return self._texts("src_text")
+
+    def tgt_texts(self) -> list[str]:
+        """The raw target sentences (references), in row order."""
+        return self._texts("tgt_text")
+
+    def collate(self, indices: Sequence[int] | np.ndarray) -> Batch:
+        """Build the padded :class:`Batch` of the given rows (see :class:`Batch` for shapes).
+
+        Raises:
+            IndexError: an index is outside ``[0, len(self))``.
+        """
+        idx = np.asarray(indices, dtype=np.int64).reshape(-1)
+        if idx.size == 0:
+            raise IndexError("collate needs at least one row.")
+        if idx.min() < 0 or idx.max() >= len(self):
+            raise IndexError(f"rows must lie in [0, {len(self)}), got {idx.min()}..{idx.max()}.")
+        s_lens, t_lens = self.src_lens[idx], self.tgt_lens[idx]
+        width_s, width_t = int(s_lens.max()), int(t_lens.max())
+        src = np.empty((idx.size, width_s), np.int64)
+        tgt_in = np.empty((idx.size, width_t), np.int64)
+        tgt_out = np.empty((idx.size, width_t), np.int64)
+        chunk = np.searchsorted(self._starts, idx, side="right") - 1
+        for c in np.unique(chunk):
+            sel = np.nonzero(chunk == c)[0]
+            local = idx[sel] - self._starts[c]
+            s_val, s_off, t_val, t_off = self._chunks[c]
+            s_n, t_n = s_lens[sel] - 1, t_lens[sel] - 1
+            src[sel] = _pad_rows(s_val, s_off[local], s_n, width_s)
+            ys = _pad_rows(t_val, t_off[local], t_n, width_t)
+            tgt_out[sel] = ys
+            tgt_in[sel, 0] = BOS_ID
+            tgt_in[sel, 1:] = ys[:, :-1]
+        rows = np.arange(idx.size)
+        src[rows, s_lens - 1] = EOS_ID
+        tgt_out[rows, t_lens - 1] = EOS_ID
+        src_mask = np.arange(width_s)[None, :] < s_lens[:, None]
+        tgt_mask = np.arange(width_t)[None, :] < t_lens[:, None]
+        tgt_in[~tgt_mask] = PAD_ID
+        return Batch(src=torch.from_numpy(src), src_mask=torch.from_numpy(src_mask),
+                     tgt_in=torch.from_numpy(tgt_in), tgt_out=torch.from_numpy(tgt_out),
+                     tgt_mask=torch.from_numpy(tgt_mask), indices=torch.from_numpy(idx.copy()),
+                     n_src_tokens=int(s_lens.sum()), n_tgt_tokens=int(t_lens.sum()))
+
+
+def _list_array(ids: list[list[int]]) -> pa.Array:
+    lens = np.fromiter((len(x) for x in ids), dtype=np.int64, count=len(ids))
+    offsets = np.zeros(len(ids) + 1, np.int32)
+    np.cumsum(lens, out=offsets[1:])
+    values = np.fromiter(itertools.chain.from_iterable(ids), dtype=np.int32, count=int(offsets[-1]))
+    return pa.ListArray.from_arrays(pa.array(offsets), pa.array(values))
+
+
+def write_split(path: str | Path, src_texts: Sequence[str], tgt_texts: Sequence[str],
+                tokenizer: Tokenizer, rows: Sequence[int] | None = None,
+                max_len: int | None = None, max_len_ratio: float | None = None) -> dict[str, int]:
+    """Tokenize pairs and write them as an Arrow IPC file (atomically: temp file + rename).
+
+    Args:
+        rows: original line numbers (default ``0..N-1``).
+        max_len, max_len_ratio: training filters, in subword tokens without EOS: pairs with
+            a side longer than ``max_len`` or ``max(len) / max(min(len), 1) > max_len_ratio``
+            are dropped. ``None`` keeps every pair (validation and test).
+
+    Returns:
+        ``{"pairs": kept, "too_long": n, "bad_ratio": n}``.
+
+    Raises:
+        OSError: the directory of ``path`` cannot be created or written (the temporary
+            file is removed; an existing ``path`` is left as it was).
+    """
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    rows = np.arange(len(src_texts)) if rows is None else np.asarray(rows, np.int64)
+    stats = {"pairs": 0, "too_long": 0, "bad_ratio": 0}
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    os.close(fd)
+    try:
+        with pa.OSFile(tmp, "wb") as sink, pa.ipc.new_file(sink, _SCHEMA) as writer:
+            for a in range(0, len(src_texts), _CHUNK_ROWS):
+                src_t, tgt_t = src_texts[a: a + _CHUNK_ROWS], tgt_texts[a: a + _CHUNK_ROWS]
+                s_ids, t_ids = tokenizer.encode_src_batch(src_t), tokenizer.encode_tgt_batch(tgt_t)
+                keep = np.ones(len(s_ids), bool)
+                if max_len is not None or max_len_ratio is not None:
+                    ls = np.fromiter(map(len, s_ids), np.int64, count=len(s_ids))
+                    lt = np.fromiter(map(len, t_ids), np.int64, count=len(t_ids))
+                    if max_len is not None:
+                        too_long = (ls > max_len) | (lt > max_len)
+                        stats["too_long"] += int(too_long.sum())
+                        keep &= ~too_long
+                    if max_len_ratio is not None:
+                        ratio = np.maximum(ls, lt) / np.maximum(np.minimum(ls, lt), 1)
+                        bad = keep & (ratio > max_len_ratio)
+                        stats["bad_ratio"] += int(bad.sum())
+                        keep &= ~bad
+                sel = np.nonzero(keep)[0].tolist()
+                if len(sel) < len(s_ids):
+                    s_ids, t_ids = [s_ids[i] for i in sel], [t_ids[i] for i in sel]
+                    src_t, tgt_t = [src_t[i] for i in sel], [tgt_t[i] for i in sel]
+                stats["pairs"] += len(sel)
+                writer.write_batch(pa.record_batch(
+                    [_list_array(s_ids), _list_array(t_ids), pa.array(list(src_t), pa.large_string()),
+                     pa.array(list(tgt_t), pa.large_string()), pa.array(rows[a: a + _CHUNK_ROWS][keep])],
+                    schema=_SCHEMA))
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return stats
+
+
+# ------------------------------------------------------------------ sampler
+class TokenBatchSampler:
+    """Length-bucketed token batches: every row exactly once per epoch.
+
+    Rows are sorted by (source length, target length) with random tie-breaking, cut
+    greedily into batches with ``B * max(S, T) <= batch_tokens`` (S, T: lengths incl. EOS),
+    and the batch order is shuffled. Everything random comes from
+    ``np.random.default_rng((seed, epoch))``, so the batches of an epoch are reproducible.
+    With ``shuffle=False`` the order is the sorted one (for validation).
+
+    Raises:
+        ValueError: ``batch_tokens`` is smaller than the longest pair.
+    """
+
+    def __init__(self, src_lens: np.ndarray, tgt_lens: np.ndarray, batch_tokens: int,
+                 shuffle: bool = True, seed: int = 0):
+        self.src_lens = np.asarray(src_lens, dtype=np.int64)
+        self.tgt_lens = np.asarray(tgt_lens, dtype=np.int64)
+        if self.src_lens.shape != self.tgt_lens.shape:
+            raise ValueError(f"src_lens {self.src_lens.shape} and tgt_lens {self.tgt_lens.shape} differ.")
+        self.batch_tokens, self.shuffle, self.seed = int(batch_tokens), bool(shuffle), int(seed)
+        longest = int(np.maximum(self.src_lens, self.tgt_lens).max()) if len(self.src_lens) else 0
+        if longest > self.batch_tokens:
+            raise ValueError(f"train.batch_tokens={self.batch_tokens} is smaller than the longest "
+                             f"pair ({longest} tokens): raise train.batch_tokens or lower data.max_len.")
+
+    def batches(self, epoch: int = 0) -> list[np.ndarray]:
+        """The batches of ``epoch``: a list of int64 row-index arrays."""
+        n = len(self.src_lens)
+        if n == 0:
+            return []
+        if self.shuffle:
+            rng = np.random.default_rng((self.seed, int(epoch)))
+            order = np.lexsort((rng.random(n), self.tgt_lens, self.src_lens))
+        else:
+            order = np.lexsort((self.tgt_lens, self.src_lens))
+        width = np.maximum(self.src_lens, self.tgt_lens)[order].tolist()
+        cuts, start, cur, limit = [], 0, 0, self.batch_tokens
+        for i, w in enumerate(width):
+            m = cur if cur > w else w
+            if (i - start + 1) * m > limit:
+                cuts.append(i)
+                start, cur = i, w
+            else:
+                cur = m
+        out = np.split(order.astype(np.int64), cuts)
+        if self.shuffle:
+            out = [out[k] for k in rng.permutation(len(out))]
+        return out
+
+    def __len__(self) -> int:
+        """Number of batches of epoch 0 (other epochs differ by at most a few)."""
+        return len(self.batches(0))
+
+
+def pad_efficiency(batches: Sequence[np.ndarray], src_lens: np.ndarray, tgt_lens: np.ndarray
+                   ) -> float:
+    """Real tokens / padded positions over ``batches``: sum(S_i + T_i) / sum(B * (S + T))."""
+    real = padded = 0
+    for b in batches:
+        s, t = src_lens[b], tgt_lens[b]
+        real += int(s.sum() + t.sum())
+        padded += len(b) * int(s.max() + t.max())
+    return real / padded if padded else 1.0
+
+
+# ------------------------------------------------------------------ prepare_data
+@dataclass
+class PreparedData:
+    """What training needs from the data side."""
+
+    tokenizer: Tokenizer
+    train: TokenizedSplit
+    valid: TokenizedSplit
+
+
+def _key(*parts: Any) -> str:
+    return hashlib.sha256(json.dumps([CACHE_VERSION, *parts], sort_keys=True,
+                                     default=str).encode()).hexdigest()[:24]
+
+
+def load_split(data_cfg: Any, split: str, tokenizer: Tokenizer) -> TokenizedSplit:
+    """A split tokenized without any filtering (validation / test), cached like training.
+
+    Raises:
+        CorpusError: the split's files are missing, unreadable, not UTF-8, empty or
+            misaligned (see :func:`nmt.data.corpus.read_parallel`).
+    """
+    path = Path(str(cfg_get(data_cfg, "cache_dir"))) / "tokenized" / \
+        f"{split}-{_key(split_fingerprint(data_cfg, split), tokenizer.fingerprint)}.arrow"
+    if path.is_file():
+        log.info("%s: token cache hit %s", split, path)
+    else:
+        src, tgt = read_parallel(data_cfg, split)
+        write_split(path, src, tgt, tokenizer)
+        log.info("%s: tokenized %d pairs -> %s", split, len(src), path)
+    return TokenizedSplit(path)
+
+
+def prepare_data(data_cfg: Any, run_dir: str | Path | None = None,
+                 tokenizer: Tokenizer | None = None) -> PreparedData:
+    """Tokenizer + tokenized, cached training and validation splits.
+
+    ``tokenizer`` (a fine-tuning run's, or ``data.tokenizer.model``'s) is used as it is;
+    without one, a tokenizer is trained on the training split (or found in the cache).
+
+    Training split: first ``max_train_pairs`` pairs, empty pairs dropped (count logged), the
+    tokenizer trained on what is left, then pairs beyond ``max_len`` / ``max_len_ratio``
+    dropped (count logged). Validation split: every pair, unfiltered. When ``run_dir`` is
+    given the tokenizer model(s) are copied to ``run_dir/tokenizer/``.
+
+    On a cache hit neither the corpus texts nor the tokenizer training run: only the
+    corpus bytes are hashed.
+
+    Raises:
+        CorpusError: unreadable or empty corpus, or no training pair left after filtering.
+        ConfigError: the tokenizer settings do not fit the corpus (e.g. a too small
+            ``data.tokenizer.vocab_size``).
+    """
+    cache = Path(str(cfg_get(data_cfg, "cache_dir")))
+    split = str(cfg_get(data_cfg, "train_split"))
+    max_pairs = cfg_get(data_cfg, "max_train_pairs")
+    train_id = _key(split_fingerprint(data_cfg, split), max_pairs)
+    loaded: dict[str, list] = {}
+
+    def texts() -> dict[str, list]:
+        if not loaded:
+            src, tgt = read_parallel(data_cfg, split)
+            if max_pairs is not None:
+                src, tgt = src[: int(max_pairs)], tgt[: int(max_pairs)]
+            src, tgt, rows = drop_empty_pairs(src, tgt, where=split)
+            loaded.update(src=src, tgt=tgt, rows=rows)
+        return loaded
+
+    if tokenizer is None:
+        tokenizer = train_or_load_tokenizer(
+            cfg_get(data_cfg, "tokenizer"), str(cfg_get(data_cfg, "src_lang")),
+            str(cfg_get(data_cfg, "tgt_lang")),
+            lambda: texts()["src"], lambda: texts()["tgt"], cache, data_hash=train_id)
+    max_len, ratio = int(cfg_get(data_cfg, "max_len")), float(cfg_get(data_cfg, "max_len_ratio"))
+    path = cache / "tokenized" / f"{split}-{_key(train_id, tokenizer.fingerprint, max_len, ratio)}.arrow"
+    if path.is_file():
+        log.info("%s: token cache hit %s", split, path)
+    else:
+        t = texts()
+        stats = write_split(path, t["src"], t["tgt"], tokenizer, t["rows"], max_len, ratio)
+        log.info("%s: %d pairs kept; dropped %d longer than max_len=%d and %d with length ratio "
+                 "> %g -> %s", split, stats["pairs"], stats["too_long"], max_len,
+                 stats["bad_ratio"], ratio, path)
+        if stats["pairs"] == 0:
+            path.unlink()
+            raise CorpusError(f"{split}: no training pair is left after the length filters "
+                              f"(data.max_len={max_len}, data.max_len_ratio={ratio}).")
+    loaded.clear()
+    train = TokenizedSplit(path)
+    valid = load_split(data_cfg, str(cfg_get(data_cfg, "valid_split")), tokenizer)
+    if run_dir is not None:
+        tokenizer.save(Path(run_dir) / "tokenizer")
+    return PreparedData(tokenizer=tokenizer, train=train, valid=valid)

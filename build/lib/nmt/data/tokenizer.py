@@ -1,0 +1,371 @@
+"""SentencePiece subword tokenizer: trained on the training split, cached, saved with runs.
+
+Special ids are fixed for every model this package trains (they are SentencePiece's own
+``pad_id`` / ``unk_id`` / ``bos_id`` / ``eos_id``, so both vocabularies agree on them):
+
+========  ====  ===========
+``PAD``   0     ``<pad>``
+``UNK``   1     ``<unk>``
+``BOS``   2     ``<s>``
+``EOS``   3     ``</s>``
+========  ====  ===========
+
+Text is normalised with SentencePiece's ``nmt_nfkc`` rule (NFKC, case kept, runs of
+white space collapsed, leading/trailing space removed), so ``decode(encode(x)) == x``
+holds for every normalised ``x`` whose characters occur in the training data, umlauts
+and other non-ASCII letters included (``character_coverage=1.0`` keeps every training
+character). Models are unigram LM (Kudo 2018) or BPE (Sennrich et al. 2016), one joint
+model for both languages or one per side.
+
+Training is skipped when a model trained from the same data and the same settings is in
+the cache: ``{cache_dir}/tokenizers/{sha256(settings, data)}/``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import logging
+import os
+import re
+import shutil
+import tempfile
+from collections.abc import Callable, Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+import sentencepiece as spm
+
+from nmt.config import ConfigError, cfg_get
+from nmt.data.corpus import CorpusError
+
+PAD_ID = 0
+UNK_ID = 1
+BOS_ID = 2
+EOS_ID = 3
+
+TOKENIZER_VERSION = 1
+_STATE_FILE = "tokenizer.json"
+log = logging.getLogger("nmt.data")
+
+Texts = Sequence[str] | Callable[[], Sequence[str]]
+
+
+class Tokenizer:
+    """Source and target SentencePiece models (the same one when ``joint``).
+
+    Attributes:
+        src_vocab_size: number of source ids (specials included).
+        tgt_vocab_size: number of target ids (equals ``src_vocab_size`` when joint).
+        joint: one shared model/vocabulary for both sides.
+        settings: the training settings (type, vocab_size, character_coverage, languages).
+
+    ``encode_*`` return subword ids without BOS/EOS; batching adds them.
+
+    Args:
+        src_model: serialised SentencePiece model of the source side (or both when joint).
+        tgt_model: serialised target model; ``None`` for one joint model.
+        settings: the training settings to keep with the model (saved, not interpreted).
+
+    Raises:
+        ValueError: a model does not use this package's special ids (PAD 0, UNK 1, BOS 2,
+            EOS 3); SentencePiece's own errors (e.g. ``RuntimeError`` for bytes that are
+            not a model) propagate.
+    """
+
+    def __init__(self, src_model: bytes, tgt_model: bytes | None = None,
+                 settings: dict[str, Any] | None = None):
+        self.joint = tgt_model is None
+        self._src_bytes = bytes(src_model)
+        self._tgt_bytes = self._src_bytes if self.joint else bytes(tgt_model)
+        self._src = spm.SentencePieceProcessor(model_proto=self._src_bytes)
+        self._tgt = self._src if self.joint else spm.SentencePieceProcessor(model_proto=self._tgt_bytes)
+        for sp in (self._src, self._tgt):
+            ids = (sp.pad_id(), sp.unk_id(), sp.bos_id(), sp.eos_id())
+            if ids != (PAD_ID, UNK_ID, BOS_ID, EOS_ID):
+                raise ValueError(f"SentencePiece model has special ids {ids} (pad, unk, bos, eos); "
+                                 f"this package needs {(PAD_ID, UNK_ID, BOS_ID, EOS_ID)}.")
+        self.src_vocab_size = self._src.get_piece_size()
+        self.tgt_vocab_size = self._tgt.get_piece_size()
+        self.settings = dict(settings or {})
+
+    # ------------------------------------------------------------------ encode/decode
+    def encode_src(self, text: str) -> list[int]:
+        """Source text -> subword ids (no BOS/EOS)."""
+        return self._src.encode(text, out_type=int)
+
+    def encode_tgt(self, text: str) -> list[int]:
+        """Target text -> subword ids (no BOS/EOS)."""
+        return self._tgt.encode(text, out_type=int)
+
+    def encode_src_batch(self, texts: Sequence[str]) -> list[list[int]]:
+        """Many source texts at once (SentencePiece's threaded batch encoder)."""
+        return self._src.encode(list(texts), out_type=int, num_threads=2)
+
+    def encode_tgt_batch(self, texts: Sequence[str]) -> list[list[int]]:
+        """Many target texts at once (SentencePiece's threaded batch encoder)."""
+        return self._tgt.encode(list(texts), out_type=int, num_threads=2)
+
+    @staticmethod
+    def _clean(ids: Iterable[int]) -> list[int]:
+        out = []
+        for i in ids:
+            i = int(i)
+            if i == EOS_ID:
+                break
+            if i not in (PAD_ID, BOS_ID):
+                out.append(i)
+        return out
+
+    def decode_src(self, ids: Iterable[int]) -> str:
+        """Source ids -> detokenised text; PAD/BOS dropped, stops at the first EOS."""
+        return self._src.decode(self._clean(ids))
+
+    def decode_tgt(self, ids: Iterable[int]) -> str:
+        """Target ids -> detokenised text; PAD/BOS dropped, stops at the first EOS."""
+        return self._tgt.decode(self._clean(ids))
+
+    def src_pieces(self, ids: Iterable[int]) -> list[str]:
+        """Source ids -> subword strings, one per id (EOS shown as ``</s>``), for plots."""
+        return [self._src.id_to_piece(int(i)) for i in ids]
+
+    def tgt_pieces(self, ids: Iterable[int]) -> list[str]:
+        """Target ids -> subword strings, one per id (EOS shown as ``</s>``), for plots."""
+        return [self._tgt.id_to_piece(int(i)) for i in ids]
+
+    def normalize(self, text: str) -> str:
+        """The text as the tokenizer sees it (``nmt_nfkc``): ``decode(encode(x)) == normalize(x)``
+        for text whose characters are all in the vocabulary."""
+        return self._src.normalize(text).replace("\u2581", " ").strip()
+
+    @property
+    def fingerprint(self) -> str:
+        """sha256 of the model bytes: changes whenever the tokenizer changes."""
+        h = hashlib.sha256(self._src_bytes)
+        if not self.joint:
+            h.update(self._tgt_bytes)
+        return h.hexdigest()
+
+    # ------------------------------------------------------------------ persistence
+    def state_dict(self) -> dict[str, Any]:
+        """Picklable dict (model bytes + settings, no paths) stored in checkpoints."""
+        return {"version": TOKENIZER_VERSION, "joint": self.joint, "src_model": self._src_bytes,
+                "tgt_model": None if self.joint else self._tgt_bytes, "settings": dict(self.settings)}
+
+    @classmethod
+    def from_state_dict(cls, state: dict[str, Any]) -> Tokenizer:
+        """Inverse of :meth:`state_dict`.
+
+        Raises:
+            ValueError: the dict is not a tokenizer state of a known version.
+        """
+        if not isinstance(state, dict) or state.get("version") != TOKENIZER_VERSION:
+            raise ValueError(f"not a tokenizer state of version {TOKENIZER_VERSION}.")
+        return cls(state["src_model"], state["tgt_model"], state.get("settings"))
+
+    def save(self, directory: str | Path) -> None:
+        """Write ``spm.model`` (joint) or ``src.model`` + ``tgt.model``, and ``tokenizer.json``."""
+        directory = Path(directory)
+        directory.mkdir(parents=True, exist_ok=True)
+        files = {"spm.model": self._src_bytes} if self.joint else \
+            {"src.model": self._src_bytes, "tgt.model": self._tgt_bytes}
+        for name, data in files.items():
+            (directory / name).write_bytes(data)
+        meta = {"version": TOKENIZER_VERSION, "joint": self.joint, "files": sorted(files),
+                "settings": self.settings, "special_ids": {"pad": PAD_ID, "unk": UNK_ID,
+                                                           "bos": BOS_ID, "eos": EOS_ID}}
+        (directory / _STATE_FILE).write_text(json.dumps(meta, indent=2) + "\n", encoding="utf-8")
+
+    @classmethod
+    def load(cls, directory: str | Path) -> Tokenizer:
+        """Read a directory written by :meth:`save`.
+
+        Raises:
+            FileNotFoundError: ``tokenizer.json`` or a model file is missing (message names it).
+        """
+        directory = Path(directory)
+        meta_path = directory / _STATE_FILE
+        if not meta_path.is_file():
+            raise FileNotFoundError(f"{meta_path}: no tokenizer saved here.")
+        meta = json.loads(meta_path.read_text(encoding="utf-8"))
+        names = ["spm.model"] if meta["joint"] else ["src.model", "tgt.model"]
+        blobs = []
+        for name in names:
+            path = directory / name
+            if not path.is_file():
+                raise FileNotFoundError(f"{path}: tokenizer model file is missing.")
+            blobs.append(path.read_bytes())
+        return cls(blobs[0], None if meta["joint"] else blobs[1], meta.get("settings"))
+
+
+# ---------------------------------------------------------------------- training
+def _settings(tok_cfg: Any, src_lang: str, tgt_lang: str) -> dict[str, Any]:
+    def get(key: str) -> Any:
+        return cfg_get(tok_cfg, key)
+
+    settings = {"type": str(get("type")), "vocab_size": int(get("vocab_size")),
+                "character_coverage": float(get("character_coverage")), "joint": bool(get("joint")),
+                "src_lang": src_lang, "tgt_lang": tgt_lang}
+    if settings["type"] not in ("unigram", "bpe"):
+        raise ValueError(f"data.tokenizer.type={settings['type']!r} must be unigram or bpe.")
+    return settings
+
+
+def hash_texts(*sides: Iterable[str]) -> str:
+    """sha256 over the lines of each side (a separator keeps sides and lines apart)."""
+    h = hashlib.sha256()
+    for side in sides:
+        for line in side:
+            h.update(line.encode("utf-8"))
+            h.update(b"\n")
+        h.update(b"\x00side\x00")
+    return h.hexdigest()
+
+
+def train_sentencepiece(texts: Sequence[str], model_type: str, vocab_size: int,
+                        character_coverage: float) -> bytes:
+    """Train one SentencePiece model in memory; returns the serialised model.
+
+    ``vocab_size`` is a soft limit (``hard_vocab_limit=False``): a corpus too small to
+    provide that many pieces yields a smaller vocabulary (logged) instead of an error.
+    Empty sentences are not removed here (training pairs are cleaned once, by
+    :func:`nmt.data.corpus.drop_empty_pairs`); SentencePiece skips them.
+
+    Raises:
+        CorpusError: no non-empty training sentence.
+        ConfigError: SentencePiece rejects the settings, e.g. ``vocab_size`` smaller than the
+            number of distinct characters (the message names ``data.tokenizer.vocab_size`` and
+            the smallest value that works; SentencePiece's C++ trace is dropped).
+    """
+    if not any(t.strip() for t in texts):
+        raise CorpusError("cannot train a tokenizer: the training texts are all empty.")
+    out = io.BytesIO()
+    try:
+        spm.SentencePieceTrainer.train(
+            sentence_iterator=iter(texts), model_writer=out, model_type=model_type,
+            vocab_size=vocab_size, character_coverage=character_coverage,
+            pad_id=PAD_ID, unk_id=UNK_ID, bos_id=BOS_ID, eos_id=EOS_ID,
+            normalization_rule_name="nmt_nfkc", hard_vocab_limit=False,
+            input_sentence_size=2_000_000, shuffle_input_sentence=True,
+            max_sentence_length=8192, num_threads=2, minloglevel=2)
+    except RuntimeError as err:
+        msg = str(err).strip().splitlines()[-1] if str(err).strip() else repr(err)
+        need = re.search(r"smaller than required_chars\. (\d+) vs (\d+)", msg)
+        if need:
+            raise ConfigError(
+                f"data.tokenizer.vocab_size={vocab_size} is too small: the training text has "
+                f"characters and special pieces needing at least {need.group(2)} entries "
+                f"({model_type} model). Set data.tokenizer.vocab_size={need.group(2)} or more "
+                "(or lower data.tokenizer.character_coverage).") from None
+        msg = msg.split("] ", 1)[-1]  # drop SentencePiece's "INTERNAL: file.cc(123) [check]"
+        raise ConfigError(f"SentencePiece training failed ({model_type}, data.tokenizer."
+                          f"vocab_size={vocab_size}): {msg} Check the data.tokenizer settings."
+                          ) from None
+    model = out.getvalue()
+    got = spm.SentencePieceProcessor(model_proto=model).get_piece_size()
+    if got < vocab_size:
+        log.warning("tokenizer: the corpus yields only %d %s pieces (asked for vocab_size=%d)",
+                    got, model_type, vocab_size)
+    return model
+
+
+def _resolve(texts: Texts) -> Sequence[str]:
+    return texts() if callable(texts) else texts
+
+
+def train_or_load_tokenizer(tok_cfg: Any, src_lang: str, tgt_lang: str, src_texts: Texts,
+                            tgt_texts: Texts, cache_dir: str | Path,
+                            data_hash: str | None = None) -> Tokenizer:
+    """Return the tokenizer for these training texts and settings, training it if needed.
+
+    Args:
+        tok_cfg: ``data.tokenizer`` section (type, vocab_size, character_coverage, joint).
+        src_lang, tgt_lang: language codes (part of the cache key and the saved settings).
+        src_texts, tgt_texts: training sentences (training split only), or zero-argument
+            callables returning them, so that a cache hit need not read the corpus.
+        cache_dir: models go to ``{cache_dir}/tokenizers/{key}/``.
+        data_hash: identity of the training data when the caller already knows it (e.g. a
+            hash of the corpus files); default: a hash of the texts.
+
+    The cache key is sha256(settings, data hash): the same data and settings never train twice;
+    changing either trains a new model.
+
+    Raises:
+        ValueError: ``tok_cfg.type`` is not ``unigram`` or ``bpe``.
+        CorpusError: the training texts are all empty.
+        ConfigError: SentencePiece rejects the settings (e.g. ``vocab_size`` too small for the
+            corpus's characters); see :func:`train_sentencepiece`.
+    """
+    settings = _settings(tok_cfg, src_lang, tgt_lang)
+    if data_hash is None:
+        src_texts, tgt_texts = _resolve(src_texts), _resolve(tgt_texts)
+        data_hash = hash_texts(src_texts, tgt_texts)
+    key = hashlib.sha256(json.dumps({"v": TOKENIZER_VERSION, "settings": settings,
+                                     "data": data_hash}, sort_keys=True).encode()).hexdigest()[:24]
+    final = Path(cache_dir) / "tokenizers" / key
+    if (final / _STATE_FILE).is_file():
+        log.info("tokenizer: cache hit %s", final)
+        return Tokenizer.load(final)
+
+    src_texts, tgt_texts = _resolve(src_texts), _resolve(tgt_texts)
+    args = (settings["type"], settings["vocab_size"], settings["character_coverage"])
+    if settings["joint"]:
+        tokenizer = Tokenizer(train_sentencepiece(list(src_texts) + list(tgt_texts), *args),
+                              None, settings)
+    else:
+        tokenizer = Tokenizer(train_sentencepiece(src_texts, *args),
+                              train_sentencepiece(tgt_texts, *args), settings)
+    final.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{key}.", dir=final.parent))
+    try:
+        tokenizer.save(tmp)
+        os.replace(tmp, final)
+    except OSError:  # another process finished the same model first
+        shutil.rmtree(tmp, ignore_errors=True)
+    log.info("tokenizer: trained %s (src %d, tgt %d pieces) -> %s", settings["type"],
+             tokenizer.src_vocab_size, tokenizer.tgt_vocab_size, final)
+    return tokenizer
+
+
+def load_tokenizer_model(path: str | Path, tok_cfg: Any, src_lang: str, tgt_lang: str) -> Tokenizer:
+    """The tokenizer that ``data.tokenizer.model`` names, instead of training one.
+
+    Args:
+        path: a directory written by :meth:`Tokenizer.save` (a run's ``tokenizer/``), or one
+            SentencePiece ``.model`` file, used for both sides (joint).
+        tok_cfg: ``data.tokenizer`` (its ``joint`` must be true for a single file).
+        src_lang, tgt_lang: recorded in the settings of a single-file tokenizer.
+
+    Raises:
+        ConfigError: no such file or directory, not a SentencePiece model, or a single model
+            with ``data.tokenizer.joint=false`` (each message names ``data.tokenizer.model``).
+    """
+    path = Path(path)
+    key = f"data.tokenizer.model={path}"
+    if path.is_dir():
+        try:
+            return Tokenizer.load(path)
+        except (FileNotFoundError, ValueError, KeyError, RuntimeError) as err:
+            raise ConfigError(f"{key}: {err} Give a run's tokenizer/ directory or a "
+                              "SentencePiece .model file.") from None
+    if not path.is_file():
+        raise ConfigError(f"{key}: no such file or directory; give a run's tokenizer/ directory "
+                          "or a SentencePiece .model file.")
+    if not bool(cfg_get(tok_cfg, "joint")):
+        raise ConfigError(f"{key} is one SentencePiece model, used for both sides: set "
+                          "data.tokenizer.joint=true, or give a tokenizer/ directory with "
+                          "src.model and tgt.model.")
+    model = path.read_bytes()
+    try:
+        size = spm.SentencePieceProcessor(model_proto=model).get_piece_size()
+    except RuntimeError:
+        raise ConfigError(f"{key}: not a SentencePiece model file.") from None
+    settings = {"type": "given", "vocab_size": size, "character_coverage": None, "joint": True,
+                "src_lang": src_lang, "tgt_lang": tgt_lang, "model": str(path)}
+    tokenizer = Tokenizer(model, None, settings)
+    if [tokenizer._src.pad_id(), tokenizer._src.unk_id(), tokenizer._src.bos_id(),
+            tokenizer._src.eos_id()] != [PAD_ID, UNK_ID, BOS_ID, EOS_ID]:
+        raise ConfigError(f"{key}: the model's special ids (pad, unk, bos, eos) must be "
+                          f"{PAD_ID}, {UNK_ID}, {BOS_ID}, {EOS_ID}, as in the models nmt trains.")
+    return tokenizer

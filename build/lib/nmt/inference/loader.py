@@ -1,0 +1,46 @@
+"""Load a model for inference from a checkpoint alone (model, tokenizer and config).
+
+    model, tokenizer, cfg = load_for_inference("runs/tf/checkpoints/best.pt")
+
+The checkpoint is read safely (``weights_only=True``) and its config is upgraded to this
+version of nmt (:func:`nmt.training.checkpoint.load_checkpoint`).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+from omegaconf import DictConfig, OmegaConf
+
+from nmt.training.checkpoint import CheckpointError, load_checkpoint
+
+
+def load_for_inference(path: str | Path, device: str | torch.device = "cpu"):
+    """Rebuild ``(model, tokenizer, cfg)`` from a checkpoint file, model in eval mode.
+
+    Returns:
+        model (:class:`nmt.models.base.Seq2Seq` on ``device``), tokenizer
+        (:class:`nmt.data.tokenizer.Tokenizer`), cfg (``DictConfig`` saved at training).
+
+    Raises:
+        CheckpointError: unreadable file, a tokenizer state that cannot be rebuilt, or weights
+            that do not fit the saved config (the message names the file).
+    """
+    from nmt.data.tokenizer import Tokenizer
+    from nmt.models import build_model
+
+    ckpt = load_checkpoint(path)
+    cfg: DictConfig = OmegaConf.create(ckpt["config"])
+    try:
+        tokenizer = Tokenizer.from_state_dict(ckpt.get("tokenizer"))
+    except (ValueError, RuntimeError, KeyError, TypeError) as err:
+        raise CheckpointError(f"{path}: the saved tokenizer cannot be rebuilt ({err}); the file "
+                              "is damaged or was written by another program.") from None
+    model = build_model(cfg.model, tokenizer.src_vocab_size, tokenizer.tgt_vocab_size)
+    try:
+        model.load_state_dict(ckpt["model"])
+    except RuntimeError as err:
+        raise CheckpointError(f"{path}: weights do not fit the saved model config: {err}") from None
+    model.to(device).eval()
+    return model, tokenizer, cfg

@@ -1,0 +1,370 @@
+"""Checkpoint files: atomic writes, safe reads, the step-file manager, averaging.
+
+A checkpoint is a ``torch.save`` dict of plain values only (tensors, numbers, strings, bytes,
+lists, dicts), so :func:`load_checkpoint` reads it with ``torch.load(weights_only=True)``:
+opening a checkpoint never runs code from it.
+
+==================  ==========================================================
+``version``         file format version (int, currently 1)
+``config_version``  layout version of ``config`` (:data:`nmt.config.CONFIG_VERSION`)
+``model``           ``model.state_dict()``
+``config``          resolved config as a plain dict (``OmegaConf.to_container``)
+``tokenizer``       ``Tokenizer.state_dict()`` (SentencePiece model bytes + settings)
+``step``            optimizer steps done (int)
+``epoch``           current epoch (int, 0-based)
+``batch_in_epoch``  batches of ``epoch`` already consumed (int)
+``optimizer``, ``scheduler``, ``scaler``, ``rng``, ``trainer``  training state (trainer.py)
+==================  ==========================================================
+
+:func:`load_checkpoint` returns ``config`` upgraded to this version of nmt
+(:func:`nmt.config.upgrade_config`), so checkpoints stay loadable when keys are added. A
+checkpoint alone is enough to translate: :func:`nmt.inference.loader.load_for_inference`
+rebuilds the model from its config and the tokenizer from its bytes.
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+import re
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import torch
+from omegaconf import DictConfig, OmegaConf
+
+from nmt.config import CONFIG_VERSION
+
+CHECKPOINT_VERSION = 1
+
+
+class CheckpointError(RuntimeError):
+    """A checkpoint file is missing, unreadable or incompatible (message names the file)."""
+
+
+def save_atomic(obj: Any, path: str | Path) -> None:
+    """``torch.save`` to a temporary file in the same directory, fsync, then rename.
+
+    A crash at any point leaves either the previous file or the new one, never a torn
+    file (POSIX ``rename`` is atomic within a file system).
+    """
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            torch.save(obj, f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    dir_fd = os.open(path.parent, os.O_RDONLY)
+    try:
+        os.fsync(dir_fd)
+    finally:
+        os.close(dir_fd)
+
+
+def _numpy_globals() -> list:
+    """NumPy array reconstruction, allowed only for checkpoints written before 2026-11-22,
+    which stored NumPy's RNG state as an array (data, not code)."""
+    import numpy as np
+
+    multiarray = getattr(np, "_core", None) or np.core
+    return [multiarray.multiarray._reconstruct, np.ndarray, np.dtype, type(np.dtype("uint32"))]
+
+
+def load_checkpoint(path: str | Path, map_location: str | torch.device = "cpu") -> dict:
+    """Read a checkpoint dict safely (``weights_only=True``) and upgrade its config.
+
+    Returns:
+        The checkpoint dict; its ``config`` (when present) is brought up to this version of
+        nmt by :func:`nmt.config.upgrade_config` and returned as a plain dict.
+
+    Raises:
+        CheckpointError: the file does not exist, is not a checkpoint (or holds objects other
+            than plain data, which are never unpickled), has another format version, or a
+            config this nmt cannot read.
+    """
+    from nmt.config import ConfigError, upgrade_config
+
+    path = Path(path)
+    if not path.is_file():
+        raise CheckpointError(f"{path}: no such checkpoint file.")
+    try:
+        try:
+            ckpt = torch.load(path, map_location=map_location, weights_only=True)
+        except pickle.UnpicklingError:
+            with torch.serialization.safe_globals(_numpy_globals()):
+                ckpt = torch.load(path, map_location=map_location, weights_only=True)
+    except pickle.UnpicklingError as err:
+        unsafe = re.search(r"Unsupported global: GLOBAL (\S+)", str(err))
+        what = f" ({unsafe.group(1)})" if unsafe else ""
+        raise CheckpointError(f"{path}: holds objects other than plain data{what}, which nmt "
+                              "never unpickles (loading them could run code from the file): it "
+                              "was not written by nmt.") from None
+    except Exception as err:  # torch raises many kinds for a torn or foreign file
+        msg = " ".join(str(err).split())[:300]
+        raise CheckpointError(f"{path}: not a readable checkpoint ({type(err).__name__}: {msg}).") from None
+    if not isinstance(ckpt, dict) or ckpt.get("version") != CHECKPOINT_VERSION:
+        raise CheckpointError(f"{path}: not an nmt checkpoint of version {CHECKPOINT_VERSION}.")
+    if isinstance(ckpt.get("config"), dict):
+        try:
+            upgraded = upgrade_config(ckpt["config"], ckpt.get("config_version"))
+        except ConfigError as err:
+            raise CheckpointError(f"{path}: {err}") from None
+        ckpt["config"] = OmegaConf.to_container(upgraded, resolve=True)
+    return ckpt
+
+
+# ------------------------------------------------------------------ training-side helpers
+def link_atomic(src: str | Path, dst: str | Path) -> None:
+    """Make ``dst`` another name of the finished file ``src``, atomically.
+
+    Checkpoint files are never modified in place (every write is a new file + rename), so a
+    hard link is as good as a copy and costs nothing. Falls back to a copy where the file
+    system has no hard links.
+
+    Raises:
+        OSError: ``src`` is missing or unreadable, or ``dst``'s directory is not writable
+            (no temporary file is left behind when the copy fails).
+    """
+    src, dst = Path(src), Path(dst)
+    tmp = dst.with_name(f".{dst.name}.{os.getpid()}.link")
+    tmp.unlink(missing_ok=True)
+    try:
+        try:
+            os.link(src, tmp)
+        except OSError:
+            import shutil
+
+            shutil.copyfile(src, tmp)
+        os.replace(tmp, dst)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+
+
+class CheckpointManager:
+    """Step checkpoints ``step_<k>.pt`` plus ``last.pt`` and ``best.pt`` in one directory.
+
+    :meth:`save` writes ``step_<k>.pt`` atomically and points ``last.pt`` (and ``best.pt``
+    when asked) at it; only the ``keep_last`` newest step files are kept (0 keeps none:
+    then ``last.pt`` is written directly).
+    """
+
+    def __init__(self, directory: str | Path, keep_last: int) -> None:
+        self.directory = Path(directory)
+        self.keep_last = keep_last
+
+    @property
+    def last(self) -> Path:
+        return self.directory / "last.pt"
+
+    @property
+    def best(self) -> Path:
+        return self.directory / "best.pt"
+
+    def step_files(self) -> list[Path]:
+        """Existing ``step_<k>.pt`` files, oldest first."""
+        files = [p for p in self.directory.glob("step_*.pt") if p.stem[5:].isdigit()]
+        return sorted(files, key=lambda p: int(p.stem[5:]))
+
+    def save(self, ckpt: dict, step: int, is_best: bool = False) -> Path:
+        """Write ``ckpt`` for optimizer step ``step``; returns the path of ``last.pt``."""
+        if self.keep_last > 0:
+            step_path = self.directory / f"step_{step}.pt"
+            save_atomic(ckpt, step_path)
+            link_atomic(step_path, self.last)
+        else:
+            save_atomic(ckpt, self.last)
+        if is_best:
+            link_atomic(self.last, self.best)
+        if self.keep_last > 0:
+            for old in self.step_files()[: -self.keep_last]:
+                old.unlink(missing_ok=True)
+        return self.last
+
+
+def rng_state() -> dict:
+    """Python, NumPy and torch (CPU and, when present, CUDA) random generator states, as
+    plain values (NumPy's key array becomes a list) so checkpoints load with ``weights_only``."""
+    import random
+
+    import numpy as np
+
+    numpy_state = np.random.get_state(legacy=False)
+    numpy_state["state"] = {**numpy_state["state"], "key": numpy_state["state"]["key"].tolist()}
+    state = {"python": random.getstate(), "numpy": numpy_state, "torch": torch.get_rng_state()}
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    return state
+
+
+def set_rng_state(state: dict) -> None:
+    """Restore the generators saved by :func:`rng_state`."""
+    import random
+
+    import numpy as np
+
+    random.setstate(state["python"])
+    numpy_state = state["numpy"]
+    if isinstance(numpy_state, dict):          # plain values (see rng_state)
+        numpy_state = {**numpy_state, "state": {**numpy_state["state"], "key": np.asarray(
+            numpy_state["state"]["key"], dtype=np.uint32)}}
+    np.random.set_state(numpy_state)
+    torch.set_rng_state(state["torch"])
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])
+
+
+def _diff(a: Any, b: Any, prefix: str) -> list[str]:
+    """Dotted keys where two plain nested dicts differ, as ``key: saved -> now``."""
+    if isinstance(a, dict) and isinstance(b, dict):
+        out: list[str] = []
+        for key in sorted(set(a) | set(b)):
+            out += _diff(a.get(key, "<absent>"), b.get(key, "<absent>"), f"{prefix}.{key}")
+        return out
+    return [] if a == b else [f"{prefix.lstrip('.')}: checkpoint has {a!r}, now {b!r}"]
+
+
+# Keys whose change makes a saved model/optimizer unusable for the current run. Dropout rates
+# (any model key containing "dropout") are regularisation, not architecture: they may change.
+COMPATIBILITY_KEYS = ("model", "data.src_lang", "data.tgt_lang", "data.tokenizer")
+# Keys that fix the batch order of an epoch: a change is allowed on resume, but the saved
+# position ``batch_in_epoch`` then points into a different batch list (warned, not refused).
+BATCH_ORDER_KEYS = ("train.batch_tokens", "train.seed", "train.accum_steps")
+
+
+def _at(tree: Any, key: str) -> Any:
+    for part in key.split("."):
+        tree = tree.get(part, "<absent>") if isinstance(tree, dict) else "<absent>"
+    return tree
+
+
+# Keys that may differ between the runs of one run_dir without changing what is trained.
+UNCHECKED_KEYS = ("run_dir", "device", "data.cache_dir", "train.resume")
+
+
+def config_changes(ckpt: dict, cfg: DictConfig) -> list[str]:
+    """Every setting of ``cfg`` that differs from the checkpoint's (but :data:`UNCHECKED_KEYS`).
+
+    Returns:
+        ``["train.lr: checkpoint has 0.001, now 0.002", ...]`` (empty when nothing changed).
+    """
+    saved = ckpt.get("config") or {}
+    now = OmegaConf.to_container(cfg, resolve=True)
+    return [p for p in _diff(saved, now, "") if p.split(":")[0].lstrip(".") not in UNCHECKED_KEYS]
+
+
+def batch_order_changes(ckpt: dict, cfg: DictConfig) -> list[str]:
+    """The :data:`BATCH_ORDER_KEYS` whose value differs between the checkpoint and ``cfg``.
+
+    Returns:
+        ``["train.seed: checkpoint has 1, now 2", ...]`` (empty when nothing changed).
+    """
+    saved = ckpt.get("config") or {}
+    now = OmegaConf.to_container(cfg, resolve=True)
+    return [f"{key}: checkpoint has {_at(saved, key)!r}, now {_at(now, key)!r}"
+            for key in BATCH_ORDER_KEYS if _at(saved, key) != _at(now, key)]
+
+
+def check_compatible(path: str | Path, ckpt: dict, cfg: DictConfig,
+                     model: torch.nn.Module | None = None) -> None:
+    """Refuse to resume from a checkpoint made for another model or vocabulary.
+
+    Compares the model section (dropout rates excepted), the language pair and the tokenizer
+    settings of the saved config with ``cfg``, then (when ``model`` is given) every parameter shape of the saved
+    weights with ``model``'s: a different vocabulary shows up as a different embedding shape.
+
+    Raises:
+        CheckpointError: one paragraph naming every difference and how to proceed.
+    """
+    saved = ckpt.get("config") or {}
+    now = OmegaConf.to_container(cfg, resolve=True)
+    problems: list[str] = []
+    for key in COMPATIBILITY_KEYS:
+        a, b = _at(saved, key), _at(now, key)
+        problems += [p for p in _diff(a, b, key) if "dropout" not in p.split(":")[0]]
+    if model is not None and not problems:
+        saved_w, now_w = ckpt.get("model") or {}, model.state_dict()
+        for name in sorted(set(saved_w) | set(now_w)):
+            a = tuple(saved_w[name].shape) if name in saved_w else "<absent>"
+            b = tuple(now_w[name].shape) if name in now_w else "<absent>"
+            if a != b:
+                problems.append(f"weight {name}: checkpoint has shape {a}, now {b}")
+            if len(problems) >= 4:
+                problems.append("...")
+                break
+    if problems:
+        raise CheckpointError(
+            f"{path} was written by an incompatible run ({'; '.join(problems)}). Resume with the "
+            "original settings, or start afresh with another run_dir=... (or delete the old one)."
+        )
+
+
+# ------------------------------------------------------------------ checkpoint averaging
+def average_checkpoints(paths: list[str | Path]) -> dict:
+    """Average the weights of several checkpoints of one run (Vaswani et al. 2017, section 6.1).
+
+    The Transformer paper's base models "used a single model obtained by averaging the last 5
+    checkpoints"; fairseq and JoeyNMT ship the same tool. Every floating-point tensor of
+    ``model`` is the element-wise mean of the inputs' (accumulated in float64, stored in the
+    input dtype); other tensors (integer buffers) must be equal in all inputs.
+
+    Args:
+        paths: two or more checkpoint files written by ``nmt-train`` for the same model and
+            tokenizer (e.g. the ``step_<k>.pt`` files of one run).
+
+    Returns:
+        An inference checkpoint (``version``, ``model``, ``config``, ``tokenizer``, ``step``,
+        ``epoch``, ``batch_in_epoch`` of the newest input by step, and ``averaged_from``: the
+        input paths). It holds no optimizer or RNG state, so it evaluates and translates
+        (:func:`nmt.inference.loader.load_for_inference`) but does not resume training.
+
+    Raises:
+        CheckpointError: fewer than two paths, an unreadable input, or an input whose model
+            config, tokenizer or weight names/shapes differ from the first (names both files).
+    """
+    if len(paths) < 2:
+        raise CheckpointError(f"averaging needs at least two checkpoints, got {len(paths)}: "
+                              f"{', '.join(map(str, paths)) or 'none'}.")
+    first_path = Path(paths[0])
+    first = load_checkpoint(first_path)
+    sums = {name: t.to(torch.float64).clone() if t.is_floating_point() else t
+            for name, t in first["model"].items()}
+    newest = first
+    for path in paths[1:]:
+        ckpt = load_checkpoint(path)
+        problems = _diff(_at(first.get("config") or {}, "model"),
+                         _at(ckpt.get("config") or {}, "model"), "model")
+        if ckpt.get("tokenizer") != first.get("tokenizer"):
+            problems.append("the tokenizer (vocabulary) differs")
+        weights = ckpt["model"]
+        if set(weights) != set(sums):
+            problems.append(f"weight names differ ({sorted(set(weights) ^ set(sums))[:3]} ...)")
+        else:
+            problems += [f"weight {n}: shape {tuple(weights[n].shape)} vs {tuple(sums[n].shape)}"
+                         for n in sums if weights[n].shape != sums[n].shape][:3]
+        if problems:
+            raise CheckpointError(f"{path} cannot be averaged with {first_path}: "
+                                  f"{'; '.join(problems)}. Average checkpoints of one run only.")
+        for name, t in weights.items():
+            if t.is_floating_point():
+                sums[name] += t.to(torch.float64)
+            elif not torch.equal(t, sums[name]):
+                raise CheckpointError(f"{path} cannot be averaged with {first_path}: the integer "
+                                      f"tensor {name} differs (only float weights are averaged).")
+        if ckpt.get("step", 0) >= newest.get("step", 0):
+            newest = ckpt
+    dtypes = {name: t.dtype for name, t in first["model"].items()}
+    model = {name: (t / len(paths)).to(dtypes[name]) if t.is_floating_point() else t
+             for name, t in sums.items()}
+    return {"version": CHECKPOINT_VERSION, "config_version": CONFIG_VERSION,
+            "model": model, "config": newest["config"],
+            "tokenizer": newest["tokenizer"], "step": newest.get("step", 0),
+            "epoch": newest.get("epoch", 0), "batch_in_epoch": newest.get("batch_in_epoch", 0),
+            "averaged_from": [str(p) for p in paths]}

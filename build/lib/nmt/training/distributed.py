@@ -1,0 +1,174 @@
+"""Data-parallel plumbing for ``torchrun`` (DDP): process group, batch sharding, collectives.
+
+Launch (one process per device; gloo on CPU, NCCL on GPUs)::
+
+    torchrun --nproc_per_node=2 -m nmt.cli.train model=transformer run_dir=runs/tf_ddp ...
+
+Every rank builds the *same* epoch batch list (the sampler is deterministic in seed and
+epoch). One optimizer step consumes ``world_size * accum_steps`` consecutive batches of that
+list; rank ``r`` takes every ``world_size``-th of them starting at ``r`` (i.e. its share of
+``batches[rank::world_size]``), so two ranks with ``accum_steps=1`` see exactly the batches
+one process with ``accum_steps=2`` would. The list is truncated to a multiple of
+``world_size`` so every rank runs the same number of micro-batches. Only rank 0 writes logs,
+TensorBoard events and checkpoints.
+
+Without ``torchrun`` (no ``WORLD_SIZE`` in the environment) everything here degrades to a
+single process and no collective is called.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+
+@dataclass(frozen=True)
+class DistInfo:
+    """Where this process sits in the job: ``rank`` of ``world_size``; ``local_rank`` on its host."""
+
+    rank: int = 0
+    world_size: int = 1
+    local_rank: int = 0
+
+    @property
+    def is_main(self) -> bool:
+        """True on rank 0, the only rank that writes files."""
+        return self.rank == 0
+
+    @property
+    def enabled(self) -> bool:
+        """True when a process group with more than one rank is running."""
+        return self.world_size > 1
+
+
+def init_distributed(device_type: str) -> DistInfo:
+    """Join the ``torchrun`` process group if the environment describes one.
+
+    Args:
+        device_type: ``"cpu"`` (gloo backend) or ``"cuda"`` (NCCL; the process is bound to
+            ``cuda:LOCAL_RANK``).
+
+    Returns:
+        :class:`DistInfo`; ``DistInfo()`` (rank 0 of 1) outside ``torchrun``.
+    """
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    if world <= 1:
+        return DistInfo()
+    rank = int(os.environ["RANK"])
+    local_rank = int(os.environ.get("LOCAL_RANK", rank))
+    if not dist.is_initialized():
+        backend = "nccl" if device_type == "cuda" else "gloo"
+        if backend == "nccl":
+            torch.cuda.set_device(local_rank)
+        dist.init_process_group(backend=backend, rank=rank, world_size=world)
+    return DistInfo(rank=rank, world_size=world, local_rank=local_rank)
+
+
+def cleanup_distributed() -> None:
+    """Leave the process group (no-op when none is running)."""
+    if dist.is_available() and dist.is_initialized():
+        dist.destroy_process_group()
+
+
+def truncate_to_multiple(batches: Sequence[Any], world_size: int) -> list:
+    """Drop the tail so the number of batches is a multiple of ``world_size``."""
+    n = len(batches) // world_size * world_size
+    return list(batches[:n])
+
+
+def local_share(group: Sequence[Any], info: DistInfo) -> list:
+    """This rank's micro-batches of one step's ``group`` (starting at a multiple of world)."""
+    return list(group[info.rank::info.world_size])
+
+
+def all_reduce_sum(tensor: torch.Tensor, info: DistInfo) -> torch.Tensor:
+    """Sum ``tensor`` over ranks in place (returned); identity for one process."""
+    if info.enabled:
+        dist.all_reduce(tensor, op=dist.ReduceOp.SUM)
+    return tensor
+
+
+def any_rank(flag: bool, info: DistInfo, device: torch.device) -> bool:
+    """True when ``flag`` is true on at least one rank (so all ranks agree to stop)."""
+    if not info.enabled:
+        return flag
+    t = torch.tensor([1.0 if flag else 0.0], device=device)
+    dist.all_reduce(t, op=dist.ReduceOp.MAX)
+    return bool(t.item() > 0)
+
+
+def broadcast_object(obj: Any, info: DistInfo) -> Any:
+    """Rank 0's ``obj`` on every rank (pickled; for small results such as validation scores)."""
+    if not info.enabled:
+        return obj
+    box = [obj]
+    dist.broadcast_object_list(box, src=0)
+    return box[0]
+
+
+def gather_objects(obj: Any, info: DistInfo) -> list[Any]:
+    """``[obj of rank 0, obj of rank 1, ...]`` on every rank (e.g. RNG states for a checkpoint)."""
+    if not info.enabled:
+        return [obj]
+    out: list[Any] = [None] * info.world_size
+    dist.all_gather_object(out, obj)
+    return out
+
+
+def barrier(info: DistInfo) -> None:
+    """Wait for all ranks (no-op for one process)."""
+    if info.enabled:
+        dist.barrier()
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A TCP port on ``host`` that is free right now (for launching local test jobs)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind((host, 0))
+        return sock.getsockname()[1]
+
+
+@contextmanager
+def collective_errors(info: DistInfo, user_errors: tuple[type[BaseException], ...]) -> Iterator[None]:
+    """Run a block on every rank; if it raised a user error on any rank, raise on every rank.
+
+    A user error on one rank (say rank 0 finds a bad corpus while the others wait) must end
+    all ranks at once with that message, not leave them waiting at the next collective until
+    the process group times out. Every rank leaves the block through one ``all_gather`` of
+    the error messages (a barrier). The block itself must not call collectives that the
+    failing rank would skip.
+
+    Args:
+        info: this rank's position; for one process the block runs as it is.
+        user_errors: exception classes that are exchanged (others propagate at once: bugs).
+
+    Raises:
+        The rank's own error, or, on a rank that did not fail, an error of the same class as
+        the first failing rank's carrying its message.
+    """
+    error: BaseException | None = None
+    try:
+        yield
+    except user_errors as err:
+        if not info.enabled:
+            raise
+        error = err
+    if not info.enabled:
+        return
+    report = None if error is None else (type(error).__name__, str(error))
+    reports = gather_objects(report, info)
+    failed = [(rank, r) for rank, r in enumerate(reports) if r is not None]
+    if not failed:
+        return
+    if error is not None:
+        raise error
+    rank, (name, message) = failed[0]
+    cls = next((c for c in user_errors if c.__name__ == name), user_errors[0])
+    raise cls(message)

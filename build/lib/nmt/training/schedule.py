@@ -1,0 +1,136 @@
+"""Learning-rate schedules: inverse square root with linear warmup, constant, reduce-on-plateau.
+
+Vaswani et al. (2017), eq. 3::
+
+    lrate = d_model^-0.5 * min(step^-0.5, step * warmup^-1.5)
+
+peaks at ``step = warmup`` with value ``d_model^-0.5 * warmup^-0.5``. We rescale it so the
+peak equals ``train.lr`` (the usual fairseq ``inverse_sqrt`` parametrisation)::
+
+    lr(s) = train.lr * min(s / w, sqrt(w / s)),       s = 1, 2, ... (optimizer step), w >= 1
+
+``constant`` and ``plateau`` warm up linearly over ``w`` steps too (no warmup when
+``warmup_steps=0``) and then hold ``train.lr``; ``plateau`` multiplies it by
+``plateau_factor`` after ``plateau_patience`` validations without a BLEU gain (Bahdanau-style
+RNN training), never below ``min_lr``. ``inverse_sqrt`` with ``warmup_steps=0`` is
+``train.lr / sqrt(s)``.
+
+The schedule keeps no BLEU history of its own: the trainer counts validations without a
+BLEU gain once (``TrainState.bad_validations``, also used for early stopping) and passes
+that count to :meth:`LRSchedule.on_validation`. The only state is the plateau ``scale``,
+so resuming needs :meth:`LRSchedule.state_dict` and the step counter.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+SCHEDULES = ("inverse_sqrt", "constant", "plateau")
+
+
+def inverse_sqrt_factor(step: int, warmup_steps: int) -> float:
+    """Multiplier of the peak lr at optimizer step ``step`` (1-based): ``min(s/w, sqrt(w/s))``.
+
+    Equals 1 at ``step == warmup_steps`` (the peak); ``warmup_steps=0`` acts as 1.
+    """
+    w = max(warmup_steps, 1)
+    s = max(step, 1)
+    return min(s / w, math.sqrt(w / s))
+
+
+def warmup_factor(step: int, warmup_steps: int) -> float:
+    """Linear warmup multiplier ``min(1, s/w)`` (1 when ``warmup_steps=0``)."""
+    if warmup_steps <= 0:
+        return 1.0
+    return min(1.0, max(step, 1) / warmup_steps)
+
+
+class LRSchedule:
+    """Sets the learning rate of every param group of ``optimizer`` before each update.
+
+    Usage: call :meth:`set_step` with the 1-based number of the optimizer step about to be
+    taken (before ``optimizer.step()``), and :meth:`on_validation` after each validation with
+    the number of validations since the last BLEU gain.
+
+    Args:
+        optimizer: any torch optimizer (its groups' ``lr`` are overwritten).
+        kind: ``inverse_sqrt`` | ``constant`` | ``plateau``.
+        lr: peak learning rate (``train.lr``).
+        warmup_steps: linear warmup length in optimizer steps.
+        plateau_factor, plateau_patience, min_lr: reduce-on-plateau settings (``plateau`` only;
+            ``min_lr`` bounds the reduced rate).
+
+    Raises:
+        ValueError: unknown ``kind``.
+    """
+
+    def __init__(self, optimizer: torch.optim.Optimizer, kind: str, lr: float, warmup_steps: int = 0,
+                 plateau_factor: float = 0.5, plateau_patience: int = 2, min_lr: float = 0.0) -> None:
+        if kind not in SCHEDULES:
+            raise ValueError(f"unknown schedule {kind!r}: choose one of {', '.join(SCHEDULES)}")
+        self.optimizer = optimizer
+        self.kind = kind
+        self.lr = lr
+        self.warmup_steps = warmup_steps
+        self.plateau_factor = plateau_factor
+        self.plateau_patience = plateau_patience
+        self.min_lr = min_lr
+        self.scale = 1.0              # plateau reductions so far (product of factors)
+        self.last_lr = self.lr_at(1)
+
+    def lr_at(self, step: int) -> float:
+        """Learning rate for optimizer step ``step`` (1-based)."""
+        if self.kind == "inverse_sqrt":
+            return self.lr * inverse_sqrt_factor(step, self.warmup_steps)
+        lr = self.lr * warmup_factor(step, self.warmup_steps)
+        if self.kind == "plateau":
+            lr = lr * self.scale
+            if self.scale < 1.0:
+                lr = max(lr, self.min_lr)
+        return lr
+
+    def set_step(self, step: int) -> float:
+        """Write the lr of step ``step`` into the optimizer; returns it."""
+        lr = self.lr_at(step)
+        for group in self.optimizer.param_groups:
+            if isinstance(group["lr"], torch.Tensor):
+                group["lr"].fill_(lr)
+            else:
+                group["lr"] = lr
+        self.last_lr = lr
+        return lr
+
+    def on_validation(self, bad_validations: int) -> bool:
+        """Plateau step after a validation; returns True when the lr was reduced.
+
+        Args:
+            bad_validations: validations since the last BLEU gain, this one included (0 when
+                this validation improved BLEU); the trainer's early-stopping counter.
+
+        The lr is multiplied by ``plateau_factor`` whenever the count reaches a multiple of
+        ``plateau_patience`` (after ``patience``, ``2 * patience``, ... validations without a
+        gain), unless it is already at ``min_lr``.
+        """
+        if self.kind != "plateau" or bad_validations <= 0:
+            return False
+        if bad_validations % self.plateau_patience == 0 and self.lr * self.scale > self.min_lr:
+            self.scale *= self.plateau_factor
+            return True
+        return False
+
+    def state_dict(self) -> dict:
+        """Plateau state (``scale``) plus the kind, for checks."""
+        return {"kind": self.kind, "scale": self.scale}
+
+    def load_state_dict(self, state: dict) -> None:
+        """Restore :meth:`state_dict` output (the settings come from the current config;
+        older checkpoints' extra ``best``/``bad_validations`` entries are ignored)."""
+        self.scale = float(state["scale"])
+
+
+def build_schedule(optimizer: torch.optim.Optimizer, train_cfg) -> LRSchedule:
+    """:class:`LRSchedule` from the ``train`` config section."""
+    return LRSchedule(optimizer, train_cfg.schedule, train_cfg.lr, train_cfg.warmup_steps,
+                      train_cfg.plateau_factor, train_cfg.plateau_patience, train_cfg.min_lr)

@@ -1,0 +1,782 @@
+"""The training loop: batches -> label-smoothed loss -> Adam + schedule -> validation -> checkpoints.
+
+One call runs a whole (possibly resumed, possibly distributed) training run::
+
+    summary = train(compose_config(["model=rnn", "run_dir=runs/rnn"]))
+
+Everything goes under ``run_dir``: ``config.yaml`` (resolved config), ``tokenizer/``,
+``checkpoints/{last,best,step_<k>}.pt``, ``tensorboard/`` (events), ``train.log``,
+``summary.json`` (the whole run across resumes) and, from ``nmt-train``, ``.hydra/``. If
+``checkpoints/last.pt`` exists the run resumes from it, is refused, or is left alone (a
+finished run): :mod:`nmt.training.rundir` has the rules. ``train.init_from`` starts a new
+run from another run's weights and tokenizer (fine-tuning).
+
+Order of one optimizer step (``s`` = steps done so far)::
+
+    group  = epoch_batches[b : b + world * accum]        # b = batch_in_epoch
+    mine   = group[rank::world]                          # this rank's micro-batches
+    for each micro-batch: loss_sum * world / tokens(group) -> backward (DDP sync on the last)
+    clip grad norm; lr = schedule(s + 1); optimizer.step(); s += 1; b += len(group)
+    epoch end -> epoch += 1, b = 0
+    every eval_every_steps and at epoch end: validate (loss, ppl, greedy BLEU), checkpoint
+
+Checkpoints are written only at step boundaries and hold the RNG states, so a run killed
+at any point and resumed redoes the steps after its last checkpoint and takes exactly the
+same steps (same batches, same dropout masks) as an uninterrupted one. Validation uses no
+random numbers. Resuming with another ``train.batch_tokens`` / ``seed`` / ``accum_steps``
+is allowed but logs a warning: the saved position in the epoch then indexes a different
+batch order.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import random
+import resource
+import signal
+import sys
+import time
+from dataclasses import asdict, dataclass, field, fields
+from datetime import datetime
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import numpy as np
+import torch
+from omegaconf import DictConfig, OmegaConf
+
+from nmt.config import CONFIG_VERSION, ConfigError
+from nmt.runtime import machine_info, resolve_device
+from nmt.training.checkpoint import (
+    CheckpointError,
+    CheckpointManager,
+    batch_order_changes,
+    check_compatible,
+    load_checkpoint,
+    rng_state,
+    set_rng_state,
+)
+from nmt.training.distributed import (
+    DistInfo,
+    all_reduce_sum,
+    any_rank,
+    broadcast_object,
+    cleanup_distributed,
+    collective_errors,
+    gather_objects,
+    init_distributed,
+    local_share,
+    truncate_to_multiple,
+)
+from nmt.training.loss import label_smoothed_nll, perplexity
+from nmt.training.rundir import (
+    RunPlan,
+    RunRecord,
+    check_run_dir,
+    plan_run,
+    write_json_atomic,
+    write_record,
+)
+from nmt.training.schedule import build_schedule
+
+log = logging.getLogger("nmt")
+
+# Tests: SIGKILL this process right after optimizer step <k> (after step k's checkpoint when
+# k is a checkpoint step; otherwise the resumed run redoes the steps since the last one).
+KILL_ENV = "NMT_TEST_KILL_AT_STEP"
+
+
+@dataclass
+class TrainState:
+    """Counters and early-stopping bookkeeping saved in every checkpoint (``trainer`` key)."""
+
+    step: int = 0                    # optimizer steps done
+    epoch: int = 0                   # current epoch (0-based)
+    batch_in_epoch: int = 0          # batches of the epoch list consumed (all ranks together)
+    best_bleu: float | None = None
+    best_step: int | None = None
+    bad_validations: int = 0         # validations since the last BLEU gain (early stopping
+    #                                  and the plateau lr schedule both read this one counter)
+    last_validated_step: int = -1
+    elapsed_s: float = 0.0           # wall time of all segments so far (for max_minutes)
+    history: list = field(default_factory=list)   # one dict per validation
+    stop_reason: str = ""            # set by the checkpoint that ends the run (finished)
+    train_s: float = 0.0             # seconds in training steps, all segments (no validation)
+    train_tokens: int = 0            # target tokens trained on, all segments, all ranks
+    peak_rss_mb: float = 0.0         # largest peak RSS of rank 0 over all segments
+    segments: list = field(default_factory=list)  # one dict per run of the command
+
+
+USER_ERRORS: tuple[type[BaseException], ...] = (ConfigError, CheckpointError)
+
+
+def _user_errors() -> tuple[type[BaseException], ...]:
+    from nmt.data.corpus import CorpusError
+
+    return (*USER_ERRORS, CorpusError)
+
+
+def _now() -> str:
+    return datetime.now().astimezone().isoformat(timespec="seconds")
+
+
+def autocast_dtype(precision: str, device: torch.device) -> torch.dtype | None:
+    """bf16 for ``precision=bf16`` or ``auto`` on CUDA; None (fp32) otherwise."""
+    if precision == "bf16" or (precision == "auto" and device.type == "cuda"):
+        return torch.bfloat16
+    return None
+
+
+def build_optimizer(params: list[torch.nn.Parameter], train_cfg) -> torch.optim.Optimizer:
+    """Adam / AdamW with the configured betas, eps and weight decay (fused kernel if possible)."""
+    cls = torch.optim.AdamW if train_cfg.optimizer == "adamw" else torch.optim.Adam
+    kwargs = dict(lr=train_cfg.lr, betas=tuple(train_cfg.betas), eps=train_cfg.eps,
+                  weight_decay=train_cfg.weight_decay)
+    try:
+        return cls(params, fused=True, **kwargs)
+    except (RuntimeError, TypeError, ValueError):
+        return cls(params, foreach=True, **kwargs)
+
+
+def _tty_progress() -> bool:
+    return sys.stderr.isatty() and not os.environ.get("CI")
+
+
+def _setup_logging(run_dir: Path | None, info: DistInfo) -> list[logging.Handler]:
+    """Console (+ ``run_dir/train.log`` on rank 0) handlers on the ``nmt`` logger."""
+    fmt = logging.Formatter("%(asctime)s %(levelname)s %(message)s", "%Y-%m-%d %H:%M:%S")
+    handlers: list[logging.Handler] = [logging.StreamHandler(sys.stderr)]
+    handlers[0].setLevel(logging.INFO if info.is_main else logging.WARNING)
+    if run_dir is not None and info.is_main:
+        handlers.append(logging.FileHandler(run_dir / "train.log", encoding="utf-8"))
+    for h in handlers:
+        h.setFormatter(fmt)
+        log.addHandler(h)
+    log.setLevel(logging.INFO)
+    log.propagate = False   # these handlers print it; not once more through the root logger (Hydra's)
+    return handlers
+
+
+class Trainer:
+    """Owns model, optimizer, schedule, data and the loop; see the module docstring.
+
+    Args:
+        cfg: validated ``nmt-train`` config (:func:`nmt.config.compose_config`).
+        info: distributed position (:func:`init_distributed`); ``DistInfo()`` for one process.
+        device: torch device of this rank.
+
+    Raises (from :meth:`setup`, before the first batch):
+        ConfigError: bad sizes, unwritable ``run_dir``, too few batches for the processes.
+        CorpusError: missing or malformed data files.
+        CheckpointError: an unreadable or incompatible ``last.pt``.
+    """
+
+    def __init__(self, cfg: DictConfig, info: DistInfo, device: torch.device,
+                 plan: RunPlan | None = None, record: RunRecord | None = None) -> None:
+        self.cfg = cfg
+        self.plan = plan or RunPlan("fresh")
+        self.record = record
+        self.init_ckpt: dict | None = None   # train.init_from's checkpoint until its weights are loaded
+        self.tcfg = cfg.train
+        self.info = info
+        self.device = device
+        self.run_dir = Path(cfg.run_dir)
+        self.ckpt_dir = self.run_dir / "checkpoints"
+        self.manager = CheckpointManager(self.ckpt_dir, cfg.train.keep_last)
+        self.state = TrainState()
+        self.amp_dtype = autocast_dtype(cfg.train.precision, device)
+        self.writer = None
+        self.stop_reason = ""
+        self._epoch_cache: tuple[int, list[np.ndarray]] | None = None
+        self._start = time.perf_counter()
+        self._mark = time.perf_counter()   # start of the training time not yet in state.train_s
+        self._pause = 0.0             # validation/checkpoint seconds since the last log line
+        # Plain Python copies of the per-step settings (DictConfig access is slow in a loop).
+        self.t = SimpleNamespace(**OmegaConf.to_container(cfg.train, resolve=True))
+        self.label_smoothing = float(cfg.train.label_smoothing)
+        self.clip_grad_norm = float(cfg.train.clip_grad_norm)
+
+    # ------------------------------------------------------------------ setup
+    def setup(self) -> None:
+        """Data, model, optimizer, schedule; resume from the plan's checkpoint, or start from
+        ``train.init_from``'s weights.
+
+        Every rank leaves each phase together (:func:`collective_errors`): a user error on
+        one rank ends all of them with its message.
+        """
+        errors = _user_errors()
+        with collective_errors(self.info, errors):
+            self._setup_checks()
+        # Rank 0 trains/caches the tokenizer first; the others then find it in the cache.
+        # Nothing is written into run_dir before the checkpoint's tokenizer is compared.
+        data = None
+        with collective_errors(self.info, errors):
+            if self.info.is_main:
+                data = self._prepare_data()
+        with collective_errors(self.info, errors):
+            if not self.info.is_main:
+                data = self._prepare_data()
+        with collective_errors(self.info, errors):
+            self._setup_model(data)
+
+    def _setup_checks(self) -> None:
+        ckpt = self.plan.checkpoint
+        self.init_ckpt = None
+        if ckpt is not None:
+            check_compatible(self.manager.last, ckpt, self.cfg)
+        elif self.tcfg.init_from:
+            self.init_ckpt = self._load_init_from(str(self.tcfg.init_from))
+
+    def _load_init_from(self, path: str) -> dict:
+        """The checkpoint a fine-tuning run starts from; its model config must be ours.
+
+        Raises:
+            CheckpointError: unreadable, or another model config (dropout rates may differ).
+        """
+        ckpt = load_checkpoint(path)
+        saved = (ckpt.get("config") or {}).get("model") or {}
+        now = OmegaConf.to_container(self.cfg.model, resolve=True)
+        diff = [f"model.{k}: checkpoint has {saved.get(k, '<absent>')!r}, now {now.get(k, '<absent>')!r}"
+                for k in sorted(set(saved) | set(now))
+                if saved.get(k, "<absent>") != now.get(k, "<absent>") and "dropout" not in k]
+        if diff:
+            raise CheckpointError(
+                f"train.init_from={path}: its model config differs from this run's "
+                f"({'; '.join(diff)}). Fine-tuning keeps the architecture: give the same model "
+                "settings as the checkpoint (dropout rates may differ).")
+        return ckpt
+
+    def _given_tokenizer(self):
+        """The tokenizer this run must use, or None to train (or find in the cache) one.
+
+        Resumed runs that did not train their tokenizer take it from ``last.pt``; fine-tuning
+        takes ``train.init_from``'s; ``data.tokenizer.model`` names a file or directory.
+        """
+        from nmt.data.tokenizer import Tokenizer, load_tokenizer_model
+
+        given_model = self.cfg.data.tokenizer.model
+        if self.plan.checkpoint is not None and (self.tcfg.init_from or given_model):
+            source, state = self.manager.last, self.plan.checkpoint.get("tokenizer")
+        elif self.init_ckpt is not None:
+            source, state = self.tcfg.init_from, self.init_ckpt.get("tokenizer")
+        elif given_model:
+            return load_tokenizer_model(str(given_model), self.cfg.data.tokenizer,
+                                        self.cfg.data.src_lang, self.cfg.data.tgt_lang)
+        else:
+            return None
+        try:
+            return Tokenizer.from_state_dict(state)
+        except (ValueError, RuntimeError, KeyError, TypeError) as err:
+            raise CheckpointError(f"{source}: the saved tokenizer cannot be rebuilt ({err}).") from None
+
+    def _prepare_data(self):
+        from nmt.data import prepare_data
+
+        data = prepare_data(self.cfg.data, None, tokenizer=self._given_tokenizer())
+        if self.plan.checkpoint is not None:
+            self.tokenizer = data.tokenizer
+            self._check_resume(self.plan.checkpoint)
+        return data
+
+    def _setup_model(self, data) -> None:
+        from nmt.data import TokenBatchSampler
+        from nmt.models import build_model
+
+        cfg, info = self.cfg, self.info
+        ckpt = self.plan.checkpoint
+        self.tokenizer, self.train_split, self.valid_split = data.tokenizer, data.train, data.valid
+        if self.tokenizer.joint is False and cfg.model.tie_embeddings:
+            raise ConfigError("model.tie_embeddings=true needs one vocabulary for both sides, but "
+                              "the given tokenizer has two: set model.tie_embeddings=false.")
+        if info.is_main:
+            write_record(self.run_dir, self.record)
+            self.tokenizer.save(self.run_dir / "tokenizer")
+        try:
+            self.sampler = TokenBatchSampler(self.train_split.src_lens, self.train_split.tgt_lens,
+                                             self.tcfg.batch_tokens, shuffle=True,
+                                             seed=self.tcfg.seed)
+        except ValueError as err:
+            raise ConfigError(str(err)) from None
+        if len(self.epoch_batches(0)) == 0:
+            raise ConfigError(
+                f"The training split yields fewer batches ({len(self.sampler.batches(0))}) than "
+                f"there are processes ({info.world_size}): use more data or fewer processes.")
+
+        seed = int(self.tcfg.seed)
+        random.seed(seed)
+        np.random.seed(seed)
+        torch.manual_seed(seed)
+        self.model = build_model(cfg.model, self.tokenizer.src_vocab_size,
+                                 self.tokenizer.tgt_vocab_size).to(self.device)
+        # Dropout streams differ between ranks (the weights are the same: same seed above).
+        torch.manual_seed(seed + 1000 * info.rank + 1)
+        self.params = [p for p in self.model.parameters() if p.requires_grad]
+        self.optimizer = build_optimizer(self.params, self.tcfg)
+        self.schedule = build_schedule(self.optimizer, self.tcfg)
+        if ckpt is not None:
+            check_compatible(self.manager.last, ckpt, cfg, self.model)
+            self._restore(ckpt)
+        elif self.init_ckpt is not None:
+            try:
+                self.model.load_state_dict(self.init_ckpt["model"])
+            except RuntimeError as err:
+                raise CheckpointError(f"train.init_from={self.tcfg.init_from}: its weights do "
+                                      f"not fit this model ({err}).") from None
+            self.init_ckpt = None
+            log.info("fine-tuning: weights and tokenizer from %s (fresh optimizer, schedule and "
+                     "step count)", self.tcfg.init_from)
+        if self.plan.changes:
+            log.warning("train.resume=force: continuing %s with changed settings: %s",
+                        self.run_dir, "; ".join(self.plan.changes))
+        self.state.segments.append({"started": _now(), "ended": None, "start_step": self.state.step,
+                                    "end_step": self.state.step,
+                                    "command": self.record.command if self.record else "",
+                                    "machine": machine_info(self.device),
+                                    "world_size": info.world_size})
+        self.train_model: torch.nn.Module = self.model
+        if self.tcfg.compile:
+            self.train_model = torch.compile(self.model)
+        if info.enabled:
+            from torch.nn.parallel import DistributedDataParallel as DDP
+
+            ids = [self.device.index] if self.device.type == "cuda" else None
+            self.train_model = DDP(self.train_model, device_ids=ids)
+        self.valid_src_ids = [self.valid_split.src_ids(i) for i in range(len(self.valid_split))]
+        self.valid_refs = self.valid_split.tgt_texts()
+        # Validation pairs are never filtered: give over-long ones a batch of their own.
+        longest = int(max(self.valid_split.src_lens.max(initial=1),
+                          self.valid_split.tgt_lens.max(initial=1)))
+        valid_sampler = TokenBatchSampler(self.valid_split.src_lens, self.valid_split.tgt_lens,
+                                          max(self.tcfg.batch_tokens, longest), shuffle=False)
+        self.valid_batches = valid_sampler.batches(0)
+        if info.is_main:
+            OmegaConf.save(cfg, self.run_dir / "config.yaml", resolve=True)
+            from torch.utils.tensorboard import SummaryWriter
+
+            purge = self.state.step + 1 if self.state.step > 0 else None
+            self.writer = SummaryWriter(str(self.run_dir / "tensorboard"), purge_step=purge)
+        n_params = self.model.num_parameters()
+        self.n_params = n_params
+        log.info("model %s: %s parameters; vocab src %d tgt %d; train %d pairs, valid %d; "
+                 "device %s, %s, world %d", cfg.model.name, f"{n_params:,}",
+                 self.tokenizer.src_vocab_size, self.tokenizer.tgt_vocab_size,
+                 len(self.train_split), len(self.valid_split), self.device,
+                 "bf16 autocast" if self.amp_dtype else "fp32", info.world_size)
+
+    def _check_resume(self, ckpt: dict) -> None:
+        """Refuse a checkpoint of another tokenizer; warn when the batch order changed.
+
+        Raises:
+            CheckpointError: the saved tokenizer differs from the one built from the data.
+        """
+        from nmt.data.tokenizer import Tokenizer
+
+        last = self.manager.last
+        if ckpt.get("tokenizer") is not None:
+            try:
+                saved = Tokenizer.from_state_dict(ckpt["tokenizer"])
+            except (ValueError, RuntimeError, KeyError, TypeError) as err:
+                raise CheckpointError(f"{last}: the saved tokenizer cannot be rebuilt ({err}); "
+                                      "use a new run_dir=...") from None
+            if saved.fingerprint != self.tokenizer.fingerprint:
+                raise CheckpointError(
+                    f"{last} was trained with another tokenizer than the one built "
+                    "from the current data (training data or data.max_train_pairs changed?): "
+                    "resume with the original data, or use a new run_dir=...")
+        changed = batch_order_changes(ckpt, self.cfg)
+        if changed:
+            log.warning("resuming %s with settings that change the batch order (%s): the run "
+                        "continues at batch %d of epoch %d of the NEW order, so some pairs of "
+                        "this epoch are seen twice or not at all; restore the old values for "
+                        "an exact resume", last, "; ".join(changed),
+                        ckpt.get("batch_in_epoch", 0), ckpt.get("epoch", 0))
+
+    def _restore(self, ckpt: dict) -> None:
+        self.model.load_state_dict(ckpt["model"])
+        self.optimizer.load_state_dict(ckpt["optimizer"])
+        self.schedule.load_state_dict(ckpt["scheduler"])
+        known = {f.name for f in fields(TrainState)}   # older checkpoints may hold more keys
+        self.state = TrainState(**{k: v for k, v in ckpt["trainer"].items() if k in known})
+        rng = ckpt["rng"]
+        if isinstance(rng, list) and len(rng) == self.info.world_size:
+            set_rng_state(rng[self.info.rank])
+        else:  # another world size: rank 0's state, other ranks reseeded deterministically
+            set_rng_state(rng[0] if isinstance(rng, list) else rng)
+            if self.info.rank > 0:
+                torch.manual_seed(self.tcfg.seed + 1000 * self.info.rank + self.state.step)
+        log.info("resumed from %s at step %d (epoch %d, batch %d of the epoch)",
+                 self.manager.last, self.state.step, self.state.epoch, self.state.batch_in_epoch)
+
+    # ------------------------------------------------------------------ batches
+    def epoch_batches(self, epoch: int) -> list[np.ndarray]:
+        """The epoch's batch list (same on every rank), truncated to a multiple of world size."""
+        if self._epoch_cache is None or self._epoch_cache[0] != epoch:
+            batches = truncate_to_multiple(self.sampler.batches(epoch), self.info.world_size)
+            self._epoch_cache = (epoch, batches)
+        return self._epoch_cache[1]
+
+    def _autocast(self):
+        if self.amp_dtype is None:
+            return contextlib.nullcontext()
+        return torch.autocast(device_type=self.device.type, dtype=self.amp_dtype)
+
+    # ------------------------------------------------------------------ one step
+    def train_step(self, group: list[np.ndarray]) -> tuple[torch.Tensor, torch.Tensor, int]:
+        """One optimizer step over the global ``group`` of batches.
+
+        Returns:
+            ``(sums [2] = (smoothed loss, nll) summed over this rank's tokens, grad_norm, tokens)``
+            where ``tokens`` counts the target tokens of the whole group (all ranks).
+        """
+        from nmt.data.tokenizer import PAD_ID
+
+        tgt_lens = self.train_split.tgt_lens
+        tokens = int(sum(int(tgt_lens[idx].sum()) for idx in group))
+        scale = self.info.world_size / max(tokens, 1)
+        mine = local_share(group, self.info)
+        sums = torch.zeros(2, device=self.device)
+        eps = self.label_smoothing
+        for i, idx in enumerate(mine):
+            batch = self.train_split.collate(idx).to(self.device)
+            last = i == len(mine) - 1
+            sync = contextlib.nullcontext() if (last or not self.info.enabled) else \
+                self.train_model.no_sync()
+            with sync:
+                with self._autocast():
+                    logits, _ = self.train_model(batch.src, batch.src_mask, batch.tgt_in,
+                                                 need_alignment=False)
+                loss_sum, nll_sum = label_smoothed_nll(logits, batch.tgt_out, eps, PAD_ID)
+                (loss_sum * scale).backward()
+            sums += torch.stack((loss_sum.detach(), nll_sum))
+        clip = self.clip_grad_norm
+        if clip > 0:
+            grad_norm = torch.nn.utils.clip_grad_norm_(self.params, clip, foreach=True)
+        else:
+            grad_norm = torch.nn.utils.get_total_norm([p.grad for p in self.params
+                                                       if p.grad is not None], foreach=True)
+        self.schedule.set_step(self.state.step + 1)
+        self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        return sums, grad_norm, tokens
+
+    # ------------------------------------------------------------------ validation
+    @torch.no_grad()
+    def validate(self) -> dict[str, float]:
+        """Loss, perplexity and greedy BLEU on the whole validation split (rank 0 computes).
+
+        Returns the same dict on every rank: ``loss``, ``nll``, ``ppl`` (per target token)
+        and ``bleu`` (sacreBLEU, detokenized, cased).
+        """
+        from nmt.data.tokenizer import EOS_ID, PAD_ID
+
+        result = None
+        if self.info.is_main:
+            from nmt.evaluation.metrics import corpus_scores
+            from nmt.inference.search import translate
+
+            model = self.model
+            model.eval()
+            sums = torch.zeros(2, device=self.device)
+            tokens = 0
+            eps = self.label_smoothing
+            with self._autocast():
+                for idx in self.valid_batches:
+                    batch = self.valid_split.collate(idx).to(self.device)
+                    logits, _ = model(batch.src, batch.src_mask, batch.tgt_in, need_alignment=False)
+                    loss_sum, nll_sum = label_smoothed_nll(logits, batch.tgt_out, eps, PAD_ID)
+                    sums += torch.stack((loss_sum, nll_sum))
+                    tokens += batch.n_tgt_tokens
+                hyps = translate(model, self.valid_src_ids, self.cfg.search, self.device)
+            model.train()
+            texts = [self.tokenizer.decode_tgt(h[0].tokens) if h else "" for h in hyps]
+            scores = corpus_scores(texts, self.valid_refs)
+            loss, nll = (sums / max(tokens, 1)).tolist()
+            result = {"loss": loss, "nll": nll, "ppl": perplexity(nll),
+                      "bleu": float(scores["bleu"])}
+            self._log_alignment(hyps, EOS_ID)
+        return broadcast_object(result, self.info)
+
+    def _log_alignment(self, hyps, eos_id: int) -> None:
+        """TensorBoard image of the alignment of the first non-empty validation sentence."""
+        if self.writer is None:
+            return
+        for i, h in enumerate(hyps):
+            if h and self.valid_src_ids[i]:
+                break
+        else:
+            return
+        from nmt.evaluation.plot import plot_alignment
+
+        hyp = h[0]
+        src_labels = self.tokenizer.src_pieces(list(self.valid_src_ids[i]) + [eos_id])
+        tgt_labels = self.tokenizer.tgt_pieces(list(hyp.tokens) + [eos_id])
+        fig = plot_alignment(np.asarray(hyp.alignment), src_labels, tgt_labels)
+        self.writer.add_figure("valid/alignment", fig, self.state.step, close=False)
+
+    def _after_validation(self, scores: dict[str, float], epoch_end: bool) -> bool:
+        """Bookkeeping + logging; returns True if this is the best BLEU so far."""
+        st = self.state
+        improved = st.best_bleu is None or scores["bleu"] > st.best_bleu
+        if improved:
+            st.best_bleu, st.best_step, st.bad_validations = scores["bleu"], st.step, 0
+        else:
+            st.bad_validations += 1
+        if self.schedule.on_validation(st.bad_validations):
+            log.info("validation BLEU did not improve for %d validations: lr -> %.3g",
+                     self.tcfg.plateau_patience, self.schedule.lr_at(st.step + 1))
+        st.last_validated_step = st.step
+        elapsed = st.elapsed_s + time.perf_counter() - self._start
+        tps = st.train_tokens / max(st.train_s, 1e-9)
+        st.history.append({"step": st.step, "epoch": st.epoch, **scores, "elapsed_s": elapsed})
+        log.info("valid | step %d | epoch %d%s | loss %.4f | nll %.4f | ppl %.2f | bleu %.2f%s | "
+                 "tokens/s %.0f | elapsed %.1f min", st.step, st.epoch,
+                 " (end)" if epoch_end else "", scores["loss"], scores["nll"], scores["ppl"],
+                 scores["bleu"], " *best*" if improved else "", tps, elapsed / 60)
+        if self.writer is not None:
+            for key in ("loss", "ppl", "bleu"):
+                self.writer.add_scalar(f"valid/{key}", scores[key], st.step)
+            self.writer.flush()
+        return improved
+
+    # ------------------------------------------------------------------ checkpoints
+    def checkpoint(self, is_best: bool) -> None:
+        """Write ``step_<k>.pt`` / ``last.pt`` (/ ``best.pt``) on rank 0 (all ranks must call)."""
+        rngs = gather_objects(rng_state(), self.info)
+        st = self.state
+        st.elapsed_s += time.perf_counter() - self._start
+        self._start = time.perf_counter()
+        st.peak_rss_mb = max(st.peak_rss_mb, _peak_rss_mb())
+        st.segments[-1].update(ended=_now(), end_step=st.step)
+        if self.info.is_main:
+            ckpt = {
+                "version": 1,
+                "config_version": CONFIG_VERSION,
+                "model": self.model.state_dict(),
+                "config": OmegaConf.to_container(self.cfg, resolve=True),
+                "tokenizer": self.tokenizer.state_dict(),
+                "step": st.step, "epoch": st.epoch, "batch_in_epoch": st.batch_in_epoch,
+                "optimizer": self.optimizer.state_dict(),
+                "scheduler": self.schedule.state_dict(),
+                "scaler": None,          # bf16 autocast needs no loss scaling
+                "rng": rngs,
+                "trainer": asdict(st),
+            }
+            self.manager.save(ckpt, st.step, is_best=is_best)
+
+    def _validate_and_save(self, epoch_end: bool, stop_reason: str = "") -> str:
+        """Validate, record the stop condition (``stop_reason``, or early stopping decided by
+        this validation) and write the checkpoint; returns the stop reason ("" = go on)."""
+        t0 = time.perf_counter()
+        self.state.train_s += t0 - self._mark
+        scores = self.validate()
+        is_best = self._after_validation(scores, epoch_end)
+        self.state.stop_reason = stop_reason or self._should_stop()
+        self.checkpoint(is_best)
+        self._pause += time.perf_counter() - t0
+        self._mark = time.perf_counter()
+        return self.state.stop_reason
+
+    # ------------------------------------------------------------------ loop
+    def _should_stop(self) -> str:
+        """The stop condition met by the state (steps, epochs, early stopping), or ""."""
+        st, t = self.state, self.t
+        if t.max_steps is not None and st.step >= t.max_steps:
+            return f"max_steps={t.max_steps} reached"
+        if t.max_epochs is not None and st.epoch >= t.max_epochs:
+            return f"max_epochs={t.max_epochs} reached"
+        patience = t.early_stopping_patience
+        if patience is not None and st.bad_validations >= patience:
+            return f"early stopping: no BLEU gain in {patience} validations"
+        return ""
+
+    def _out_of_time(self) -> bool:
+        if self.t.max_minutes is None:
+            return False
+        used = self.state.elapsed_s + time.perf_counter() - self._start
+        return used >= 60.0 * float(self.t.max_minutes)
+
+    def _stop_before_step(self, check_time: bool) -> str:
+        """The stop reason known before a step: steps, epochs, early stopping, time (the
+        time check is collective under DDP, so every rank must pass the same ``check_time``)."""
+        reason = self._should_stop()
+        if not reason and check_time and any_rank(self._out_of_time(), self.info, self.device):
+            reason = f"max_minutes={self.t.max_minutes} reached"
+        return reason
+
+    def fit(self) -> dict[str, Any]:
+        """Train until a stop condition; returns the summary (also in ``summary.json``).
+
+        The checkpoint written when the run stops records the stop reason, so re-running a
+        finished run is a no-op (:mod:`nmt.training.rundir`).
+        """
+        from tqdm.auto import tqdm
+
+        t, st, info = self.t, self.state, self.info
+        accum = int(t.accum_steps)
+        group_size = info.world_size * accum
+        steps_per_epoch = -(-len(self.epoch_batches(st.epoch)) // group_size)
+        total = t.max_steps if t.max_steps is not None else steps_per_epoch * (t.max_epochs or 1)
+        bar = tqdm(total=total, initial=st.step, unit="step", dynamic_ncols=True,
+                   disable=not (info.is_main and _tty_progress()))
+        self.model.train()
+        self._pause = 0.0
+        acc = torch.zeros(2, device=self.device)
+        acc_tokens, grad_norm = 0, torch.zeros(())
+        t_log = self._mark = time.perf_counter()
+        kill_at = int(os.environ.get(KILL_ENV) or -1)
+        # A resumed run (train.resume=force with new stop settings) may be done already; a
+        # fresh run takes at least one step, however long its setup took.
+        self.stop_reason = self._stop_before_step(check_time=st.step > 0)
+        if self.stop_reason and self.stop_reason != st.stop_reason:
+            if st.last_validated_step != st.step:
+                self._validate_and_save(epoch_end=False, stop_reason=self.stop_reason)
+            else:
+                st.stop_reason = self.stop_reason
+                self.checkpoint(is_best=False)
+        while not self.stop_reason:
+            batches = self.epoch_batches(st.epoch)
+            group = batches[st.batch_in_epoch: st.batch_in_epoch + group_size]
+            sums, grad_norm, tokens = self.train_step(group)
+            acc += sums
+            acc_tokens += tokens
+            st.train_tokens += tokens
+            st.step += 1
+            st.batch_in_epoch += len(group)
+            epoch_end = st.batch_in_epoch >= len(batches)
+            if epoch_end:
+                st.epoch += 1
+                st.batch_in_epoch = 0
+            bar.update(1)
+            log_step = st.step % t.log_every_steps == 0
+            if log_step:
+                now = time.perf_counter()
+                span = max(now - t_log - self._pause, 1e-9)
+                all_reduce_sum(acc, info)
+                loss, nll = (acc / max(acc_tokens, 1)).tolist()
+                tps = acc_tokens / span
+                lr = self.schedule.last_lr
+                gn = float(grad_norm)
+                if self.writer is not None:
+                    self.writer.add_scalar("train/loss", loss, st.step)
+                    self.writer.add_scalar("train/nll", nll, st.step)
+                    self.writer.add_scalar("train/ppl", perplexity(nll), st.step)
+                    self.writer.add_scalar("train/lr", lr, st.step)
+                    self.writer.add_scalar("train/grad_norm", gn, st.step)
+                    self.writer.add_scalar("train/tokens_per_s", tps, st.step)
+                bar.set_postfix(loss=f"{loss:.3f}", lr=f"{lr:.2e}", tok_s=f"{tps:.0f}")
+                log.info("train | step %d | epoch %d | loss %.4f | ppl %.2f | lr %.3g | "
+                         "grad_norm %.3f | tokens/s %.0f", st.step, st.epoch, loss,
+                         perplexity(nll), lr, gn, tps)
+                acc.zero_()
+                acc_tokens, t_log, self._pause = 0, now, 0.0
+            # Stop conditions known before validating (steps, epochs, time) make this step's
+            # checkpoint the last one; early stopping is decided by the validation itself.
+            reason = self._stop_before_step(check_time=not info.enabled or log_step)
+            if st.step % t.eval_every_steps == 0 or epoch_end or reason:
+                reason = self._validate_and_save(epoch_end, stop_reason=reason)
+            if st.step == kill_at:        # tests: a crash between (or right after) checkpoints
+                os.kill(os.getpid(), signal.SIGKILL)
+            self.stop_reason = reason
+        bar.close()
+        return self._summary()
+
+    def _summary(self) -> dict[str, Any]:
+        """``summary.json``: the whole run, all segments (resumes) together."""
+        st = self.state
+        first, last = st.segments[0], st.segments[-1]
+        started, ended = first["started"][:10], (last["ended"] or last["started"])[:10]
+        summary = {
+            "stop_reason": self.stop_reason,
+            "steps": st.step, "epochs_done": st.epoch, "params": self.n_params,
+            "wall_time_s": round(st.elapsed_s, 2),       # all segments, validation included
+            "train_time_s": round(st.train_s, 2),        # all segments, training steps only
+            "train_tokens": st.train_tokens,
+            "train_tokens_per_s": round(st.train_tokens / max(st.train_s, 1e-9), 1),
+            "best_bleu": st.best_bleu, "best_step": st.best_step,
+            "last": st.history[-1] if st.history else None,
+            "peak_rss_mb": round(st.peak_rss_mb, 1), "world_size": self.info.world_size,
+            "device": str(self.device), "machine": last["machine"],
+            "date": started if started == ended else f"{started}..{ended}",
+            "segments": st.segments,
+        }
+        if self.device.type == "cuda":
+            summary["peak_cuda_mb"] = round(torch.cuda.max_memory_allocated(self.device) / 2**20, 1)
+        log.info("done (%s) | steps %d | params %s | wall %.1f min | train tokens/s %.0f | "
+                 "best bleu %s at step %s | peak RSS %.0f MiB", summary["stop_reason"],
+                 st.step, f"{self.n_params:,}", st.elapsed_s / 60,
+                 summary["train_tokens_per_s"],
+                 "n/a" if st.best_bleu is None else f"{st.best_bleu:.2f}", st.best_step,
+                 st.peak_rss_mb)
+        if self.info.is_main:
+            write_json_atomic(self.run_dir / "summary.json", summary)
+        return summary
+
+    def close(self) -> None:
+        if self.writer is not None:
+            self.writer.close()
+            self.writer = None
+
+
+def _peak_rss_mb() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def train(cfg: DictConfig, record: RunRecord | None = None) -> dict[str, Any]:
+    """Run, resume or (finished) leave alone the training described by ``cfg``.
+
+    Args:
+        cfg: validated ``nmt-train`` config (:func:`nmt.config.compose_config`).
+        record: how ``nmt-train`` was launched (written to ``run_dir/.hydra`` and the summary).
+
+    Returns:
+        The summary dict (``summary.json``); for a finished run, the one it wrote then.
+
+    Raises:
+        ConfigError, CorpusError, CheckpointError: user errors, before the first batch (on
+            every rank under DDP, whichever rank found it).
+    """
+    device = resolve_device(cfg.device)
+    info = init_distributed(device.type)
+    if info.enabled and device.type == "cuda":
+        device = torch.device("cuda", info.local_rank)
+    if device.type == "cuda":
+        torch.backends.cuda.matmul.allow_tf32 = True
+        torch.backends.cudnn.allow_tf32 = True
+    run_dir = Path(cfg.run_dir)
+    handlers: list[logging.Handler] = []
+    trainer = None
+    try:
+        plan = None
+        with collective_errors(info, _user_errors()):
+            dirs = gather_objects(str(run_dir.resolve()), info)
+            if len(set(dirs)) > 1:
+                raise ConfigError(f"the processes were given different run directories ({', '.join(sorted(set(dirs)))}): "
+                                  "all ranks must write to one run_dir (under torchrun, give a sweep "
+                                  "an explicit hydra.sweep.dir=..., not one with ${now:...}).")
+            if info.is_main:
+                plan = plan_run(run_dir, cfg)
+                if plan.kind != "finished":
+                    check_run_dir(run_dir)
+        plan = broadcast_object(plan, info)
+        if plan.kind == "finished":
+            if info.is_main:
+                print(f"nmt-train: {run_dir} is finished ({plan.summary.get('stop_reason')}, "
+                      f"{plan.summary.get('steps')} steps); nothing to do. Change a stop setting "
+                      "with train.resume=force to train on, or choose another run_dir=...",
+                      file=sys.stderr)
+            return plan.summary
+        handlers = _setup_logging(run_dir, info)
+        trainer = Trainer(cfg, info, device, plan, record)
+        trainer.setup()
+        return trainer.fit()
+    finally:
+        if trainer is not None:
+            trainer.close()
+        for h in handlers:
+            log.removeHandler(h)
+            h.close()
+        log.propagate = True
+        cleanup_distributed()

@@ -1,0 +1,61 @@
+"""The installed package works without the repository: a wheel in a fresh virtual environment.
+
+The wheel is built from this checkout (``pip wheel``), installed with ``--no-deps`` into a
+venv that sees the already installed dependencies (``--system-site-packages``), and used
+from a directory outside the repository: the configs must come from the package
+(``pkg://nmt.configs``), not from ``configs/`` beside the code.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from conftest import REPO_ROOT, write_corpus
+from test_readme import sliced_main_job
+
+
+@pytest.fixture(scope="module")
+def venv(tmp_path_factory) -> Path:
+    root = tmp_path_factory.mktemp("wheel")
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation",
+                    "-q", "-w", str(root / "dist"), str(REPO_ROOT)], check=True, timeout=300)
+    wheels = list((root / "dist").glob("nmt-*.whl"))
+    assert len(wheels) == 1
+    env_dir = root / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", str(env_dir)],
+                   check=True, timeout=120)
+    subprocess.run([str(env_dir / "bin" / "python"), "-m", "pip", "install", "-q", "--no-deps",
+                    "--no-index", str(wheels[0])], check=True, timeout=300)
+    return env_dir
+
+
+def _env(venv: Path) -> dict[str, str]:
+    path = f"{venv / 'bin'}{os.pathsep}{os.environ['PATH']}"
+    return {**os.environ, "PATH": path, "VIRTUAL_ENV": str(venv), "CI": "1", "OMP_NUM_THREADS": "1"}
+
+
+def test_wheel_ships_configs_and_runs_outside_the_repository(venv, tmp_path):
+    outside = tmp_path / "elsewhere"
+    outside.mkdir()
+    where = subprocess.run([str(venv / "bin" / "python"), "-c",
+                            "import nmt, nmt.configs; print(nmt.__file__); print(nmt.configs.__file__)"],
+                           cwd=outside, env=_env(venv), capture_output=True, text=True, timeout=60)
+    assert where.returncode == 0, where.stderr
+    assert all(line.startswith(str(venv)) for line in where.stdout.split()), where.stdout
+    help_ = subprocess.run(["nmt-train", "--help"], cwd=outside, env=_env(venv),
+                           capture_output=True, text=True, timeout=60)
+    assert help_.returncode == 0 and "model: rnn, transformer" in help_.stdout
+
+    # The README's main command, sliced, from outside the repository with the installed package.
+    corpus = write_corpus(tmp_path / "corpus", {"train": 200, "val": 12, "test_2016_flickr": 12})
+    run_dir = tmp_path / "run"
+    proc = subprocess.run(sliced_main_job(tmp_path, corpus, run_dir), cwd=outside, env=_env(venv),
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
+    assert (run_dir / "checkpoints" / "best.pt").is_file()
+    assert (run_dir / "eval" / "test_2016_flickr" / "scores.json").is_file()
+    assert "| transformer | de->en |" in proc.stdout
