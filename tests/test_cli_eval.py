@@ -177,6 +177,13 @@ def test_plot_single_range_all_and_errors(ckpt, tmp_path, capsys):
     assert "out of range" in capsys.readouterr().err
     assert cli_plot.main([f"alignments={tmp_path / 'no.npz'}", f"out={tmp_path / 'x.png'}"]) == 2
     assert cli_plot.main([f"alignments={npz}", "index=all", f"out={tmp_path / 'x.png'}"]) == 2
+    capsys.readouterr()
+    assert cli_plot.main([f"alignments={npz}", "cmap=no_such_map", f"out={tmp_path / 'x.png'}"]) == 2
+    assert "cmap='no_such_map' is not a matplotlib colormap" in capsys.readouterr().err
+    assert cli_plot.main([f"alignments={npz}", "dpi=0", f"out={tmp_path / 'x.png'}"]) == 2
+    assert "dpi=0 must be a positive number" in capsys.readouterr().err
+    assert cli_plot.main([f"alignments={npz}", "dpi=high", f"out={tmp_path / 'x.png'}"]) == 2
+    assert "dpi" in capsys.readouterr().err
 
 
 # ------------------------------------------------------- input decoding, unwritable outputs

@@ -79,7 +79,6 @@ def test_main_job_runs_end_to_end_on_a_tiny_slice(tmp_path: Path):
 def test_main_job_reads_a_hugging_face_dataset_saved_locally(tmp_path: Path):
     """data/README.md's Hugging Face route: other split names, read from the config."""
     import datasets
-
     from conftest import make_pairs
 
     def split(n: int, seed: int) -> datasets.Dataset:

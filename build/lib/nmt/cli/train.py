@@ -46,18 +46,25 @@ def _writable_run_dir(cfg: DictConfig) -> None:
 
 
 @hydra.main(version_base="1.3", config_path=CONFIG_PATH, config_name="config")
-def app(cfg: DictConfig) -> None:
-    """The Hydra task function: one training run (one job of a sweep)."""
+def app(cfg: DictConfig) -> float | None:
+    """The Hydra task function: one training run (one job of a sweep).
+
+    Returns:
+        The run's best validation BLEU: the objective that optimising sweepers (Optuna,
+        ``hydra.sweeper.direction=maximize``) read from each job.
+    """
     record = hydra_record()
     record.config_yaml = OmegaConf.to_yaml(cfg)
+    summary: dict = {}
 
     def body(cfg: DictConfig) -> int:
         from nmt.training.trainer import train
 
-        train(cfg, record)
+        summary.update(train(cfg, record))
         return 0
 
     run_task(cfg, body, prog="nmt-train", validate_fn=_job_config)
+    return summary.get("best_bleu")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,8 +1,9 @@
-"""Greedy and beam search over batches of sentences, for any :class:`Seq2Seq`.
+"""Greedy, beam and sampling search over batches of sentences, for any :class:`Seq2Seq`.
 
 The search talks to a model only through ``encode`` / ``init_state`` / ``decode`` /
-``state.reorder`` (:mod:`nmt.models.base`), so one implementation serves the RNN and the
-Transformer. Design (fairseq-style, see Ott et al. 2019):
+``state.reorder`` (:mod:`nmt.models.base`), so one implementation serves the RNN, the
+Transformer and an ensemble of them (:class:`nmt.models.ensemble.Ensemble`). Design
+(fairseq-style, see Ott et al. 2019):
 
 * All beams of all sentences of a batch are rows of one tensor: row ``b * k + j`` is beam
   ``j`` of active sentence ``b``. Each step is one ``decode`` call on the newest tokens
@@ -25,6 +26,9 @@ Conventions:
   When a hypothesis reaches it, EOS is forced (its model probability is still scored), so
   every sentence gets an output.
 * PAD and BOS are never generated.
+* Sampling (:func:`sample_search`, :func:`sample`) walks one path per sentence like greedy
+  search, drawing each token from the temperature-scaled, top-k / nucleus-filtered
+  distribution with an explicit ``torch.Generator`` (seeded, never the global RNG).
 * Beam search stops a sentence when ``beam_size`` hypotheses have ended (an EOS among the
   ``beam_size`` best candidates of a step, as in fairseq), at the maximum length, or (with
   ``n_best == 1``) when no alive hypothesis can still beat the best ended one: an alive
@@ -36,7 +40,8 @@ Conventions:
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Sequence
+import math
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -203,38 +208,147 @@ def greedy_search(model: Seq2Seq, src: Tensor, src_mask: Tensor, max_len_a: floa
         For each sentence a list with one :class:`Hypothesis`.
     """
     with _eval_mode(model):
-        batch, device = src.size(0), src.device
-        max_lens = max_output_lengths(src_mask, max_len_a, max_len_b)
-        state = model.init_state(model.encode(src, src_mask))
-        history = _History()
-        active = torch.arange(batch, device=device)      # sentence id of each row
-        last = torch.full((batch,), BOS_ID, dtype=torch.long, device=device)
-        scores = torch.zeros(batch, device=device)
-        fins: list[tuple[Tensor, ...]] = []
-        t = 0
-        while True:
-            logp, align, state = _step_log_probs(model, last, state)
-            history.add_alignment(align)
-            _force_eos(logp, max_lens[active] <= t)
-            best, token = logp.max(dim=-1)
-            scores = scores + best
-            done = token == EOS_ID
-            if bool(done.any()):
-                rows = done.nonzero().squeeze(1)
-                lp = length_penalty_factor(float(t + 1), length_penalty)
-                fins.append((active[rows], torch.full_like(rows, t), rows, scores[rows] / lp))
-                keep = (~done).nonzero().squeeze(1)
-                if keep.numel() == 0:
-                    break
-                state = state.reorder(keep)
-                active, scores, token = active[keep], scores[keep], token[keep]
-            else:
-                keep = torch.arange(token.size(0), device=device)
-            history.add_level(token, keep)
-            last = token
-            t += 1
-        fin = [torch.cat(x).cpu().numpy() for x in zip(*fins, strict=True)]
-        return _collect(history, src_mask, *fin, n_best=1)
+        return _single_path_search(model, src, src_mask, max_len_a, max_len_b, length_penalty,
+                                   _most_probable)
+
+
+@torch.inference_mode()
+def sample_search(model: Seq2Seq, src: Tensor, src_mask: Tensor, max_len_a: float,
+                  max_len_b: int, *, temperature: float = 1.0, top_k: int = 0,
+                  top_p: float = 1.0, generator: torch.Generator | None = None,
+                  length_penalty: float = 0.0) -> list[list[Hypothesis]]:
+    """Ancestral sampling of one translation per sentence (e.g. for back-translation).
+
+    At every step the next token is drawn from the model's distribution after three
+    filters, in this order (that of Hugging Face's logits warpers): divide the
+    log-probabilities by ``temperature``; keep the ``top_k`` most probable tokens; keep the
+    nucleus, the smallest set of most probable tokens whose probability (under the
+    temperature-scaled, top-k-renormalized distribution) reaches ``top_p`` (Holtzman et al.
+    2020, "The Curious Case of Neural Text Degeneration", eq. 2). PAD and BOS are never
+    drawn; at the maximum length EOS is forced (module docstring).
+
+    The score is the sum of the sampled tokens' log-probabilities under the *unfiltered,
+    temperature-1* model (as greedy and beam report, so scores of all searches compare and
+    a sample's score is its model log-likelihood), divided by the length penalty with
+    ``alpha = length_penalty`` (default 0: the raw log-likelihood).
+
+    Args:
+        model: any :class:`Seq2Seq`; put into eval mode for the call.
+        src: [B, S] int64 source ids (subwords + EOS, PAD-padded).
+        src_mask: [B, S] bool, True at real positions; every row needs at least one.
+        max_len_a, max_len_b: maximum output length ``a * |x| + b`` (module docstring).
+        temperature: > 0 flattens (> 1) or sharpens (< 1) the distribution; 0 means the most
+            probable token (greedy search).
+        top_k: keep only the k most probable tokens (0 = all).
+        top_p: nucleus mass in (0, 1] (1 = all tokens).
+        generator: the source of randomness, on ``src.device`` (the global RNG is never
+            used or advanced); None draws from a fresh generator seeded with 0. Row ``b``'s
+            draws depend on the whole batch: the same batch and generator state give the
+            same samples.
+        length_penalty: alpha of the reported score only.
+
+    Returns:
+        For each sentence a list with one :class:`Hypothesis`.
+
+    Raises:
+        ValueError: temperature < 0 or not finite, top_k < 0, or top_p outside (0, 1].
+    """
+    check_sampling_args(temperature, top_k, top_p)
+    if generator is None:
+        generator = torch.Generator(device=src.device).manual_seed(0)
+
+    def draw(logp: Tensor) -> Tensor:
+        probs = torch.softmax(filter_logits(logp / temperature, top_k, top_p), dim=-1)
+        return torch.multinomial(probs, 1, generator=generator).squeeze(1)
+
+    choose = _most_probable if temperature == 0 else draw
+    with _eval_mode(model):
+        return _single_path_search(model, src, src_mask, max_len_a, max_len_b, length_penalty,
+                                   choose)
+
+
+def check_sampling_args(temperature: float, top_k: int, top_p: float) -> None:
+    """Raise ValueError unless 0 <= temperature < inf, top_k >= 0 and 0 < top_p <= 1."""
+    if not 0 <= temperature < math.inf:
+        raise ValueError(f"temperature must be finite and >= 0 (0 = greedy), got {temperature}.")
+    if top_k < 0:
+        raise ValueError(f"top_k must be >= 0 (0 = no top-k filter), got {top_k}.")
+    if not 0 < top_p <= 1:
+        raise ValueError(f"top_p must be in (0, 1] (1 = no nucleus filter), got {top_p}.")
+
+
+def filter_logits(logits: Tensor, top_k: int = 0, top_p: float = 1.0) -> Tensor:
+    """Top-k, then nucleus (top-p) filtering: tokens outside the kept set get -inf.
+
+    Args:
+        logits: [N, V] float, unnormalized log-probabilities (e.g. log-probs / temperature);
+            -inf marks impossible tokens.
+        top_k: keep the k highest entries of each row (0 or >= V: all). Exactly k on ties.
+        top_p: keep, per row, the highest entries whose softmax probabilities (after top-k)
+            sum to at least ``top_p`` -- the smallest such set: a token is kept when the mass
+            of the tokens ranked above it is below ``top_p``, so the most probable one always
+            is (Holtzman et al. 2020).
+
+    Returns:
+        [N, V], ``logits`` with filtered-out entries set to -inf (a new tensor).
+    """
+    vocab = logits.size(-1)
+    if 0 < top_k < vocab:
+        top = logits.topk(top_k, dim=-1).indices
+        keep = torch.zeros_like(logits, dtype=torch.bool).scatter_(1, top, True)
+        logits = logits.masked_fill(~keep, -torch.inf)
+    if top_p < 1.0:
+        sorted_logits, order = logits.sort(dim=-1, descending=True)
+        probs = torch.softmax(sorted_logits, dim=-1)
+        mass_above = probs.cumsum(dim=-1) - probs
+        drop = torch.zeros_like(logits, dtype=torch.bool).scatter_(1, order, mass_above >= top_p)
+        logits = logits.masked_fill(drop, -torch.inf)
+    return logits
+
+
+def _most_probable(logp: Tensor) -> Tensor:
+    """Greedy choice: [N, V] log-probs -> [N] int64 index of each row's maximum."""
+    return logp.max(dim=-1).indices
+
+
+def _single_path_search(model: Seq2Seq, src: Tensor, src_mask: Tensor, max_len_a: float,
+                        max_len_b: int, length_penalty: float,
+                        choose: Callable[[Tensor], Tensor]) -> list[list[Hypothesis]]:
+    """One hypothesis per sentence, one token per step: ``choose(logp [N, V]) -> [N]`` picks
+    each row's next token from the step's log-probs (PAD, BOS and forced EOS applied). The
+    score adds ``logp`` of the chosen tokens. Shared by greedy and sampling search."""
+    batch, device = src.size(0), src.device
+    max_lens = max_output_lengths(src_mask, max_len_a, max_len_b)
+    state = model.init_state(model.encode(src, src_mask))
+    history = _History()
+    active = torch.arange(batch, device=device)      # sentence id of each row
+    last = torch.full((batch,), BOS_ID, dtype=torch.long, device=device)
+    scores = torch.zeros(batch, device=device)
+    fins: list[tuple[Tensor, ...]] = []
+    t = 0
+    while True:
+        logp, align, state = _step_log_probs(model, last, state)
+        history.add_alignment(align)
+        _force_eos(logp, max_lens[active] <= t)
+        token = choose(logp)
+        scores = scores + logp.gather(1, token.unsqueeze(1)).squeeze(1)
+        done = token == EOS_ID
+        if bool(done.any()):
+            rows = done.nonzero().squeeze(1)
+            lp = length_penalty_factor(float(t + 1), length_penalty)
+            fins.append((active[rows], torch.full_like(rows, t), rows, scores[rows] / lp))
+            keep = (~done).nonzero().squeeze(1)
+            if keep.numel() == 0:
+                break
+            state = state.reorder(keep)
+            active, scores, token = active[keep], scores[keep], token[keep]
+        else:
+            keep = torch.arange(token.size(0), device=device)
+        history.add_level(token, keep)
+        last = token
+        t += 1
+    fin = [torch.cat(x).cpu().numpy() for x in zip(*fins, strict=True)]
+    return _collect(history, src_mask, *fin, n_best=1)
 
 
 @torch.inference_mode()
@@ -368,9 +482,55 @@ def translate(model: Seq2Seq, src_ids: Sequence[Sequence[int]], search_cfg,
     Returns:
         For each input sentence, in input order, its list of hypotheses (best first).
     """
+    return _in_batches(src_ids, int(cfg_get(search_cfg, "batch_sentences")), device,
+                       lambda src, mask: search_batch(model, src, mask, search_cfg))
+
+
+def sample(model: Seq2Seq, src_ids: Sequence[Sequence[int]], search_cfg, *,
+           temperature: float = 1.0, top_k: int = 0, top_p: float = 1.0, seed: int = 0,
+           device: str | torch.device = "cpu") -> list[list[Hypothesis]]:
+    """Sample one translation per sentence (back-translation), batched like :func:`translate`.
+
+    Same batching, order and empty-source handling as :func:`translate`; each batch is
+    decoded by :func:`sample_search` with one ``torch.Generator`` seeded with ``seed`` and
+    shared by the batches in turn (the global RNG is untouched). The output is a function
+    of ``seed``, ``src_ids``, ``batch_sentences`` and the model (on the same kind of device
+    and torch version: random streams differ between CPU and CUDA).
+
+    Args:
+        model: any :class:`Seq2Seq` (already on ``device``).
+        src_ids: per sentence its source subword ids, without EOS (EOS is appended).
+        search_cfg: keys of ``cfg.search``; read are max_len_a, max_len_b, batch_sentences
+            and length_penalty (alpha of the reported score); beam_size and n_best are ignored.
+        temperature, top_k, top_p: the filters of :func:`sample_search`.
+        seed: seed of the generator.
+        device: where the source tensors and the generator live.
+
+    Returns:
+        For each input sentence, in input order, a list with one :class:`Hypothesis`.
+
+    Raises:
+        ValueError: temperature < 0 or not finite, top_k < 0, or top_p outside (0, 1].
+    """
+    check_sampling_args(temperature, top_k, top_p)
+    generator = torch.Generator(device=device).manual_seed(int(seed))
+    a, b = float(cfg_get(search_cfg, "max_len_a")), int(cfg_get(search_cfg, "max_len_b"))
+    alpha = float(cfg_get(search_cfg, "length_penalty"))
+    return _in_batches(
+        src_ids, int(cfg_get(search_cfg, "batch_sentences")), device,
+        lambda src, mask: sample_search(model, src, mask, a, b, temperature=temperature,
+                                        top_k=top_k, top_p=top_p, generator=generator,
+                                        length_penalty=alpha))
+
+
+def _in_batches(src_ids: Sequence[Sequence[int]], batch_sentences: int,
+                device: str | torch.device,
+                search: Callable[[Tensor, Tensor], list[list[Hypothesis]]]
+                ) -> list[list[Hypothesis]]:
+    """Run ``search(src [B,S], src_mask [B,S])`` on length-sorted batches of ``src_ids``;
+    results in input order, empty sources answered without the model (see :func:`translate`)."""
     from nmt.data.batching import make_src_batch
 
-    batch_sentences = int(cfg_get(search_cfg, "batch_sentences"))
     out: list[list[Hypothesis] | None] = [None] * len(src_ids)
     nonempty = [i for i, ids in enumerate(src_ids) if len(ids) > 0]
     for i in range(len(src_ids)):
@@ -380,6 +540,6 @@ def translate(model: Seq2Seq, src_ids: Sequence[Sequence[int]], search_cfg,
     for start in range(0, len(order), batch_sentences):
         chunk = order[start : start + batch_sentences]
         src, src_mask = make_src_batch([list(src_ids[i]) for i in chunk], device=device)
-        for i, hyps in zip(chunk, search_batch(model, src, src_mask, search_cfg), strict=True):
+        for i, hyps in zip(chunk, search(src, src_mask), strict=True):
             out[i] = hyps
     return out  # type: ignore[return-value]
