@@ -26,13 +26,27 @@ import functools
 import hashlib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from omegaconf import MISSING, DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 CONFIG_MODULE = "nmt.configs"
-CONFIG_PATH = f"pkg://{CONFIG_MODULE}"   # config_path of every hydra.main entry point
+
+
+def _config_path() -> str:
+    """Where the tools' Hydra config tree is: ``pkg://nmt.configs`` in an installed package;
+    in a source checkout (``configs/`` beside ``nmt/``, editable installs included) that
+    directory, so code and configs always come from the same tree, whichever checkout an
+    editable install points at."""
+    source = Path(__file__).resolve().parents[1] / "configs"
+    if (source / "nmt_tool.yaml").is_file() and (source / "__init__.py").is_file():
+        return str(source)
+    return f"pkg://{CONFIG_MODULE}"
+
+
+CONFIG_PATH = _config_path()   # config_path of every hydra.main entry point
 
 
 class ConfigError(ValueError):
@@ -462,7 +476,7 @@ def compose_config(overrides: list[str] | tuple[str, ...] = (), config_name: str
     Raises:
         ConfigError: unknown group option, unknown key, bad override syntax or invalid value.
     """
-    from hydra import compose, initialize_config_module
+    from hydra import compose, initialize_config_dir, initialize_config_module
     from hydra.core.global_hydra import GlobalHydra
     from hydra.core.singleton import Singleton
     from hydra.core.utils import JobRuntime
@@ -472,7 +486,10 @@ def compose_config(overrides: list[str] | tuple[str, ...] = (), config_name: str
     saved = {cls: Singleton._instances.pop(cls) for cls in (GlobalHydra, JobRuntime)
              if cls in Singleton._instances}
     try:
-        with initialize_config_module(config_module=CONFIG_MODULE, version_base="1.3"):
+        init = (initialize_config_module(config_module=CONFIG_MODULE, version_base="1.3")
+                if CONFIG_PATH.startswith("pkg://") else
+                initialize_config_dir(config_dir=CONFIG_PATH, version_base="1.3"))
+        with init:
             cfg = compose(config_name=config_name, overrides=list(overrides))
     except (HydraException, OmegaConfBaseException, ValueError) as err:
         raise ConfigError(f"Could not build the config from overrides {list(overrides)}: "
