@@ -155,6 +155,7 @@ class SearchSchema:
     max_len_a: float = MISSING
     max_len_b: int = MISSING
     batch_sentences: int = MISSING
+    batch_tokens: int = MISSING
     n_best: int = MISSING
 
 
@@ -175,8 +176,17 @@ class DataRootOverride:
 
 
 @dataclass
-class EvaluateConfig(SearchSchema):
-    checkpoint: str = MISSING
+class SamplingSchema:
+    sampling: bool = MISSING
+    temperature: float = MISSING
+    top_k: int = MISSING
+    top_p: float = MISSING
+    seed: int = MISSING
+
+
+@dataclass
+class EvaluateConfig(SamplingSchema, SearchSchema):
+    checkpoint: Any = MISSING            # a file, or a list of files (an ensemble)
     split: str | None = MISSING
     data: DataRootOverride = field(default_factory=DataRootOverride)
     src_file: str | None = MISSING
@@ -187,8 +197,8 @@ class EvaluateConfig(SearchSchema):
 
 
 @dataclass
-class TranslateConfig(SearchSchema):
-    checkpoint: str = MISSING
+class TranslateConfig(SamplingSchema, SearchSchema):
+    checkpoint: Any = MISSING            # a file, or a list of files (an ensemble)
     input: str | None = MISSING
     output: str | None = MISSING
     device: str = MISSING
@@ -364,7 +374,7 @@ def validate_search(section: Any, prefix: str = "") -> DictConfig:
 
     try:
         _positive(wrapped, "s.beam_size", "s.batch_sentences", "s.n_best")
-        _positive(wrapped, "s.max_len_a", "s.max_len_b", allow_zero=True)
+        _positive(wrapped, "s.max_len_a", "s.max_len_b", "s.batch_tokens", allow_zero=True)
     except ConfigError as err:
         raise spelled(err) from None
     if search.n_best > search.beam_size:

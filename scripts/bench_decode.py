@@ -74,14 +74,15 @@ def main(argv: list[str] | None = None) -> int:
     def run(cfg) -> int:
         from nmt.cli.evaluate import load_texts
         from nmt.evaluation.evaluate import evaluate_split
-        from nmt.inference.loader import load_for_inference
+        from nmt.inference.translator import Translator
 
         device = resolve_device(cfg.device)
         if random_name:
-            model, tokenizer, train_cfg = random_model(random_name, device)
+            translator = Translator(*random_model(random_name, device), device=device)
         else:
-            model, tokenizer, train_cfg = load_for_inference(cfg.checkpoint, device)
-        name, src, ref = load_texts(cfg, train_cfg)
+            translator = Translator.from_checkpoint(cfg.checkpoint, device)
+        model = translator.model
+        name, src, ref = load_texts(cfg, translator.config)
         print(f"model: {random_name or cfg.checkpoint} ({model.num_parameters():,} parameters), "
               f"split {name}: {len(src)} sentences, device {device}, "
               f"{torch.get_num_threads()} threads", flush=True)
@@ -90,7 +91,8 @@ def main(argv: list[str] | None = None) -> int:
             search = dict(search_settings(cfg), beam_size=beam, n_best=1)
             runs = []
             for _ in range(repeats):
-                scores = evaluate_split(model, tokenizer, src, ref, search, device)[1]
+                scores = evaluate_split(translator, src, ref, search,
+                                        score_references=False).scores
                 runs.append(scores["seconds"])
             seconds = statistics.median(runs)
             n_tok = scores["n_tgt_tokens"]  # deterministic search: the same in every run

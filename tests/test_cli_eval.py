@@ -130,9 +130,9 @@ def test_translate_matches_evaluate_and_n_best_format(ckpt, tmp_path):
 
 def test_translate_streams_chunk_by_chunk(ckpt):
     """Output of the first chunk is written before the second chunk is read."""
-    from nmt.inference.loader import load_for_inference
+    from nmt.inference.translator import Translator
 
-    model, tok, _ = load_for_inference(ckpt)
+    translator = Translator.from_checkpoint(ckpt)
     out = io.StringIO()
     seen: list[int] = []
 
@@ -143,7 +143,7 @@ def test_translate_streams_chunk_by_chunk(ckpt):
 
     cfg = {"beam_size": 2, "length_penalty": 1.0, "max_len_a": 1.0, "max_len_b": 2,
            "batch_sentences": 3, "n_best": 1}
-    assert cli_translate.translate_stream(model, tok, source(), out, cfg, "cpu") == 6
+    assert cli_translate.translate_stream(translator, source(), out, cfg) == 6
     assert seen == [0, 0, 0, 3, 3, 3] and len(out.getvalue().splitlines()) == 6
 
 
@@ -245,7 +245,8 @@ def test_unwritable_outputs_exit_2_before_any_work(ckpt, tmp_path, capsys, monke
     from nmt.config import ConfigError
 
     with pytest.raises(ConfigError, match="out_dir=.*cannot write"):
-        evaluation.write_outputs(blocker / "eval", ["a"], {"bleu": 0.0})
+        evaluation.write_outputs(blocker / "eval", evaluation.Evaluation(
+            results=[], references=[], scores={"bleu": 0.0}, sentences={}))
 
     from nmt.evaluation import save_alignments
 

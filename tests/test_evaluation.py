@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pytest
 import sacrebleu
@@ -94,22 +96,36 @@ def test_evaluate_split_and_write_outputs(tmp_path):
                                    "joint": True}, "de", "en", src, ref, tmp_path / "cache")
     torch.manual_seed(0)
     model = build_model(cfg.model, tok.src_vocab_size, tok.tgt_vocab_size).eval()
+    from nmt.inference.translator import Translator
+
+    translator = Translator(model, tok, cfg)
     search = {"beam_size": 2, "length_penalty": 1.0, "max_len_a": 1.0, "max_len_b": 2,
-              "batch_sentences": 7, "n_best": 1}
-    hyps, scores, hypotheses, src_ids = evaluate_split(model, tok, src[:10] + [""],
-                                                       ref[:10] + [""], search)
-    assert len(hyps) == len(hypotheses) == 11 and hyps[10] == ""
-    assert hyps == [tok.decode_tgt(h[0].tokens) for h in hypotheses]
+              "batch_sentences": 7, "n_best": 2}
+    evaluation = evaluate_split(translator, src[:10] + [""], ref[:10] + [""], search)
+    hyps, scores, results = evaluation.hyps, evaluation.scores, evaluation.results
+    src_ids = tok.encode_src_batch(src[:10] + [""])
+    assert len(hyps) == len(results) == 11 and hyps[10] == ""
+    assert hyps == [tok.decode_tgt(r.ids) for r in results]
     assert scores["n_sentences"] == 11 and scores["beam_size"] == 2 and scores["seconds"] > 0
     assert scores["bleu"] == pytest.approx(corpus_scores(hyps, ref[:10] + [""])["bleu"])
-    assert src_ids == tok.encode_src_batch(src[:10] + [""])
-    assert scores["n_tgt_tokens"] == sum(len(h[0].tokens) + 1 for h in hypotheses)
-    write_outputs(tmp_path / "out", hyps, scores, hypotheses, tok, src_ids)
+    assert scores["n_tgt_tokens"] == sum(len(r.ids) + 1 for r in results)
+    # Reference loss: the mean forced log-probability per subword.
+    forced = translator.score(src[:10] + [""], ref[:10] + [""])
+    loss = -sum(f.logprob for f in forced) / sum(f.tokens for f in forced)
+    assert scores["loss"] == pytest.approx(loss, abs=1e-4) and scores["ppl"] == pytest.approx(math.exp(loss), rel=1e-3)
+    written = write_outputs(tmp_path / "out", evaluation)
+    assert written == ["hyps.txt", "scores.json", "sentences.tsv", "nbest.txt", "alignments.npz"]
     lines = (tmp_path / "out" / "hyps.txt").read_text(encoding="utf-8").split("\n")
     assert lines[:-1] == hyps and lines[-1] == ""
     data = load_alignments(tmp_path / "out" / "alignments.npz")
     for i in range(11):
-        assert data[i].matrix.shape == (len(hypotheses[i][0].tokens) + 1, len(src_ids[i]) + 1)
+        assert data[i].matrix.shape == (len(results[i].ids) + 1, len(src_ids[i]) + 1)
         assert data[i].src[-1] == "</s>" and data[i].tgt[-1] == "</s>"
+    rows = (tmp_path / "out" / "sentences.tsv").read_text(encoding="utf-8").splitlines()
+    assert rows[0].split("\t")[:4] == ["index", "bleu", "chrf", "model_score"] and len(rows) == 12
+    assert [float(r.split("\t")[3]) for r in rows[1:]] == pytest.approx([r.score for r in results], abs=1e-4)
+    nbest = [r.split("\t") for r in (tmp_path / "out" / "nbest.txt").read_text(encoding="utf-8").splitlines()[1:]]
+    assert [(int(r[0]), int(r[1])) for r in nbest[:4]] == [(0, 0), (0, 1), (1, 0), (1, 1)]
+    assert nbest[0][3] == hyps[0]
     with pytest.raises(ValueError):
-        evaluate_split(model, tok, src[:2], ref[:1], search)
+        evaluate_split(translator, src[:2], ref[:1], search)

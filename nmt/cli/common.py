@@ -191,7 +191,8 @@ def ensure_writable_dir(path: str | Path, key: str) -> Path:
     return path
 
 
-SEARCH_KEYS = ("beam_size", "length_penalty", "max_len_a", "max_len_b", "batch_sentences", "n_best")
+SEARCH_KEYS = ("beam_size", "length_penalty", "max_len_a", "max_len_b", "batch_sentences",
+               "batch_tokens", "n_best")
 
 
 def require(cfg: DictConfig, *keys: str) -> None:
@@ -209,6 +210,31 @@ def check_search(cfg: DictConfig) -> DictConfig:
     """
     validate_search({key: cfg[key] for key in SEARCH_KEYS})
     return cfg
+
+
+SAMPLING_KEYS = ("sampling", "temperature", "top_k", "top_p", "seed")
+
+
+def decode_settings(cfg: DictConfig) -> dict:
+    """Search and sampling keys of ``cfg`` as keyword arguments of
+    :meth:`nmt.inference.translator.Translator.translate`."""
+    return {**search_settings(cfg), **{key: cfg[key] for key in SAMPLING_KEYS}}
+
+
+def checkpoint_paths(cfg: DictConfig) -> str | list[str]:
+    """``checkpoint`` as one path, or a list of paths (an ensemble).
+
+    Raises:
+        ConfigError: an empty list.
+    """
+    value = cfg.checkpoint
+    if OmegaConf.is_list(value) or isinstance(value, list | tuple):
+        paths = [str(p) for p in value]
+        if not paths:
+            raise ConfigError("checkpoint=[] names no checkpoint: give checkpoint=PATH or "
+                              "checkpoint=[a.pt,b.pt] (an ensemble).")
+        return paths if len(paths) > 1 else paths[0]
+    return str(value)
 
 
 def search_settings(cfg: DictConfig) -> dict:

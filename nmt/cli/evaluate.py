@@ -20,11 +20,12 @@ from omegaconf import DictConfig, OmegaConf
 
 from nmt.cli.common import (
     check_search,
+    checkpoint_paths,
+    decode_settings,
     ensure_writable_dir,
     require,
     run_app,
     run_task,
-    search_settings,
 )
 from nmt.config import CONFIG_PATH, ConfigError
 from nmt.runtime import resolve_device
@@ -60,27 +61,29 @@ def load_texts(cfg: DictConfig, train_cfg: DictConfig) -> tuple[str, list[str], 
 
 def _run(cfg: DictConfig) -> int:
     from nmt.evaluation.evaluate import evaluate_split, write_outputs
-    from nmt.inference.loader import load_for_inference
+    from nmt.inference.translator import Translator
 
-    device = resolve_device(cfg.device)
-    model, tokenizer, train_cfg = load_for_inference(cfg.checkpoint, device)
-    name, src, ref = load_texts(cfg, train_cfg)
+    translator = Translator.from_checkpoint(checkpoint_paths(cfg), resolve_device(cfg.device))
+    name, src, ref = load_texts(cfg, translator.config)
+    first = checkpoint_paths(cfg)
+    first = first[0] if isinstance(first, list) else first
     out_dir = Path(cfg.out_dir) if cfg.out_dir else (
-        Path(cfg.checkpoint).parent / f"eval_{name}_beam{cfg.beam_size}")
+        Path(first).parent / f"eval_{name}_beam{cfg.beam_size}")
     ensure_writable_dir(out_dir, "out_dir")  # before translating: nothing is lost
-    hyps, scores, hypotheses, src_ids = evaluate_split(model, tokenizer, src, ref,
-                                                       search_settings(cfg), device)
-    scores.update(checkpoint=str(cfg.checkpoint), split=name)
-    if cfg.save_alignments:
-        write_outputs(out_dir, hyps, scores, hypotheses, tokenizer, src_ids)
-    else:
-        write_outputs(out_dir, hyps, scores)
-    print(f"{name}: {scores['n_sentences']} sentences, beam_size={scores['beam_size']}, "
+    evaluation = evaluate_split(translator, src, ref, decode_settings(cfg))
+    scores = evaluation.scores
+    scores.update(checkpoint=checkpoint_paths(cfg), split=name)
+    written = write_outputs(out_dir, evaluation, save_alignments_npz=bool(cfg.save_alignments))
+    how = "sampling" if scores["sampling"] else f"beam_size={scores['beam_size']}"
+    print(f"{name}: {scores['n_sentences']} sentences, {how}, "
           f"{scores['seconds']:.1f} s ({scores['sents_per_s']:.0f} sentences/s)")
     print(f"BLEU = {scores['bleu']:.2f}  ({scores['bleu_signature']})")
     print(f"chrF = {scores['chrf']:.2f}  ({scores['chrf_signature']})")
+    print(f"TER = {scores['ter']:.2f}  ({scores['ter_signature']})")
     print(f"BLEU (lowercase) = {scores['bleu_lowercase']:.2f}")
-    print(f"wrote {out_dir}/hyps.txt, scores.json" + (", alignments.npz" if cfg.save_alignments else ""))
+    if "loss" in scores:
+        print(f"reference loss = {scores['loss']:.4f} nats/subword, ppl = {scores['ppl']:.2f}")
+    print(f"wrote {out_dir}/{{{','.join(written)}}}")
     return 0
 
 

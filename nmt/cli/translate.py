@@ -30,7 +30,14 @@ from typing import BinaryIO, TextIO
 import hydra
 from omegaconf import DictConfig
 
-from nmt.cli.common import check_search, require, run_app, run_task, search_settings
+from nmt.cli.common import (
+    check_search,
+    checkpoint_paths,
+    decode_settings,
+    require,
+    run_app,
+    run_task,
+)
 from nmt.config import CONFIG_PATH, ConfigError
 from nmt.runtime import resolve_device
 
@@ -81,31 +88,29 @@ def utf8_lines(stream: BinaryIO, name: str) -> Iterator[str]:
         offset += len(raw)
 
 
-def translate_stream(model, tokenizer, inp: Iterable[str], out: TextIO, search_cfg: dict,
-                     device) -> int:
+def translate_stream(translator, inp: Iterable[str], out: TextIO, settings: dict) -> int:
     """Translate ``inp`` line by line into ``out`` (format in the module docstring).
 
     Args:
+        translator: a :class:`nmt.inference.translator.Translator`.
         inp: text lines (with or without their ``\n``), e.g. from :func:`utf8_lines`.
         out: text stream; each chunk's translations are written and flushed together.
+        settings: keyword arguments of :meth:`Translator.translate` (``batch_sentences``
+            is also the chunk size).
 
     Returns:
         Number of input lines translated.
     """
-    from nmt.inference.search import translate
-
-    n_best = int(search_cfg["n_best"])
+    n_best = int(settings.get("n_best", 1))
     done = 0
-    for lines in chunks(inp, int(search_cfg["batch_sentences"])):
-        src_ids = tokenizer.encode_src_batch(lines)
-        results = translate(model, src_ids, search_cfg, device)
+    for lines in chunks(inp, int(settings["batch_sentences"])):
+        results = translator.translate(lines, **settings)
         parts = []
-        for i, hyps in enumerate(results, start=done):
+        for i, result in enumerate(results, start=done):
             if n_best == 1:
-                parts.append(tokenizer.decode_tgt(hyps[0].tokens) + "\n")
+                parts.append(result.text + "\n")
             else:
-                parts.extend(f"{i} ||| {tokenizer.decode_tgt(h.tokens)} ||| {h.score:.4f}\n"
-                             for h in hyps[:n_best])
+                parts.extend(f"{i} ||| {h.text} ||| {h.score:.4f}\n" for h in result.hypotheses)
         out.write("".join(parts))
         out.flush()
         done += len(lines)
@@ -113,10 +118,9 @@ def translate_stream(model, tokenizer, inp: Iterable[str], out: TextIO, search_c
 
 
 def _run(cfg: DictConfig) -> int:
-    from nmt.inference.loader import load_for_inference
+    from nmt.inference.translator import Translator
 
-    device = resolve_device(cfg.device)
-    model, tokenizer, _ = load_for_inference(cfg.checkpoint, device)
+    translator = Translator.from_checkpoint(checkpoint_paths(cfg), resolve_device(cfg.device))
     with ExitStack() as stack:
         if cfg.input:
             try:
@@ -136,7 +140,7 @@ def _run(cfg: DictConfig) -> int:
                                    line_buffering=False)
             stack.callback(out.detach)
         try:
-            translate_stream(model, tokenizer, inp, out, search_settings(cfg), device)
+            translate_stream(translator, inp, out, decode_settings(cfg))
         except BrokenPipeError:  # e.g. `nmt-translate ... | head`
             sys.stderr.close()
             return 0

@@ -12,6 +12,7 @@ from nmt.data.batching import (
     TokenizedSplit,
     load_split,
     make_src_batch,
+    make_tgt_batch,
     pad_efficiency,
     prepare_data,
     write_split,
@@ -39,7 +40,7 @@ from nmt.data.tokenizer import (
 __all__ = [
     "BOS_ID", "EOS_ID", "PAD_ID", "UNK_ID", "Batch", "CorpusError", "PreparedData",
     "TokenBatchSampler", "TokenizedSplit", "Tokenizer", "drop_empty_pairs", "load_split",
-    "make_src_batch", "pad_efficiency", "prepare_data", "read_hf", "read_lines",
+    "make_src_batch", "make_tgt_batch", "pad_efficiency", "prepare_data", "read_hf", "read_lines",
     "read_parallel", "read_text_pair", "read_tsv", "split_fingerprint", "train_or_load_tokenizer",
     "train_sentencepiece", "write_split",
 ]

@@ -110,6 +110,24 @@ def make_src_batch(src_ids: Sequence[Sequence[int]], device: torch.device | str 
     return src_t, mask
 
 
+def make_tgt_batch(tgt_ids: Sequence[Sequence[int]], device: torch.device | str | None = None
+                   ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Target id lists (no BOS/EOS) -> ``(tgt_in, tgt_out, tgt_mask)``, each [B, T]:
+    BOS + y, y + EOS, True at real positions (T = longest + 1). For forced decoding."""
+    lens = np.array([len(t) for t in tgt_ids], dtype=np.int64)
+    width = int(lens.max()) + 1 if len(lens) else 1
+    tgt_in = np.full((len(lens), width), PAD_ID, dtype=np.int64)
+    tgt_out = np.full((len(lens), width), PAD_ID, dtype=np.int64)
+    for k, ids in enumerate(tgt_ids):
+        tgt_in[k, 0] = BOS_ID
+        tgt_in[k, 1: len(ids) + 1] = ids
+        tgt_out[k, : len(ids)] = ids
+        tgt_out[k, len(ids)] = EOS_ID
+    mask = torch.from_numpy(np.arange(width)[None, :] <= lens[:, None])
+    out = (torch.from_numpy(tgt_in), torch.from_numpy(tgt_out), mask)
+    return tuple(t.to(device) for t in out) if device is not None else out
+
+
 # ------------------------------------------------------------------ TokenizedSplit
 class TokenizedSplit:
     """A tokenized split backed by a memory-mapped Arrow IPC file (see module docstring).

@@ -1,100 +1,159 @@
-"""Translate a test set, detokenize and score it; write hyps, scores and alignments."""
+"""Translate a test set, detokenize and score it; write hyps, scores, sentences and alignments.
+
+    translator = Translator.from_checkpoint("runs/tf/checkpoints/best.pt")
+    evaluation = evaluate_split(translator, sources, references, {"beam_size": 5})
+    write_outputs("runs/tf/eval", evaluation)
+
+Files written by :func:`write_outputs` (``nmt-evaluate`` writes them all):
+
+===================  =========================================================================
+``hyps.txt``         one detokenized best translation per source line
+``scores.json``      BLEU, chrF, TER (sacreBLEU, with signatures), lowercased BLEU, ``loss`` and
+                     ``ppl`` of the references (forced decoding), search settings, timing
+``sentences.tsv``    per sentence, in input order: BLEU, chrF, model score, lengths and the texts
+``nbest.txt``        with ``n_best`` > 1: sentence index, rank, score, text (tab-separated)
+``alignments.npz``   the best hypotheses' alignments with their subwords
+                     (:mod:`nmt.evaluation.alignments`)
+===================  =========================================================================
+"""
 
 from __future__ import annotations
 
+import csv
 import json
+import math
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 
 from nmt.config import ConfigError
-from nmt.data.tokenizer import EOS_ID
 from nmt.evaluation.alignments import save_alignments
-from nmt.evaluation.metrics import corpus_scores
-from nmt.inference.search import Hypothesis, translate
+from nmt.evaluation.metrics import corpus_scores, sentence_scores
 
 
-def evaluate_split(model, tokenizer, src_texts: Sequence[str], ref_texts: Sequence[str], search_cfg,
-                   device: str | torch.device = "cpu"
-                   ) -> tuple[list[str], dict, list[list[Hypothesis]], list[list[int]]]:
+@dataclass
+class Evaluation:
+    """What :func:`evaluate_split` computed.
+
+    Attributes:
+        results: one :class:`nmt.inference.translator.Translation` per source sentence (its
+            ``hypotheses`` hold the n-best list).
+        references: the reference translations.
+        scores: corpus scores and run figures (see :func:`evaluate_split`).
+        sentences: per-sentence ``bleu`` and ``chrf`` lists (sacreBLEU sentence scores).
+    """
+
+    results: list
+    references: list[str]
+    scores: dict
+    sentences: dict
+
+    @property
+    def hyps(self) -> list[str]:
+        """The detokenized best translations."""
+        return [r.text for r in self.results]
+
+
+def evaluate_split(translator, src_texts: Sequence[str], ref_texts: Sequence[str],
+                   search: dict | None = None, score_references: bool = True) -> Evaluation:
     """Translate every source sentence (nothing filtered or truncated) and score it.
 
     Args:
-        model: a :class:`nmt.models.base.Seq2Seq` on ``device``.
-        tokenizer: :class:`nmt.data.tokenizer.Tokenizer` of the model.
+        translator: a :class:`nmt.inference.translator.Translator`.
         src_texts: raw source sentences.
         ref_texts: raw references, one per source sentence.
-        search_cfg: keys of ``cfg.search`` (beam_size, length_penalty, max_len_a, max_len_b,
-            batch_sentences, n_best).
-        device: device of the model.
+        search: keyword arguments of :meth:`Translator.translate` (beam_size, n_best,
+            length_penalty, max_len_a/b, batch_sentences, batch_tokens, sampling, ...).
+        score_references: also compute ``loss`` and ``ppl`` of the references.
 
     Returns:
-        ``(hyps, scores, hypotheses, src_ids)``: detokenized best translations; the dict of
-        :func:`nmt.evaluation.metrics.corpus_scores` plus ``beam_size``, ``length_penalty``,
-        ``n_sentences``, ``seconds`` (wall-clock time of tokenization + search +
-        detokenization), ``n_tgt_tokens`` (subwords of the best outputs, EOS included),
-        ``sents_per_s`` and ``tgt_tokens_per_s`` (``n_tgt_tokens / seconds``); the search
-        output per sentence (best first); the source subword ids the search read (no EOS),
-        for :func:`write_outputs`.
+        :class:`Evaluation`; its ``scores`` hold :func:`nmt.evaluation.metrics.corpus_scores`
+        plus ``beam_size``, ``length_penalty``, ``n_best``, ``sampling``, ``n_sentences``,
+        ``seconds`` (wall-clock time of tokenization + search + detokenization),
+        ``n_tgt_tokens`` (subwords of the best outputs, EOS included), ``sents_per_s``,
+        ``tgt_tokens_per_s`` and, with ``score_references``, ``loss`` (mean negative
+        log-probability per reference subword, EOS included, natural log) and ``ppl``
+        (its exponential).
 
     Raises:
         ValueError: ``src_texts`` and ``ref_texts`` differ in length.
+        ConfigError: impossible search settings.
     """
     if len(src_texts) != len(ref_texts):
         raise ValueError(f"{len(src_texts)} source sentences but {len(ref_texts)} references.")
+    search = dict(search or {})
     start = time.perf_counter()
-    src_ids = tokenizer.encode_src_batch(list(src_texts))
-    hypotheses = translate(model, src_ids, search_cfg, device)
-    hyps = [tokenizer.decode_tgt(h[0].tokens) for h in hypotheses]
-    if device is not None and torch.device(device).type == "cuda":
-        torch.cuda.synchronize(device)
+    results = translator.translate(list(src_texts), **search)
+    if translator.device.type == "cuda":
+        torch.cuda.synchronize(translator.device)
     seconds = time.perf_counter() - start
-    scores = corpus_scores(hyps, ref_texts)
-    n_tokens = sum(len(h[0].tokens) + 1 for h in hypotheses)
+    hyps, refs = [r.text for r in results], list(ref_texts)
+    scores = corpus_scores(hyps, refs)
+    settings = translator.search_settings(**{k: v for k, v in search.items()
+                                             if k in ("beam_size", "n_best", "length_penalty")})
+    n_tokens = sum(len(r.ids) + 1 for r in results)
     scores.update(
-        beam_size=int(search_cfg["beam_size"]),
-        length_penalty=float(search_cfg["length_penalty"]),
-        n_sentences=len(hyps),
-        seconds=round(seconds, 3),
-        n_tgt_tokens=n_tokens,
+        beam_size=int(settings["beam_size"]), length_penalty=float(settings["length_penalty"]),
+        n_best=int(settings["n_best"]), sampling=bool(search.get("sampling", False)),
+        n_sentences=len(hyps), seconds=round(seconds, 3), n_tgt_tokens=n_tokens,
         sents_per_s=round(len(hyps) / max(seconds, 1e-9), 1),
         tgt_tokens_per_s=round(n_tokens / max(seconds, 1e-9), 1),
     )
-    return hyps, scores, hypotheses, src_ids
+    if score_references and refs:
+        forced = translator.score(list(src_texts), refs)
+        loss = -sum(f.logprob for f in forced) / max(sum(f.tokens for f in forced), 1)
+        scores.update(loss=round(loss, 4), ppl=round(math.exp(loss), 3))
+    return Evaluation(results=results, references=refs, scores=scores,
+                      sentences=sentence_scores(hyps, refs))
 
 
-def write_outputs(out_dir: str | Path, hyps: Sequence[str], scores: dict,
-                  hypotheses: Sequence[Sequence[Hypothesis]] | None = None, tokenizer=None,
-                  src_ids: Sequence[Sequence[int]] | None = None) -> None:
-    """Write ``hyps.txt``, ``scores.json`` and (with hypotheses) ``alignments.npz``.
-
-    ``alignments.npz`` (layout in :mod:`nmt.evaluation.alignments`) holds for sentence i
-    the best hypothesis' alignment [T, S] (T = target subwords + ``</s>``, S = source
-    subwords + ``</s>``) with the subword strings from ``tokenizer``; ``src_ids`` are the
-    ids that :func:`evaluate_split` returns.
+def write_outputs(out_dir: str | Path, evaluation: Evaluation, save_alignments_npz: bool = True
+                  ) -> list[str]:
+    """Write the files of the module docstring into ``out_dir``; returns their names.
 
     Raises:
         ConfigError: ``out_dir`` or a file in it cannot be written (names the path; check
             early with :func:`nmt.cli.common.ensure_writable_dir`).
     """
     out_dir = Path(out_dir)
+    written = ["hyps.txt", "scores.json", "sentences.tsv"]
+    results = evaluation.results
     try:
         out_dir.mkdir(parents=True, exist_ok=True)
-        (out_dir / "hyps.txt").write_text("".join(h.replace("\n", " ") + "\n" for h in hyps),
+        (out_dir / "hyps.txt").write_text("".join(_one_line(r.text) + "\n" for r in results),
                                           encoding="utf-8")
         (out_dir / "scores.json").write_text(
-            json.dumps(scores, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
-        if hypotheses is not None and tokenizer is not None and src_ids is not None:
-            best = [h[0] for h in hypotheses]
-            save_alignments(
-                out_dir / "alignments.npz",
-                [h.alignment for h in best],
-                [tokenizer.src_pieces(list(ids) + [EOS_ID]) for ids in src_ids],
-                [tokenizer.tgt_pieces(h.tokens + [EOS_ID]) for h in best],
-            )
+            json.dumps(evaluation.scores, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+        with open(out_dir / "sentences.tsv", "w", encoding="utf-8", newline="") as f:
+            rows = csv.writer(f, delimiter="\t", lineterminator="\n")
+            rows.writerow(["index", "bleu", "chrf", "model_score", "hyp_subwords", "hyp_words",
+                           "ref_words", "source", "hypothesis", "reference"])
+            for i, (r, ref) in enumerate(zip(results, evaluation.references, strict=True)):
+                rows.writerow([i, f"{evaluation.sentences['bleu'][i]:.2f}",
+                               f"{evaluation.sentences['chrf'][i]:.2f}", f"{r.score:.4f}",
+                               len(r.ids), len(r.text.split()), len(ref.split()),
+                               _one_line("".join(r.src_tokens[:-1]).replace("\u2581", " ").strip()),
+                               _one_line(r.text), _one_line(ref)])
+        if any(len(r.hypotheses) > 1 for r in results):
+            with open(out_dir / "nbest.txt", "w", encoding="utf-8", newline="") as f:
+                f.write("index\trank\tscore\ttext\n")
+                for i, r in enumerate(results):
+                    for rank, h in enumerate(r.hypotheses):
+                        f.write(f"{i}\t{rank}\t{h.score:.4f}\t{_one_line(h.text)}\n")
+            written.append("nbest.txt")
+        if save_alignments_npz:
+            save_alignments(out_dir / "alignments.npz", [r.alignment for r in results],
+                            [r.src_tokens for r in results], [r.tokens for r in results])
+            written.append("alignments.npz")
     except OSError as err:
         where = err.filename or out_dir
         raise ConfigError(f"out_dir={out_dir}: cannot write {where} ({err.strerror or err}); "
                           "choose a writable directory with out_dir=DIR.") from None
+    return written
+
+
+def _one_line(text: str) -> str:
+    return text.replace("\t", " ").replace("\r", " ").replace("\n", " ")

@@ -468,7 +468,8 @@ def translate(model: Seq2Seq, src_ids: Sequence[Sequence[int]], search_cfg,
     """Translate many tokenized sentences, in batches, keeping the input order.
 
     Sentences are sorted by length (less padding), cut into batches of
-    ``search_cfg.batch_sentences`` and searched with :func:`search_batch`. An empty source
+    ``search_cfg.batch_sentences`` (and ``batch_tokens``) and searched with
+    :func:`search_batch`. An empty source
     (no subwords) gets an empty translation without running the model: one hypothesis with
     no tokens, score 0 and alignment [[1.0]] (EOS on source EOS).
 
@@ -482,7 +483,7 @@ def translate(model: Seq2Seq, src_ids: Sequence[Sequence[int]], search_cfg,
     Returns:
         For each input sentence, in input order, its list of hypotheses (best first).
     """
-    return _in_batches(src_ids, int(cfg_get(search_cfg, "batch_sentences")), device,
+    return _in_batches(src_ids, _batch_limits(search_cfg), device,
                        lambda src, mask: search_batch(model, src, mask, search_cfg))
 
 
@@ -517,18 +518,56 @@ def sample(model: Seq2Seq, src_ids: Sequence[Sequence[int]], search_cfg, *,
     a, b = float(cfg_get(search_cfg, "max_len_a")), int(cfg_get(search_cfg, "max_len_b"))
     alpha = float(cfg_get(search_cfg, "length_penalty"))
     return _in_batches(
-        src_ids, int(cfg_get(search_cfg, "batch_sentences")), device,
+        src_ids, _batch_limits(search_cfg), device,
         lambda src, mask: sample_search(model, src, mask, a, b, temperature=temperature,
                                         top_k=top_k, top_p=top_p, generator=generator,
                                         length_penalty=alpha))
 
 
-def _in_batches(src_ids: Sequence[Sequence[int]], batch_sentences: int,
+def _batch_limits(search_cfg) -> tuple[int, int]:
+    """``(batch_sentences, batch_tokens)`` of the search settings (``batch_tokens`` 0 = none;
+    absent in settings written before it existed)."""
+    try:
+        tokens = int(cfg_get(search_cfg, "batch_tokens") or 0)
+    except (KeyError, AttributeError):
+        tokens = 0
+    return int(cfg_get(search_cfg, "batch_sentences")), tokens
+
+
+def length_sorted_batches(lengths: Sequence[int], batch_sentences: int, batch_tokens: int = 0
+                          ) -> list[list[int]]:
+    """Indices of ``lengths``, longest first, cut into batches.
+
+    A batch holds at most ``batch_sentences`` items and, when ``batch_tokens`` > 0, at most
+    ``batch_tokens`` padded positions (items x its longest length; a single longer item
+    still gets a batch of its own). Sorting by length keeps padding small.
+
+    Returns:
+        Lists of indices into ``lengths``; every index appears once.
+    """
+    order = sorted(range(len(lengths)), key=lambda i: lengths[i], reverse=True)
+    batches: list[list[int]] = []
+    for i in order:
+        if batches:
+            current = batches[-1]
+            width = lengths[current[0]]
+            fits = len(current) < batch_sentences and (
+                batch_tokens <= 0 or (len(current) + 1) * width <= batch_tokens)
+            if fits:
+                current.append(i)
+                continue
+        batches.append([i])
+    return batches
+
+
+def _in_batches(src_ids: Sequence[Sequence[int]], limits: tuple[int, int],
                 device: str | torch.device,
                 search: Callable[[Tensor, Tensor], list[list[Hypothesis]]]
                 ) -> list[list[Hypothesis]]:
-    """Run ``search(src [B,S], src_mask [B,S])`` on length-sorted batches of ``src_ids``;
-    results in input order, empty sources answered without the model (see :func:`translate`)."""
+    """Run ``search(src [B,S], src_mask [B,S])`` on length-sorted batches of ``src_ids``
+    (``limits`` = batch_sentences, batch_tokens: :func:`length_sorted_batches`, lengths with
+    EOS); results in input order, empty sources answered without the model (see
+    :func:`translate`)."""
     from nmt.data.batching import make_src_batch
 
     out: list[list[Hypothesis] | None] = [None] * len(src_ids)
@@ -536,9 +575,8 @@ def _in_batches(src_ids: Sequence[Sequence[int]], batch_sentences: int,
     for i in range(len(src_ids)):
         if len(src_ids[i]) == 0:
             out[i] = [Hypothesis(tokens=[], score=0.0, alignment=np.ones((1, 1), np.float32))]
-    order = sorted(nonempty, key=lambda i: len(src_ids[i]), reverse=True)
-    for start in range(0, len(order), batch_sentences):
-        chunk = order[start : start + batch_sentences]
+    for batch in length_sorted_batches([len(src_ids[i]) + 1 for i in nonempty], *limits):
+        chunk = [nonempty[k] for k in batch]
         src, src_mask = make_src_batch([list(src_ids[i]) for i in chunk], device=device)
         for i, hyps in zip(chunk, search(src, src_mask), strict=True):
             out[i] = hyps

@@ -1,0 +1,163 @@
+"""The Python API (nmt.Translator, nmt.plot_alignment, nmt.train) and the CLI features on it:
+n-best lists, forced scores, sampling, ensembles, batching by tokens, TER and per-sentence files."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+from conftest import REPO_ROOT
+
+import nmt
+from nmt.config import ConfigError
+from nmt.inference.search import length_penalty_factor, length_sorted_batches
+
+CKPT = REPO_ROOT / "tests" / "data" / "tiny_transformer_2026-11-22.pt"
+SOURCES = ["Ein großer Hund läuft im Park .", "Zwei Mädchen tanzen am Strand mit einem Ball .",
+           "Eine ältere Frau wartet auf der Brücke .", ""]
+
+
+@pytest.fixture(scope="module")
+def translator() -> nmt.Translator:
+    return nmt.Translator.from_checkpoint(CKPT)
+
+
+def test_translate_one_sentence_or_many(translator):
+    one = translator.translate(SOURCES[0], beam_size=3)
+    assert isinstance(one, nmt.Translation) and one.text
+    assert one.alignment.shape == (len(one.tokens), len(one.src_tokens))
+    assert one.tokens[-1] == one.src_tokens[-1] == "</s>"
+    np.testing.assert_allclose(one.alignment.sum(1), 1.0, atol=1e-5)
+    many = translator.translate(SOURCES, beam_size=3)
+    assert [r.text for r in many][0] == one.text and many[3].text == ""
+    assert translator.translate(SOURCES, beam_size=1)[1].text == translator.translate(
+        SOURCES[1], beam_size=1).text
+
+
+def test_n_best_is_sorted_and_scores_are_forced_scores_under_the_length_penalty(translator):
+    result = translator.translate(SOURCES[1], beam_size=4, n_best=4, length_penalty=1.0)
+    scores = [h.score for h in result.hypotheses]
+    assert len(scores) == 4 and scores == sorted(scores, reverse=True)
+    assert result.hypotheses[0] is result
+    forced = translator.score([SOURCES[1]] * 4, [h.text for h in result.hypotheses])
+    for h, f in zip(result.hypotheses, forced, strict=True):
+        assert f.tokens == len(h.ids) + 1
+        assert h.score == pytest.approx(f.logprob / length_penalty_factor(f.tokens, 1.0), abs=1e-4)
+        assert f.ppl == pytest.approx(np.exp(-f.logprob / f.tokens))
+
+
+def test_score_checks_pairs(translator):
+    with pytest.raises(ConfigError, match="2 sources but 1 targets"):
+        translator.score(["a", "b"], ["c"])
+    assert translator.score([], []) == []
+
+
+def test_sampling_is_seeded_and_greedy_at_temperature_zero(translator):
+    a = translator.translate(SOURCES, sampling=True, seed=7)
+    b = translator.translate(SOURCES, sampling=True, seed=7)
+    assert [r.text for r in a] == [r.text for r in b]
+    greedy = translator.translate(SOURCES, beam_size=1)
+    cold = translator.translate(SOURCES, sampling=True, temperature=0.0)
+    assert [r.text for r in cold] == [r.text for r in greedy]
+    with pytest.raises(ConfigError, match="top_p"):
+        translator.translate(SOURCES[0], sampling=True, top_p=0.0)
+
+
+def test_batching_by_tokens_changes_nothing_but_the_batches(translator):
+    assert length_sorted_batches([3, 9, 5, 9, 1], 10, 18) == [[1, 3], [2, 0, 4]]   # 2x9, 3x5
+    assert length_sorted_batches([3, 9, 5, 9, 1], 10, 14) == [[1], [3], [2, 0], [4]]
+    assert length_sorted_batches([3, 9, 5], 2, 0) == [[1, 2], [0]]
+    assert length_sorted_batches([30], 4, 8) == [[0]]          # longer than the limit: alone
+    full = translator.translate(SOURCES, beam_size=2)
+    small = translator.translate(SOURCES, beam_size=2, batch_tokens=20)
+    assert [r.text for r in small] == [r.text for r in full]
+    assert [r.score for r in small] == pytest.approx([r.score for r in full], abs=1e-5)
+
+
+def test_ensemble_of_a_model_with_itself_equals_the_model(translator, tmp_path):
+    twice = nmt.Translator.from_checkpoint([CKPT, CKPT])
+    single, double = translator.translate(SOURCES, beam_size=3), twice.translate(SOURCES, beam_size=3)
+    assert [r.text for r in double] == [r.text for r in single]
+    assert [r.score for r in double] == pytest.approx([r.score for r in single], abs=1e-4)
+
+
+def test_ensemble_needs_one_vocabulary(tmp_path):
+    import torch
+
+    other = tmp_path / "other.pt"
+    ckpt = torch.load(CKPT, weights_only=True)
+    ckpt["tokenizer"] = {**ckpt["tokenizer"], "settings": {"x": 1}}
+    from nmt.data.tokenizer import Tokenizer, train_sentencepiece
+
+    model_bytes = train_sentencepiece(["ein hund", "a dog", "zwei katzen"] * 20, "unigram", 30, 1.0)
+    ckpt["tokenizer"] = Tokenizer(model_bytes).state_dict()
+    torch.save(ckpt, other)
+    with pytest.raises(Exception, match="another tokenizer|do not fit"):
+        nmt.Translator.from_checkpoint([CKPT, other])
+
+
+def test_plot_alignment_of_a_result_or_a_matrix(translator):
+    result = translator.translate(SOURCES[0], beam_size=2)
+    fig = nmt.plot_alignment(result)
+    ax = fig.axes[0]
+    assert [t.get_text() for t in ax.get_xticklabels()] == result.src_tokens
+    assert [t.get_text() for t in ax.get_yticklabels()] == result.tokens
+    fig = nmt.plot_alignment(np.eye(2), ["a", "b"], ["x", "y"])
+    assert fig.axes
+    with pytest.raises(ValueError, match="needs src_tokens and tgt_tokens"):
+        nmt.plot_alignment(np.eye(2))
+
+
+def test_train_from_python_returns_the_summary(tiny_overrides):
+    summary = nmt.train([*tiny_overrides, "model.d_model=16", "model.heads=2", "model.ff_dim=32",
+                         "model.encoder_layers=1", "model.decoder_layers=1", "train.max_steps=2",
+                         "train.batch_tokens=256", "search.max_len_b=3", "device=cpu"])
+    assert summary["steps"] == 2 and summary["stop_reason"] == "max_steps=2 reached"
+    again = nmt.train([*tiny_overrides, "model.d_model=16", "model.heads=2", "model.ff_dim=32",
+                       "model.encoder_layers=1", "model.decoder_layers=1", "train.max_steps=2",
+                       "train.batch_tokens=256", "search.max_len_b=3", "device=cpu"])
+    assert again == json.loads((Path(tiny_overrides[-1].split("=", 1)[1]) / "summary.json").read_text())
+
+
+# ---------------------------------------------------------------- the CLIs on the API
+def test_evaluate_writes_ter_loss_sentences_and_n_best(tmp_path, capsys):
+    from conftest import write_corpus
+
+    from nmt.cli import evaluate as cli_evaluate
+
+    corpus = write_corpus(tmp_path / "corpus", {"test": 6})
+    out = tmp_path / "eval"
+    assert cli_evaluate.main([f"checkpoint={CKPT}", f"src_file={corpus / 'test.de'}",
+                              f"ref_file={corpus / 'test.en'}", "beam_size=3", "n_best=3",
+                              f"out_dir={out}"]) == 0
+    printed = capsys.readouterr().out
+    assert "TER = " in printed and "reference loss" in printed
+    scores = json.loads((out / "scores.json").read_text())
+    assert scores["ter_signature"].startswith("nrefs:1|case:lc|tok:tercom")
+    assert scores["loss"] > 0 and scores["ppl"] == pytest.approx(np.exp(scores["loss"]), rel=1e-3)
+    nbest = (out / "nbest.txt").read_text(encoding="utf-8").splitlines()
+    assert nbest[0] == "index\trank\tscore\ttext" and len(nbest) == 1 + 6 * 3
+    hyps = (out / "hyps.txt").read_text(encoding="utf-8").splitlines()
+    assert [r.split("\t")[3] for r in nbest[1::3]] == hyps          # BLEU uses the first
+    assert len((out / "sentences.tsv").read_text(encoding="utf-8").splitlines()) == 7
+
+
+def test_translate_cli_samples_and_ensembles(tmp_path):
+    from nmt.cli import translate as cli_translate
+
+    inp = tmp_path / "in.de"
+    inp.write_text("\n".join(SOURCES[:3]) + "\n", encoding="utf-8")
+    copy = tmp_path / "copy.pt"
+    shutil.copyfile(CKPT, copy)
+    outs = {}
+    for name, args in (("single", [f"checkpoint={CKPT}"]),
+                       ("ensemble", [f"checkpoint=[{CKPT},{copy}]"]),
+                       ("sample1", [f"checkpoint={CKPT}", "sampling=true", "seed=3"]),
+                       ("sample2", [f"checkpoint={CKPT}", "sampling=true", "seed=3"])):
+        assert cli_translate.main([*args, f"input={inp}", f"output={tmp_path / name}"]) == 0
+        outs[name] = (tmp_path / name).read_text(encoding="utf-8")
+    assert outs["single"] == outs["ensemble"] and outs["sample1"] == outs["sample2"]
+    assert len(outs["sample1"].splitlines()) == 3
