@@ -9,6 +9,7 @@ from a directory outside the repository: the configs must come from the package
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -21,8 +22,13 @@ from test_readme import sliced_main_job
 @pytest.fixture(scope="module")
 def venv(tmp_path_factory) -> Path:
     root = tmp_path_factory.mktemp("wheel")
+    # Build from a copy: setuptools writes build/ and *.egg-info/ beside the sources.
+    source = root / "source"
+    shutil.copytree(REPO_ROOT, source, ignore=shutil.ignore_patterns(
+        ".git", "runs", "sweeps", "outputs", "multirun", "build", "dist", "*.egg-info",
+        "__pycache__", ".pytest_cache", ".ruff_cache"))
     subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation",
-                    "-q", "-w", str(root / "dist"), str(REPO_ROOT)], check=True, timeout=300)
+                    "-q", "-w", str(root / "dist"), str(source)], check=True, timeout=300)
     wheels = list((root / "dist").glob("nmt-*.whl"))
     assert len(wheels) == 1
     env_dir = root / "venv"
