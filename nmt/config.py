@@ -221,9 +221,30 @@ class AverageConfig:
     out: str | None = MISSING
 
 
+@dataclass
+class AlignConfig:
+    checkpoint: str = MISSING
+    src_file: str | None = MISSING
+    tgt_file: str | None = MISSING
+    input: str | None = MISSING
+    out: str = MISSING
+    one_based: bool = MISSING
+    method: str = MISSING
+    threshold: float | None = MISSING
+    shift: bool = MISSING
+    layer: Any = MISSING                 # int (negative counts from the end) or "mean"
+    head: Any = MISSING                  # int or "mean"
+    reverse_checkpoint: str | None = MISSING
+    symmetrize: str = MISSING
+    gold: str | None = MISSING
+    gold_one_based: bool | None = MISSING
+    batch_sentences: int = MISSING
+    device: str = MISSING
+
+
 TOOL_SCHEMAS: dict[str, type] = {"nmt_train": TrainConfig, "nmt_evaluate": EvaluateConfig,
                                  "nmt_translate": TranslateConfig, "nmt_plot": PlotConfig,
-                                 "nmt_average": AverageConfig}
+                                 "nmt_average": AverageConfig, "nmt_align": AlignConfig}
 
 
 # Keys that never name a sweep job's directory (paths, and where it runs).
@@ -477,7 +498,8 @@ def compose_config(overrides: list[str] | tuple[str, ...] = (), config_name: str
 
     Args:
         overrides: Hydra override strings, e.g. ``["model=rnn", "train.max_steps=10"]``.
-        config_name: primary config (``config``, ``evaluate``, ``translate``, ``plot``, ``average``).
+        config_name: primary config (``config``, ``evaluate``, ``translate``, ``plot``,
+            ``average``, ``align``).
         validate_fn: checker applied to the composed config (``None``: return unchecked).
 
     Returns:

@@ -98,6 +98,62 @@ def test_cached_decoding_equals_full(name, overrides):
 
 
 @pytest.mark.parametrize("name,overrides", VARIANTS, ids=IDS)
+def test_capture_every_attention(name, overrides):
+    """need_alignment="all": shapes, head mean = alignment, rows, causality, same logits."""
+    model = make_model(name, overrides)
+    src, src_mask, tgt_in = batch()
+    with torch.no_grad():
+        logits, align = model(src, src_mask, tgt_in)
+        logits_all, att = model(src, src_mask, tgt_in, need_alignment="all")
+    assert torch.allclose(logits_all, logits, atol=1e-5)
+    assert torch.allclose(att.alignment, align, atol=1e-6)
+    layers, heads = (2, 2) if name == "transformer" else (1, 1)
+    assert att.cross.shape == (2, layers, heads, 5, 6)
+    layer = overrides.get("alignment_layer", -1)
+    assert torch.allclose(att.cross[:, layer].mean(1), align, atol=1e-6)
+    weights = [att.cross]
+    if name == "transformer":
+        assert att.encoder.shape == (2, layers, heads, 6, 6)
+        assert att.decoder.shape == (2, layers, heads, 5, 5)
+        assert att.decoder.triu(1).eq(0).all()  # causal: nothing above the diagonal
+        assert torch.allclose(att.decoder.sum(-1), torch.ones(2, layers, heads, 5), atol=1e-5)
+        weights.append(att.encoder)
+    else:
+        assert att.encoder is None and att.decoder is None
+    for w in weights:  # rows sum to 1 over the real source positions, exactly 0 on padding
+        assert torch.allclose(w.sum(-1), torch.ones(w.shape[:-1]), atol=1e-5)
+        assert w[1, ..., 3:].eq(0).all()
+
+
+@pytest.mark.parametrize("name,overrides", VARIANTS, ids=IDS)
+def test_incremental_capture_equals_teacher_forced(name, overrides):
+    model = make_model(name, overrides)
+    src, src_mask, tgt_in = batch()
+    with torch.no_grad():
+        enc = model.encode(src, src_mask)
+        _, full, _ = model.decode(tgt_in, enc, need_alignment="all")
+        state = model.init_state(enc)
+        for t in range(tgt_in.size(1)):
+            _, step, state = model.decode(tgt_in[:, t:t + 1], None, state, need_alignment="all")
+            assert torch.allclose(step.cross[..., 0, :], full.cross[..., t, :], atol=1e-5)
+            if full.decoder is not None:
+                assert step.decoder.shape[-1] == t + 1
+                assert torch.allclose(step.decoder[..., 0, :], full.decoder[..., t, : t + 1],
+                                      atol=1e-5)
+
+
+def test_capture_refusals():
+    from nmt.models import Ensemble
+
+    src, src_mask, tgt_in = batch()
+    model = make_model("rnn", {})
+    with pytest.raises(ValueError, match="'all'"):
+        model(src, src_mask, tgt_in, need_alignment="every")
+    with pytest.raises(ValueError, match="one member"):
+        Ensemble([model, make_model("transformer", {})])(src, src_mask, tgt_in, need_alignment="all")
+
+
+@pytest.mark.parametrize("name,overrides", VARIANTS, ids=IDS)
 def test_state_reorder(name, overrides):
     model = make_model(name, overrides)
     src, src_mask, tgt_in = batch()

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from nmt.config import ConfigError, validate_model
 from nmt.data.tokenizer import PAD_ID
-from nmt.models.base import DecoderState, Encoded, Seq2Seq, reorder_tensors
+from nmt.models.base import Attention, DecoderState, Encoded, Seq2Seq, reorder_tensors
 from nmt.models.ensemble import Ensemble, EnsembleEncoded, EnsembleState
 from nmt.models.rnn import BahdanauRNN, RNNState
 from nmt.models.transformer import Transformer, TransformerState
@@ -51,6 +51,6 @@ def build_model(model_cfg, src_vocab_size: int, tgt_vocab_size: int) -> Seq2Seq:
         dropout=cfg.dropout, tie_embeddings=cfg.tie_embeddings, pad_id=pad)
 
 
-__all__ = ["BahdanauRNN", "DecoderState", "Encoded", "Ensemble", "EnsembleEncoded", "EnsembleState",
+__all__ = ["Attention", "BahdanauRNN", "DecoderState", "Encoded", "Ensemble", "EnsembleEncoded", "EnsembleState",
            "RNNState", "Seq2Seq", "Transformer", "TransformerState", "build_model",
            "reorder_tensors"]

@@ -8,16 +8,23 @@ owns its cache, the search only asks it to reorder rows)::
     state = model.init_state(enc)                  # incremental decoding
     logits, alignment, state = model.decode(tokens [B,t], None, state)   # t new steps
     state = state.reorder(index)                   # beam search: select / repeat rows
+    logits, attention = model(src, src_mask, tgt_in, need_alignment="all")  # every weight
 
 Shapes: ``src`` [B,S] int64, ``src_mask`` [B,S] bool (True = real token), ``tgt_in`` [B,T]
 int64 (bos + y), ``logits`` [B,T,V] float, ``alignment`` [B,T,S] float (rows sum to 1 over
 real source positions, 0 on padding). Nothing outside ``nmt/models`` branches on the model
 type.
+
+Capture: ``need_alignment="all"`` makes ``decode`` (and ``forward``) return an
+:class:`Attention` in place of the alignment, holding every attention weight the model
+computes; ``encode(..., need_weights=True)`` keeps the encoder's self-attention in
+``Encoded.attention``. By default neither is computed, so training and plain decoding pay
+nothing (the Transformer keeps the fused ``scaled_dot_product_attention`` kernel).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 
 import torch
 from torch import Tensor, nn
@@ -30,14 +37,53 @@ class Encoded:
     Attributes:
         memory: [batch, src_len, hidden] encoder states (h_j).
         mask: [batch, src_len] bool, True at real (non-padding) source positions.
+        attention: encoder self-attention [B,L,H,S,S] (query row over key columns, 0 at
+            padded keys) when ``encode(..., need_weights=True)`` and the model has one;
+            else None (the RNN's encoder has no attention).
     """
 
     memory: Tensor
     mask: Tensor
+    attention: Tensor | None = field(default=None, kw_only=True)
 
     def reorder(self, index: Tensor) -> Encoded:
         """Select/repeat rows: ``index`` [B'] int64 into the batch dimension."""
-        return Encoded(self.memory.index_select(0, index), self.mask.index_select(0, index))
+        return Encoded(self.memory.index_select(0, index), self.mask.index_select(0, index),
+                       attention=reorder_tensors(self.attention, index))
+
+
+@dataclass
+class Attention:
+    """Every attention weight of a decode call, returned for ``need_alignment="all"``.
+
+    Weights are batch-first; L counts layers, H heads, T the target positions of the call,
+    S source positions. Rows sum to 1 over the positions a query may see and are exactly
+    0 elsewhere (source padding, future target positions).
+
+    Attributes:
+        alignment: [B,T,S] the default alignment (what ``need_alignment=True`` returns).
+        cross: [B,L,H,T,S] cross-attention of every decoder layer and head (Transformer);
+            the RNN's alpha_ij (Bahdanau et al. 2015, eq. 6) as L = H = 1.
+        decoder: [B,L,H,T,K] decoder self-attention over the K = steps + T target
+            positions seen so far (K = T in teacher forcing; causal: 0 above the diagonal),
+            or None (RNN).
+        encoder: [B,L,H,S,S] encoder self-attention, or None: filled by :meth:`Seq2Seq.forward`
+            (``decode`` alone never sees the source; read ``Encoded.attention``).
+    """
+
+    alignment: Tensor
+    cross: Tensor
+    decoder: Tensor | None = None
+    encoder: Tensor | None = None
+
+
+def check_need_alignment(need_alignment: bool | str) -> bool:
+    """True for ``"all"``, False for a bool; any other value raises ValueError."""
+    if isinstance(need_alignment, str):
+        if need_alignment != "all":
+            raise ValueError(f"need_alignment={need_alignment!r}: expected True, False or 'all'.")
+        return True
+    return False
 
 
 class DecoderState:
@@ -65,8 +111,12 @@ class Seq2Seq(nn.Module):
     src_vocab_size: int
     tgt_vocab_size: int
 
-    def encode(self, src: Tensor, src_mask: Tensor) -> Encoded:
-        """Encode ``src`` [B,S] with ``src_mask`` [B,S] -> :class:`Encoded`."""
+    def encode(self, src: Tensor, src_mask: Tensor, need_weights: bool = False) -> Encoded:
+        """Encode ``src`` [B,S] with ``src_mask`` [B,S] -> :class:`Encoded`.
+
+        ``need_weights``: also return the encoder self-attention in ``Encoded.attention``
+        (models without one leave it None).
+        """
         raise NotImplementedError
 
     def init_state(self, enc: Encoded) -> DecoderState:
@@ -78,8 +128,8 @@ class Seq2Seq(nn.Module):
         tgt_in: Tensor,
         enc: Encoded | None,
         state: DecoderState | None = None,
-        need_alignment: bool = True,
-    ) -> tuple[Tensor, Tensor | None, DecoderState | None]:
+        need_alignment: bool | str = True,
+    ) -> tuple[Tensor, Tensor | Attention | None, DecoderState | None]:
         """Decode target positions.
 
         Args:
@@ -90,17 +140,31 @@ class Seq2Seq(nn.Module):
                 otherwise the cache from :meth:`init_state` / a previous call, advanced
                 by T steps and returned.
             need_alignment: False lets a model skip computing explicit attention weights
-                (training); the returned alignment is then None.
+                (training); the returned alignment is then None. ``"all"`` returns an
+                :class:`Attention` with every cross- and decoder self-attention weight
+                (the logits are those of the default path up to float rounding).
 
         Returns:
-            logits [B,T,V], alignment [B,T,S] or None, new state or None.
+            logits [B,T,V], alignment [B,T,S] (an :class:`Attention` for ``"all"``) or
+            None, new state or None.
+
+        Raises:
+            ValueError: ``need_alignment`` is a string other than ``"all"``.
         """
         raise NotImplementedError
 
     def forward(self, src: Tensor, src_mask: Tensor, tgt_in: Tensor,
-                need_alignment: bool = True) -> tuple[Tensor, Tensor | None]:
-        """Teacher-forced pass: ``decode(tgt_in, encode(src, src_mask))`` -> (logits, alignment)."""
-        logits, alignment, _ = self.decode(tgt_in, self.encode(src, src_mask), None, need_alignment)
+                need_alignment: bool | str = True) -> tuple[Tensor, Tensor | Attention | None]:
+        """Teacher-forced pass: ``decode(tgt_in, encode(src, src_mask))`` -> (logits, alignment).
+
+        With ``need_alignment="all"`` the second value is an :class:`Attention` that also
+        holds the encoder self-attention.
+        """
+        everything = check_need_alignment(need_alignment)
+        enc = self.encode(src, src_mask, need_weights=True) if everything else self.encode(src, src_mask)
+        logits, alignment, _ = self.decode(tgt_in, enc, None, need_alignment)
+        if everything:
+            alignment = replace(alignment, encoder=enc.attention)
         return logits, alignment
 
     def flop_params(self) -> tuple[int, int]:

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 import torch
 from torch import Tensor, nn
 
-from nmt.models.base import DecoderState, Encoded, Seq2Seq
+from nmt.models.base import DecoderState, Encoded, Seq2Seq, check_need_alignment
 
 
 @dataclass
@@ -103,9 +103,13 @@ class Ensemble(Seq2Seq):
         self.tgt_vocab_size = models[0].tgt_vocab_size
         self.eval()
 
-    def encode(self, src: Tensor, src_mask: Tensor) -> EnsembleEncoded:
-        """Every member encodes ``src`` [B,S] with ``src_mask`` [B,S] -> EnsembleEncoded."""
-        parts = [m.encode(src, src_mask) for m in self.members]
+    def encode(self, src: Tensor, src_mask: Tensor, need_weights: bool = False) -> EnsembleEncoded:
+        """Every member encodes ``src`` [B,S] with ``src_mask`` [B,S] -> EnsembleEncoded.
+
+        ``need_weights`` reaches the members (their ``Encoded.attention``); the ensemble's
+        own ``attention`` stays None: members' attentions need not have one shape.
+        """
+        parts = [m.encode(src, src_mask, need_weights) for m in self.members]
         return EnsembleEncoded(parts[0].memory, parts[0].mask, parts)
 
     def init_state(self, enc: EnsembleEncoded) -> EnsembleState:
@@ -114,7 +118,7 @@ class Ensemble(Seq2Seq):
         return EnsembleState(states, 0)
 
     def decode(self, tgt_in: Tensor, enc: EnsembleEncoded | None,
-               state: EnsembleState | None = None, need_alignment: bool = True
+               state: EnsembleState | None = None, need_alignment: bool | str = True
                ) -> tuple[Tensor, Tensor | None, EnsembleState | None]:
         """Teacher forcing (``state`` None) or T incremental steps; see :class:`Seq2Seq`.
 
@@ -125,7 +129,12 @@ class Ensemble(Seq2Seq):
 
         Raises:
             TypeError: teacher forcing with an ``enc`` that :meth:`encode` did not return.
+            ValueError: ``need_alignment="all"``: members' attentions (of different layer
+                and head counts, or none) do not combine; capture them from one member.
         """
+        if check_need_alignment(need_alignment):
+            raise ValueError("An ensemble returns the mean alignment only: capture every "
+                             "attention weight (need_alignment='all') from one member model.")
         if state is None and not isinstance(enc, EnsembleEncoded):
             raise TypeError("Ensemble.decode without a state needs the EnsembleEncoded of "
                             f"Ensemble.encode, got {type(enc).__name__}.")

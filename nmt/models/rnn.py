@@ -23,7 +23,14 @@ from torch import Tensor, nn
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
 from nmt.models.attention import AdditiveAttention, mask_bias
-from nmt.models.base import DecoderState, Encoded, Seq2Seq, regroup_rows
+from nmt.models.base import (
+    Attention,
+    DecoderState,
+    Encoded,
+    Seq2Seq,
+    check_need_alignment,
+    regroup_rows,
+)
 
 
 class RNNState(DecoderState):
@@ -141,11 +148,12 @@ class BahdanauRNN(Seq2Seq):
     def _drop(self, x: Tensor) -> Tensor:
         return F.dropout(x, self.dropout, True) if self.dropout > 0.0 and self.training else x
 
-    def encode(self, src: Tensor, src_mask: Tensor) -> Encoded:
+    def encode(self, src: Tensor, src_mask: Tensor, need_weights: bool = False) -> Encoded:
         """``src`` [B,S], ``src_mask`` [B,S] -> Encoded(memory [B,S,2*encoder_hidden], mask).
 
         ``memory[:, 0, encoder_hidden:]`` is h_1 backward of the top layer (the backward GRU's
-        final state), from which :meth:`init_state` derives s_0.
+        final state), from which :meth:`init_state` derives s_0. The GRU encoder has no
+        attention, so ``need_weights`` changes nothing (``Encoded.attention`` is None).
         """
         lengths = src_mask.sum(1)
         emb = self._drop(self.src_embed(src))
@@ -161,12 +169,15 @@ class BahdanauRNN(Seq2Seq):
                         mask_bias(enc.mask, enc.memory.dtype), 0)
 
     def decode(self, tgt_in: Tensor, enc: Encoded | None, state: RNNState | None = None,
-               need_alignment: bool = True) -> tuple[Tensor, Tensor | None, RNNState | None]:
+               need_alignment: bool | str = True
+               ) -> tuple[Tensor, Tensor | Attention | None, RNNState | None]:
         """Teacher forcing (``state`` None) or T incremental steps; see :class:`Seq2Seq`.
 
         Returns logits [B,T,V], alignment alpha [B,T,S] or None, advanced state (None in
-        teacher forcing).
+        teacher forcing). ``need_alignment="all"``: an :class:`Attention` whose ``cross``
+        is alpha as one layer and one head [B,1,1,T,S], with no decoder self-attention.
         """
+        everything = check_need_alignment(need_alignment)
         incremental = state is not None
         if not incremental:
             state = self.init_state(enc)
@@ -205,6 +216,8 @@ class BahdanauRNN(Seq2Seq):
             t = torch.tanh(t)
         logits = self.output_proj(self._drop(t))
         alignment = torch.stack(alphas, 1) if need_alignment else None
+        if everything:
+            alignment = Attention(alignment, alignment[:, None, None])
         if not incremental:
             return logits, alignment, None
         return logits, alignment, RNNState(s, state.keys, state.memory, state.bias,

@@ -9,6 +9,10 @@ Incremental decoding: :meth:`Transformer.init_state` projects the encoder memory
 decoder layer's cross-attention keys/values once; every ``decode`` call appends the new
 positions' self-attention keys/values to a per-layer cache, so step t costs O(t) attention and
 no recomputation of earlier positions.
+
+Attention capture (``need_alignment="all"``, ``encode(..., need_weights=True)``): every
+layer's and head's weights, computed with an explicit softmax; otherwise only the
+alignment layer's cross-attention is explicit and everything else runs the fused kernel.
 """
 
 from __future__ import annotations
@@ -20,7 +24,15 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from nmt.models.attention import MultiHeadAttention
-from nmt.models.base import DecoderState, Encoded, Seq2Seq, regroup_rows, reorder_tensors
+from nmt.models.base import (
+    Attention,
+    DecoderState,
+    Encoded,
+    Seq2Seq,
+    check_need_alignment,
+    regroup_rows,
+    reorder_tensors,
+)
 
 
 def sinusoidal_positions(length: int, d_model: int) -> Tensor:
@@ -81,11 +93,16 @@ class EncoderLayer(nn.Module):
         self.res1 = _Residual(d_model, dropout, pre_norm)
         self.res2 = _Residual(d_model, dropout, pre_norm)
 
-    def forward(self, x: Tensor, attn_mask: Tensor) -> Tensor:
-        """``attn_mask`` [B,1,1,S] bool, True at real source positions."""
+    def forward(self, x: Tensor, attn_mask: Tensor, need_weights: bool = False
+                ) -> tuple[Tensor, Tensor | None]:
+        """``attn_mask`` [B,1,1,S] bool, True at real source positions.
+
+        Returns the output [B,S,d] and, with ``need_weights``, the self-attention [B,h,S,S].
+        """
         q, k, v = self.self_attn.project_qkv(self.res1.inp(x))
-        x = self.res1.out(x, self.self_attn.attend(q, k, v, attn_mask)[0])
-        return self.res2.out(x, self.ff(self.res2.inp(x)))
+        y, weights = self.self_attn.attend(q, k, v, attn_mask, need_weights=need_weights)
+        x = self.res1.out(x, y)
+        return self.res2.out(x, self.ff(self.res2.inp(x))), weights
 
 
 class DecoderLayer(nn.Module):
@@ -102,8 +119,9 @@ class DecoderLayer(nn.Module):
         self.res3 = _Residual(d_model, dropout, pre_norm)
 
     def forward(self, x: Tensor, cross_kv: tuple[Tensor, Tensor], src_attn_mask: Tensor,
-                self_kv: tuple[Tensor, Tensor] | None, need_weights: bool, group: int = 1
-                ) -> tuple[Tensor, Tensor | None, tuple[Tensor, Tensor]]:
+                self_kv: tuple[Tensor, Tensor] | None, need_weights: bool, group: int = 1,
+                need_self_weights: bool = False
+                ) -> tuple[Tensor, Tensor | None, Tensor | None, tuple[Tensor, Tensor]]:
         """One layer.
 
         Args:
@@ -115,15 +133,18 @@ class DecoderLayer(nn.Module):
             need_weights: return the cross-attention weights [B,h,T,S].
             group: consecutive rows of ``x`` that share one row of ``cross_kv`` (the beams of
                 a sentence); their queries attend in one call, keys/values are never copied.
+            need_self_weights: also return the self-attention weights [B,h,T,t0+T].
 
         Returns:
-            output [B,T,d], cross-attention weights or None, keys/values of all t0+T positions.
+            output [B,T,d], cross-attention weights or None, self-attention weights or None,
+            keys/values of all t0+T positions.
         """
         q, k, v = self.self_attn.project_qkv(self.res1.inp(x))
         if self_kv is not None:
             k = torch.cat([self_kv[0], k], dim=2)
             v = torch.cat([self_kv[1], v], dim=2)
-        x = self.res1.out(x, self.self_attn.attend(q, k, v, causal=True)[0])
+        y, self_weights = self.self_attn.attend(q, k, v, causal=True, need_weights=need_self_weights)
+        x = self.res1.out(x, y)
         q = self.cross_attn.project_q(self.res2.inp(x))
         b, h, t, dh = q.shape
         if group > 1:  # the `group` rows of one sentence share its keys/values: fold them into queries
@@ -135,7 +156,7 @@ class DecoderLayer(nn.Module):
             if weights is not None:
                 weights = weights.view(b // group, h, group, t, -1).transpose(1, 2).reshape(b, h, t, -1)
         x = self.res2.out(x, y)
-        return self.res3.out(x, self.ff(self.res3.inp(x))), weights, (k, v)
+        return self.res3.out(x, self.ff(self.res3.inp(x))), weights, self_weights, (k, v)
 
 
 class TransformerState(DecoderState):
@@ -267,13 +288,20 @@ class Transformer(Seq2Seq):
             x = F.dropout(x, self.dropout, True)
         return x
 
-    def encode(self, src: Tensor, src_mask: Tensor) -> Encoded:
-        """``src`` [B,S] int64, ``src_mask`` [B,S] bool -> Encoded(memory [B,S,d], mask)."""
+    def encode(self, src: Tensor, src_mask: Tensor, need_weights: bool = False) -> Encoded:
+        """``src`` [B,S] int64, ``src_mask`` [B,S] bool -> Encoded(memory [B,S,d], mask).
+
+        ``need_weights``: ``Encoded.attention`` = self-attention of every layer and head
+        [B,L,H,S,S] (padded query rows attend to the real keys like any other row).
+        """
         attn_mask = src_mask[:, None, None, :]
         x = self._embed(self.src_embed, src, 0)
+        weights = []
         for layer in self.encoder:
-            x = layer(x, attn_mask)
-        return Encoded(self.encoder_norm(x), src_mask)
+            x, w = layer(x, attn_mask, need_weights)
+            weights.append(w)
+        return Encoded(self.encoder_norm(x), src_mask,
+                       attention=torch.stack(weights, 1) if need_weights else None)
 
     def init_state(self, enc: Encoded) -> TransformerState:
         """Project the memory into every decoder layer's cross-attention keys/values once."""
@@ -287,13 +315,16 @@ class Transformer(Seq2Seq):
         return self.output_proj(h)
 
     def decode(self, tgt_in: Tensor, enc: Encoded | None, state: TransformerState | None = None,
-               need_alignment: bool = True
-               ) -> tuple[Tensor, Tensor | None, TransformerState | None]:
+               need_alignment: bool | str = True
+               ) -> tuple[Tensor, Tensor | Attention | None, TransformerState | None]:
         """Teacher forcing (``state`` None) or T incremental steps; see :class:`Seq2Seq`.
 
         Returns logits [B,T,V], alignment [B,T,S] (cross-attention of ``alignment_layer``
         averaged over heads) or None, and the advanced state (None in teacher forcing).
+        ``need_alignment="all"`` returns an :class:`Attention` instead of the alignment:
+        cross [B,L,H,T,S] and decoder self-attention [B,L,H,T,steps+T] of every layer.
         """
+        everything = check_need_alignment(need_alignment)
         incremental = state is not None
         if not incremental:
             state = self.init_state(enc)  # cross-attention keys/values: built in one place
@@ -305,14 +336,19 @@ class Transformer(Seq2Seq):
             src_attn_mask, group = src_attn_mask.index_select(0, state.rows), 1
         x = self._embed(self.tgt_embed, tgt_in, start)
         alignment = None
-        new_kv = []
+        new_kv, cross, selfs = [], [], []
         for i, layer in enumerate(self.decoder):
-            want = need_alignment and i == self.alignment_layer
-            x, weights, kv = layer(x, cross_kv[i], src_attn_mask,
-                                   None if self_kv is None else self_kv[i], want, group)
-            if want:
+            want = everything or (need_alignment and i == self.alignment_layer)
+            x, weights, self_weights, kv = layer(x, cross_kv[i], src_attn_mask,
+                                                 None if self_kv is None else self_kv[i], want,
+                                                 group, everything)
+            if want and i == self.alignment_layer:
                 alignment = weights.mean(dim=1)
             new_kv.append(kv)
+            cross.append(weights)
+            selfs.append(self_weights)
+        if everything:
+            alignment = Attention(alignment, torch.stack(cross, 1), torch.stack(selfs, 1))
         logits = self.output_layer(self.decoder_norm(x))
         if not incremental:
             return logits, alignment, None
