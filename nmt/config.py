@@ -193,6 +193,7 @@ class EvaluateConfig(SamplingSchema, SearchSchema):
     ref_file: str | None = MISSING
     out_dir: str | None = MISSING
     save_alignments: bool = MISSING
+    attention: str = MISSING
     device: str = MISSING
 
 
@@ -209,6 +210,12 @@ class PlotConfig:
     alignments: str = MISSING
     index: Any = MISSING                 # int, "all" or "start:stop"
     out: str = MISSING
+    format: str = MISSING
+    kind: str | None = MISSING
+    layer: Any = MISSING                 # None, int, "all" or "mean"
+    head: Any = MISSING                  # None, int, "all" or "mean"
+    gold: str | None = MISSING
+    gold_one_based: bool | None = MISSING
     cmap: str = MISSING
     dpi: int = MISSING
 
@@ -238,6 +245,7 @@ class AlignConfig:
     symmetrize: str = MISSING
     gold: str | None = MISSING
     gold_one_based: bool | None = MISSING
+    attention_out: str | None = MISSING
     batch_sentences: int = MISSING
     device: str = MISSING
 

@@ -85,7 +85,7 @@ def test_end_to_end_cli_writes_every_artefact(overrides, tmp_path):
     assert summary["steps"] == 8 and summary["train_tokens_per_s"] > 0
     assert summary["peak_rss_mb"] > 0 and summary["params"] == model.num_parameters()
 
-    # TensorBoard: train and valid scalars plus the alignment image.
+    # TensorBoard: train and valid scalars, the alignment image and the attention grids.
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
     events = EventAccumulator(str(run / "tensorboard"))
@@ -93,8 +93,9 @@ def test_end_to_end_cli_writes_every_artefact(overrides, tmp_path):
     tags = events.Tags()
     assert {"train/loss", "train/lr", "train/grad_norm", "train/tokens_per_s", "valid/loss",
             "valid/ppl", "valid/bleu"} <= set(tags["scalars"])
-    assert tags["images"] == ["valid/alignment"]
+    assert sorted(tags["images"]) == ["valid/alignment", "valid/attention"]
     assert [e.step for e in events.Scalars("valid/bleu")] == [3, 6, 8]
+    assert [e.step for e in events.Images("valid/attention")] == [3, 6, 8]
 
 
 def test_sigkill_between_checkpoints_then_resume_equals_uninterrupted_run(overrides, tmp_path):

@@ -9,7 +9,10 @@ The model reads each target sentence as its decoder input (forced decoding,
 :func:`nmt.evaluation.forced_alignment.align_words`); ``out`` gets one Pharaoh line of word
 links ``i-j`` per pair (words = whitespace tokens of the given text). With ``gold``, the
 last line printed is ``aer=... precision=... recall=... links=...`` and ``aer.json`` is
-written beside ``out`` (Och and Ney 2003). Options: configs/align.yaml (``nmt-align --help``).
+written beside ``out`` (Och and Ney 2003). ``attention_out=FILE.npz`` also stores the
+pairs' cross-attention (every layer and head; the stored alignment is the ``layer`` /
+``head`` choice) in the format of :mod:`nmt.evaluation.alignments`, for ``nmt-plot``
+(``gold=...`` draws the gold links on it). Options: configs/align.yaml (``nmt-align --help``).
 """
 
 from __future__ import annotations
@@ -71,7 +74,7 @@ def _languages(cfg: DictConfig) -> tuple[str, str]:
 
 def _run(cfg: DictConfig) -> int:
     from nmt.data.corpus import read_text_pair
-    from nmt.evaluation.forced_alignment import align_words, read_pair_file
+    from nmt.evaluation.forced_alignment import align_words, force_align, read_pair_file
     from nmt.evaluation.word_alignment import (
         AlignmentFormatError,
         alignment_scores,
@@ -88,6 +91,8 @@ def _run(cfg: DictConfig) -> int:
     if out.is_dir():
         raise ConfigError(f"out={out} is a directory: give the links file, e.g. out={out / 'links.txt'}.")
     ensure_writable_dir(out.parent, "out")
+    if cfg.attention_out:
+        ensure_writable_dir(Path(cfg.attention_out).parent, "attention_out")
     gold = None
     if cfg.gold:  # read before the model runs: a bad gold file fails at once
         try:
@@ -107,13 +112,16 @@ def _run(cfg: DictConfig) -> int:
                               f"{rev_tgt}, but checkpoint translates {src}->{tgt}: the reverse "
                               f"model must translate {tgt}->{src}.")
         reverse = (rev_model, rev_tokenizer)
+    items = force_align(model, tokenizer, pairs, cfg.batch_sentences, device)
     links = align_words(model, tokenizer, pairs, method=cfg.method, threshold=cfg.threshold,
                         shift=cfg.shift, layer=cfg.layer, head=cfg.head, reverse=reverse,
                         symmetrization=cfg.symmetrize, batch_sentences=cfg.batch_sentences,
-                        device=device)
+                        device=device, items=items)
     write_links(out, links, one_based=cfg.one_based)
     print(f"aligned {len(pairs)} pairs: {sum(map(len, links))} links "
           f"({'symmetrized ' + cfg.symmetrize if reverse else 'one direction'}) -> {out}")
+    if cfg.attention_out:
+        _save_attention(cfg, items)
     if gold is not None:
         scores = alignment_scores(links, *gold)
         settings = ("method", "threshold", "shift", "layer", "head")
@@ -125,6 +133,23 @@ def _run(cfg: DictConfig) -> int:
         print(f"aer={scores['aer']:.4f} precision={scores['precision']:.4f} "
               f"recall={scores['recall']:.4f} links={scores['links']}")
     return 0
+
+
+def _save_attention(cfg: DictConfig, items) -> None:
+    """Write the forced cross-attention of every pair to ``attention_out`` (alignments npz)."""
+    from nmt.evaluation.alignments import save_alignments
+    from nmt.evaluation.forced_alignment import select_attention
+
+    path = Path(cfg.attention_out)
+    try:
+        save_alignments(path, [select_attention(item.cross, cfg.layer, cfg.head) for item in items],
+                        [[*item.src_pieces, "</s>"] for item in items],
+                        [[*item.tgt_pieces, "</s>"] for item in items],
+                        [{"cross": item.cross} for item in items])
+    except OSError as err:
+        raise ConfigError(f"attention_out={path}: cannot write it ({err.strerror or err}); choose "
+                          "a writable path with attention_out=FILE.npz.") from None
+    print(f"wrote the cross-attention of {len(items)} pairs to {path}")
 
 
 @hydra.main(version_base="1.3", config_path=CONFIG_PATH, config_name="align")

@@ -7,7 +7,9 @@ The split is read with the checkpoint's data config (``data.root=DIR`` reads it 
 elsewhere). Every sentence is translated (nothing filtered or truncated). ``out_dir`` gets
 ``hyps.txt`` (one detokenized line per source line), ``scores.json`` (bleu, chrf, their
 sacreBLEU signatures, bleu_lowercase, beam_size, n_sentences, seconds, ...) and
-``alignments.npz`` (see :mod:`nmt.evaluation.alignments`; plot it with ``nmt-plot``).
+``alignments.npz`` (see :mod:`nmt.evaluation.alignments`; plot it with ``nmt-plot``);
+``attention=all`` also stores every layer and head of the chosen hypotheses' attention
+there (``nmt-plot ... layer=all head=all`` or ``format=html``).
 Options: configs/evaluate.yaml (``nmt-evaluate --help``).
 """
 
@@ -37,6 +39,17 @@ def _check(cfg: DictConfig) -> DictConfig:
         raise ConfigError("src_file and ref_file go together: give both (or neither, to read split=...).")
     if cfg.src_file and cfg.split:
         raise ConfigError("give either split=... or src_file=... ref_file=..., not both.")
+    if cfg.attention not in ("alignment", "all"):
+        raise ConfigError(f"attention={cfg.attention!r} is not one of alignment (one matrix per "
+                          "sentence) or all (every layer and head of every attention).")
+    if cfg.attention == "all":
+        if not cfg.save_alignments:
+            raise ConfigError("attention=all stores the weights in alignments.npz, but "
+                              "save_alignments=false writes none: drop one of the two.")
+        if isinstance(checkpoint_paths(cfg), list):
+            raise ConfigError("attention=all needs one checkpoint: the members of an ensemble "
+                              "attend differently and their weights do not combine; evaluate "
+                              "a single member for its attention.")
     return check_search(cfg)
 
 
@@ -70,7 +83,8 @@ def _run(cfg: DictConfig) -> int:
     out_dir = Path(cfg.out_dir) if cfg.out_dir else (
         Path(first).parent / f"eval_{name}_beam{cfg.beam_size}")
     ensure_writable_dir(out_dir, "out_dir")  # before translating: nothing is lost
-    evaluation = evaluate_split(translator, src, ref, decode_settings(cfg))
+    evaluation = evaluate_split(translator, src, ref, {**decode_settings(cfg),
+                                                       "return_attention": cfg.attention == "all"})
     scores = evaluation.scores
     scores.update(checkpoint=checkpoint_paths(cfg), split=name)
     written = write_outputs(out_dir, evaluation, save_alignments_npz=bool(cfg.save_alignments))

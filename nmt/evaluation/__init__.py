@@ -11,7 +11,8 @@ from nmt.evaluation.forced_alignment import (
     word_links,
 )
 from nmt.evaluation.metrics import corpus_scores
-from nmt.evaluation.plot import plot_alignment
+from nmt.evaluation.plot import plot_alignment, plot_attention, word_link_cells
+from nmt.evaluation.viewer import attention_page
 from nmt.evaluation.word_alignment import (
     AlignmentFormatError,
     alignment_scores,
@@ -29,8 +30,8 @@ from nmt.evaluation.word_alignment import (
 )
 
 __all__ = ["Alignment", "AlignmentFormatError", "ForcedAlignment", "align_words",
-           "alignment_scores", "corpus_scores", "drop_eos", "evaluate_split", "extract_links",
+           "alignment_scores", "attention_page", "corpus_scores", "drop_eos", "evaluate_split", "extract_links",
            "flip_links", "force_align", "format_links", "load_alignments", "parse_links",
-           "plot_alignment", "read_gold", "read_pair_file", "save_alignments", "select_attention",
-           "subword_to_word_links", "symmetrize", "teacher_forced_links", "word_ids", "word_links",
-           "write_links", "write_outputs"]
+           "plot_alignment", "plot_attention", "read_gold", "read_pair_file", "save_alignments", "select_attention",
+           "subword_to_word_links", "symmetrize", "teacher_forced_links", "word_ids",
+           "word_link_cells", "word_links", "write_links", "write_outputs"]

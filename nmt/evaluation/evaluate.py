@@ -12,8 +12,9 @@ Files written by :func:`write_outputs` (``nmt-evaluate`` writes them all):
                      ``ppl`` of the references (forced decoding), search settings, timing
 ``sentences.tsv``    per sentence, in input order: BLEU, chrF, model score, lengths and the texts
 ``nbest.txt``        with ``n_best`` > 1: sentence index, rank, score, text (tab-separated)
-``alignments.npz``   the best hypotheses' alignments with their subwords
-                     (:mod:`nmt.evaluation.alignments`)
+``alignments.npz``   the best hypotheses' alignments with their subwords, and with
+                     ``return_attention`` (``nmt-evaluate attention=all``) every layer and
+                     head of their attention (:mod:`nmt.evaluation.alignments`)
 ===================  =========================================================================
 """
 
@@ -66,7 +67,8 @@ def evaluate_split(translator, src_texts: Sequence[str], ref_texts: Sequence[str
         src_texts: raw source sentences.
         ref_texts: raw references, one per source sentence.
         search: keyword arguments of :meth:`Translator.translate` (beam_size, n_best,
-            length_penalty, max_len_a/b, batch_sentences, batch_tokens, sampling, ...).
+            length_penalty, max_len_a/b, batch_sentences, batch_tokens, sampling, ...,
+            return_attention).
         score_references: also compute ``loss`` and ``ppl`` of the references.
 
     Returns:
@@ -145,8 +147,10 @@ def write_outputs(out_dir: str | Path, evaluation: Evaluation, save_alignments_n
                         f.write(f"{i}\t{rank}\t{h.score:.4f}\t{_one_line(h.text)}\n")
             written.append("nbest.txt")
         if save_alignments_npz:
+            attention = [r.attention for r in results]
             save_alignments(out_dir / "alignments.npz", [r.alignment for r in results],
-                            [r.src_tokens for r in results], [r.tokens for r in results])
+                            [r.src_tokens for r in results], [r.tokens for r in results],
+                            attention if any(a is not None for a in attention) else None)
             written.append("alignments.npz")
     except OSError as err:
         where = err.filename or out_dir

@@ -170,7 +170,8 @@ def align_words(model, tokenizer, pairs: Sequence[tuple[str, str]], *, method: s
                 threshold: float | None = None, shift: bool = False, layer: int | str = -1,
                 head: int | str = "mean", reverse: tuple | None = None,
                 symmetrization: str = "grow-diag-final-and", batch_sentences: int = 32,
-                device: str | torch.device = "cpu") -> list[set[Link]]:
+                device: str | torch.device = "cpu",
+                items: Sequence[ForcedAlignment] | None = None) -> list[set[Link]]:
     """Word alignments of a corpus, optionally symmetrised with a reverse-direction model.
 
     Args:
@@ -182,6 +183,7 @@ def align_words(model, tokenizer, pairs: Sequence[tuple[str, str]], *, method: s
             :func:`symmetrize` (Koehn et al. 2003; Moses' heuristics).
         symmetrization: one of ``word_alignment.SYMMETRIZATIONS``.
         batch_sentences, device: as in :func:`force_align`.
+        items: ``force_align(model, tokenizer, pairs, ...)`` when already computed.
 
     Returns:
         One set of 0-based (source word, target word) links per pair.
@@ -190,7 +192,8 @@ def align_words(model, tokenizer, pairs: Sequence[tuple[str, str]], *, method: s
         ConfigError, ValueError: as :func:`word_links` and :func:`symmetrize`.
     """
     settings = dict(method=method, threshold=threshold, shift=shift, layer=layer, head=head)
-    items = force_align(model, tokenizer, pairs, batch_sentences, device)
+    if items is None:
+        items = force_align(model, tokenizer, pairs, batch_sentences, device)
     links = [word_links(item, **settings) for item in items]
     if reverse is None:
         return links

@@ -6,6 +6,9 @@
     result = translator.translate("Ein Hund läuft im Park .")
     result.text, result.score, result.alignment.shape       # 'A dog runs in the park .', ...
     nmt.plot_alignment(result)                               # a matplotlib Figure
+    result = translator.translate("Ein Hund läuft .", return_attention=True)
+    result.attention["cross"].shape                          # [layers, heads, T, S]
+    nmt.plot_alignment(result, kind="cross", layer="all", head="all")   # the grid
     translator.score(["Ein Hund ."], ["A dog ."])[0].ppl     # forced decoding
 
 The command-line tools are thin users of this class: ``nmt-translate`` and ``nmt-evaluate``
@@ -56,6 +59,13 @@ class Translation:
             subword t over the source subwords (rows sum to 1).
         hypotheses: the n-best list, best first (``hypotheses[0]`` is this result); empty
             in the entries of that list.
+        attention: with ``translate(..., return_attention=True)``, every attention weight of
+            this (the chosen) hypothesis, teacher-forced again: float32 ``"cross"``
+            [L,H,T,S] (row t predicts ``tokens[t]``; the RNN's alpha as L = H = 1),
+            ``"decoder"`` [L,H,T,T] (query and key t both read decoder input t: ``<s>``,
+            then ``tokens[:-1]``) and ``"encoder"`` [L,H,S,S]; kinds a model does not have
+            (the RNN's self-attentions) are absent. None otherwise, and in the other
+            entries of an n-best list.
     """
 
     text: str
@@ -65,6 +75,7 @@ class Translation:
     score: float
     alignment: np.ndarray = field(repr=False)
     hypotheses: list[Translation] = field(default_factory=list, repr=False)
+    attention: dict[str, np.ndarray] | None = field(default=None, repr=False)
 
 
 @dataclass
@@ -152,8 +163,8 @@ class Translator:
                   length_penalty: float | None = None, max_len_a: float | None = None,
                   max_len_b: int | None = None, batch_sentences: int | None = None,
                   batch_tokens: int | None = None, sampling: bool = False,
-                  temperature: float = 1.0, top_k: int = 0, top_p: float = 1.0, seed: int = 0
-                  ) -> Translation | list[Translation]:
+                  temperature: float = 1.0, top_k: int = 0, top_p: float = 1.0, seed: int = 0,
+                  return_attention: bool = False) -> Translation | list[Translation]:
         """Translate raw sentences.
 
         Args:
@@ -166,12 +177,17 @@ class Translator:
             sampling: draw one translation per sentence from the model instead of searching
                 (back-translation), with ``temperature``, ``top_k``, ``top_p`` (Holtzman et al.
                 2020) and ``seed`` (deterministic); beam_size and n_best are then ignored.
+            return_attention: also fill ``Translation.attention`` of each chosen (best or
+                sampled) hypothesis: one more teacher-forced pass over the outputs with
+                every layer and head (:func:`capture_attention`); False computes nothing
+                extra.
 
         Returns:
             :class:`Translation` per sentence; ``.hypotheses`` holds the n-best list.
 
         Raises:
-            ConfigError: impossible search settings.
+            ConfigError: impossible search settings; ``return_attention`` with an ensemble
+                (its members' attentions do not combine).
         """
         single = isinstance(sentences, str)
         texts = [sentences] if single else list(sentences)
@@ -189,6 +205,12 @@ class Translator:
         else:
             hypotheses = translate(self.model, src_ids, settings, self.device)
         results = self.results(src_ids, hypotheses)
+        if return_attention:
+            captured = capture_attention(self.model, src_ids, [r.ids for r in results],
+                                         self.device, settings["batch_sentences"],
+                                         settings["batch_tokens"])
+            for result, attention in zip(results, captured, strict=True):
+                result.attention = attention
         return results[0] if single else results
 
     def results(self, src_ids: Sequence[Sequence[int]],
@@ -248,24 +270,93 @@ class Translator:
         return out  # type: ignore[return-value]
 
 
+@torch.inference_mode()
+def capture_attention(model: Seq2Seq, src_ids: Sequence[Sequence[int]],
+                      tgt_ids: Sequence[Sequence[int]], device: str | torch.device = "cpu",
+                      batch_sentences: int = 32, batch_tokens: int = 0
+                      ) -> list[dict[str, np.ndarray]]:
+    """Every attention weight of given outputs: teacher-force ``<s> + y`` and keep it all.
+
+    One ``model(src, src_mask, tgt_in, need_alignment="all")`` pass per length-sorted
+    batch (:class:`nmt.models.base.Attention`), cut to each sentence's real positions.
+    The model should be in eval mode (dropout would change the weights).
+
+    Args:
+        model: a single :class:`Seq2Seq` on ``device`` (not an ensemble).
+        src_ids: source subword ids per sentence (no EOS; S = len + 1 with ``</s>``).
+        tgt_ids: output subword ids per sentence (no BOS/EOS; T = len + 1 with ``</s>``).
+        batch_sentences, batch_tokens: batch limits, as in search.
+
+    Returns:
+        Per sentence, float32 arrays ``"cross"`` [L,H,T,S], ``"decoder"`` [L,H,T,T] and
+        ``"encoder"`` [L,H,S,S] (the last two only for models that have them).
+
+    Raises:
+        ConfigError: the model cannot return every weight (an ensemble).
+        ValueError: ``src_ids`` and ``tgt_ids`` differ in length.
+    """
+    from nmt.data.batching import make_src_batch, make_tgt_batch
+
+    if len(src_ids) != len(tgt_ids):
+        raise ValueError(f"{len(src_ids)} sources but {len(tgt_ids)} outputs: give pairs.")
+    out: list[dict[str, np.ndarray] | None] = [None] * len(src_ids)
+    lengths = [max(len(s), len(t)) + 1 for s, t in zip(src_ids, tgt_ids, strict=True)]
+    for batch in length_sorted_batches(lengths, max(int(batch_sentences), 1), int(batch_tokens)):
+        src, src_mask = make_src_batch([src_ids[i] for i in batch], device)
+        tgt_in, _, _ = make_tgt_batch([tgt_ids[i] for i in batch], device)
+        try:
+            _, attention = model(src, src_mask, tgt_in, need_alignment="all")
+        except ValueError as err:
+            raise ConfigError(f"return_attention / attention=all needs a single model: "
+                              f"{err}") from None
+        kinds = {name: getattr(attention, name) for name in ("cross", "decoder", "encoder")}
+        kinds = {name: w.float().cpu().numpy() for name, w in kinds.items() if w is not None}
+        for k, i in enumerate(batch):
+            s, t = len(src_ids[i]) + 1, len(tgt_ids[i]) + 1
+            size = {"cross": (t, s), "decoder": (t, t), "encoder": (s, s)}
+            out[i] = {name: np.ascontiguousarray(w[k, :, :, : size[name][0], : size[name][1]])
+                      for name, w in kinds.items()}
+    return out  # type: ignore[return-value]
+
+
 def plot_alignment(result_or_matrix: Translation | np.ndarray, src_tokens: Sequence[str] | None = None,
-                   tgt_tokens: Sequence[str] | None = None, **kwargs: Any):
+                   tgt_tokens: Sequence[str] | None = None, *, kind: str | None = None,
+                   layer: int | str | None = None, head: int | str | None = None, **kwargs: Any):
     """Heatmap of an alignment (Bahdanau et al. 2015, Fig. 3) as a matplotlib Figure.
 
     Args:
         result_or_matrix: a :class:`Translation` (its ``alignment`` with its subword labels),
             or a [T, S] matrix with ``src_tokens`` (S) and ``tgt_tokens`` (T).
-        **kwargs: ``out_path`` (also save a PNG), ``cmap``, ``dpi``, ``title``
+        kind, layer, head: draw ``result.attention`` instead (a result translated with
+            ``return_attention=True``): ``kind`` ``cross`` (default), ``encoder`` or
+            ``decoder``; ``layer`` / ``head`` an index, ``"all"`` (default) or ``"mean"``: a
+            grid with rows = layers, columns = heads and their mean
+            (:func:`nmt.evaluation.plot.plot_attention`).
+        **kwargs: ``out_path`` (also save a PNG), ``cmap``, ``dpi``, ``title``, ``marks``
             (:func:`nmt.evaluation.plot.plot_alignment`).
 
     Returns:
         The matplotlib ``Figure`` (shown inline in a notebook).
 
     Raises:
-        ValueError: labels missing for a bare matrix, or not matching its shape.
+        ValueError: labels missing for a bare matrix, or not matching its shape; a
+            kind/layer/head choice for a result without ``attention``.
+        ConfigError: a kind the model does not have, or a layer/head out of range.
     """
     from nmt.evaluation.plot import plot_alignment as draw
+    from nmt.evaluation.plot import plot_attention
 
+    if kind is not None or layer is not None or head is not None:
+        if not isinstance(result_or_matrix, Translation) or result_or_matrix.attention is None:
+            raise ValueError("kind/layer/head draw Translation.attention: translate with "
+                             "return_attention=True and pass the result.")
+        r, kind = result_or_matrix, kind or "cross"
+        if kind not in r.attention:
+            raise ConfigError(f"kind={kind!r}: this model's attention has "
+                              f"{', '.join(r.attention)} only (the RNN has no self-attention).")
+        return plot_attention(r.attention[kind], src_tokens or r.src_tokens, tgt_tokens or r.tokens,
+                              kind, "all" if layer is None else layer,
+                              "all" if head is None else head, **kwargs)
     if isinstance(result_or_matrix, Translation):
         r = result_or_matrix
         return draw(r.alignment, src_tokens or r.src_tokens, tgt_tokens or r.tokens, **kwargs)

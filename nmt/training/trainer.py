@@ -500,7 +500,10 @@ class Trainer:
         return broadcast_object(result, self.info)
 
     def _log_alignment(self, hyps, eos_id: int) -> None:
-        """TensorBoard image of the alignment of the first non-empty validation sentence."""
+        """TensorBoard images of the first non-empty validation sentence: its alignment
+        (``valid/alignment``) and, from one teacher-forced pass over its hypothesis with
+        every weight, the cross-attention grid (``valid/attention``: rows = layers, columns
+        = heads and their mean; about a second to draw, once per validation)."""
         if self.writer is None:
             return
         for i, h in enumerate(hyps):
@@ -508,13 +511,24 @@ class Trainer:
                 break
         else:
             return
-        from nmt.evaluation.plot import plot_alignment
+        from nmt.evaluation.plot import plot_alignment, plot_attention
+        from nmt.inference.translator import capture_attention
 
         hyp = h[0]
         src_labels = self.tokenizer.src_pieces(list(self.valid_src_ids[i]) + [eos_id])
         tgt_labels = self.tokenizer.tgt_pieces(list(hyp.tokens) + [eos_id])
         fig = plot_alignment(np.asarray(hyp.alignment), src_labels, tgt_labels)
         self.writer.add_figure("valid/alignment", fig, self.state.step, close=False)
+        was_training = self.model.training
+        self.model.eval()
+        try:
+            attention = capture_attention(self.model, [self.valid_src_ids[i]], [hyp.tokens],
+                                          self.device)[0]
+        finally:
+            self.model.train(was_training)
+        fig = plot_attention(attention["cross"], src_labels, tgt_labels, "cross", dpi=80,
+                             title=f"validation sentence {i}, step {self.state.step}")
+        self.writer.add_figure("valid/attention", fig, self.state.step, close=False)
 
     def _after_validation(self, scores: dict[str, float], epoch_end: bool) -> bool:
         """Bookkeeping + logging; returns True if this is the best BLEU so far."""
