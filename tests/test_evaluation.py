@@ -1,4 +1,5 @@
-"""Metrics, alignment files, heatmaps and evaluate_split."""
+"""Metrics (BLEU against the formula by hand), alignment files, heatmaps, evaluate_split, and
+BLEU 100 end to end for a model that has learnt its test pairs."""
 
 from __future__ import annotations
 
@@ -40,6 +41,51 @@ def test_corpus_scores_perfect_empty_and_mismatch():
     assert corpus_scores([], [])["bleu"] == 0.0
     with pytest.raises(ValueError, match="pair up"):
         corpus_scores(["a"], [])
+
+
+def _modified_precision(hyps: list[list[str]], refs: list[list[str]], n: int) -> tuple[int, int]:
+    """Papineni et al. (2002), 2.1: n-gram matches clipped by the reference count, summed over
+    the corpus -> (clipped matches, hypothesis n-grams)."""
+    from collections import Counter
+
+    def grams(words):
+        return Counter(tuple(words[i:i + n]) for i in range(len(words) - n + 1))
+
+    matched = total = 0
+    for h, r in zip(hyps, refs, strict=True):
+        h_grams, r_grams = grams(h), grams(r)
+        matched += sum(min(c, r_grams[g]) for g, c in h_grams.items())
+        total += sum(h_grams.values())
+    return matched, total
+
+
+def test_modified_precision_clips_counts_papineni_example():
+    # Papineni et al. (2002), 2.1, example 2: modified unigram precision 2/7.
+    hyp, ref = ["the"] * 7, "the cat is on the mat".split()
+    assert _modified_precision([hyp], [ref], 1) == (2, 7)
+
+
+def test_corpus_bleu_equals_hand_computed_papineni_formula():
+    hyps = ["the cat sat on the mat", "a man is riding a bike in the park"]
+    refs = ["the cat sat on the red mat", "a man is riding a bike in the big park today"]
+    h_words, r_words = [h.split() for h in hyps], [r.split() for r in refs]
+    # Counted by hand, per sentence (the two sentences' counts add up: corpus precision):
+    # 1-grams 6/6 + 9/9; 2-grams 4/5 ("the mat") + 7/8 ("the park"); 3-grams 3/4 + 6/7;
+    # 4-grams 2/3 + 5/6.
+    by_hand = [(15, 15), (11, 13), (9, 11), (7, 9)]
+    assert [_modified_precision(h_words, r_words, n) for n in (1, 2, 3, 4)] == by_hand
+    c, r = 6 + 9, 7 + 11                                   # hypothesis and reference lengths
+    bp = math.exp(1 - r / c) if c < r else 1.0             # brevity penalty: exp(-0.2)
+    bleu = 100 * bp * math.exp(sum(math.log(m / t) for m, t in by_hand) / 4)
+    assert bleu == pytest.approx(100 * math.exp(-0.2) * (7 / 13) ** 0.25)   # = 70.13
+    s = corpus_scores(hyps, refs)
+    assert s["bleu"] == pytest.approx(bleu, abs=0.01)
+    assert s["bleu_bp"] == pytest.approx(bp, abs=1e-4)
+    assert s["bleu_precisions"] == pytest.approx([100 * m / t for m, t in by_hand], abs=0.01)
+    assert (s["hyp_len"], s["ref_len"]) == (c, r)
+    # Corpus BLEU is not the mean of sentence BLEUs (the first sentence alone has bp ~0.85).
+    assert s["bleu"] != pytest.approx(sum(corpus_scores([h], [f])["bleu"]
+                                          for h, f in zip(hyps, refs, strict=True)) / 2, abs=0.5)
 
 
 # --------------------------------------------------------------------------- alignments
@@ -129,3 +175,39 @@ def test_evaluate_split_and_write_outputs(tmp_path):
     assert nbest[0][3] == hyps[0]
     with pytest.raises(ValueError):
         evaluate_split(translator, src[:2], ref[:1], search)
+
+
+# ------------------------------------------------------------------- BLEU, end to end
+def test_learnt_translations_score_bleu_100_through_the_whole_path(tmp_path):
+    """Tokenize, search, detokenize, sacreBLEU: a model that has learnt the pairs scores 100."""
+    from conftest import fit_pairs
+
+    from nmt.config import compose_config
+    from nmt.data.tokenizer import train_or_load_tokenizer
+    from nmt.inference.translator import Translator
+    from nmt.models import build_model
+
+    pairs = make_pairs(60, 0)
+    tok = train_or_load_tokenizer({"type": "unigram", "vocab_size": 80, "character_coverage": 1.0,
+                                   "joint": True}, "de", "en", [p[0] for p in pairs],
+                                  [p[1] for p in pairs], tmp_path / "cache")
+    src, ref = [p[0] for p in pairs[:6]], [p[1] for p in pairs[:6]]
+    assert len(set(ref)) == 6 and any("ü" in s or "ß" in s or "ä" in s for s in src)
+    cfg = compose_config(["model.d_model=32", "model.heads=2", "model.ff_dim=64",
+                          "model.encoder_layers=1", "model.decoder_layers=1", "model.dropout=0.0",
+                          "model.attention_dropout=0.0"])
+    torch.manual_seed(0)
+    model = build_model(cfg.model, tok.src_vocab_size, tok.tgt_vocab_size)
+    loss = fit_pairs(model, list(zip(tok.encode_src_batch(src), tok.encode_tgt_batch(ref),
+                                     strict=True)), steps=150)
+    assert loss < 0.01
+    translator = Translator(model, tok, cfg)
+    for beam in (1, 4):
+        search = {"beam_size": beam, "length_penalty": 1.0, "max_len_a": 1.5, "max_len_b": 5,
+                  "batch_sentences": 4, "n_best": 1}
+        evaluation = evaluate_split(translator, src, ref, search)
+        assert evaluation.hyps == ref
+        scores = evaluation.scores
+        assert scores["bleu"] == pytest.approx(100.0) and scores["chrf"] == pytest.approx(100.0)
+        assert scores["ter"] == pytest.approx(0.0) and scores["loss"] < 0.01   # refs: learnt
+

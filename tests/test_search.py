@@ -1,4 +1,5 @@
-"""Greedy and beam search: hand-checked toy model, invariants on real tiny models, goldens."""
+"""Greedy and beam search: hand-checked toy model, invariants on real tiny models, and tiny
+models that have learnt a few pairs (exact translations, n-best scores = forced scores)."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import math
 import numpy as np
 import pytest
 import torch
+from conftest import fit_pairs
 
 from nmt.config import compose_config
 from nmt.data.batching import make_src_batch
@@ -285,31 +287,58 @@ def test_search_restores_training_mode():
     assert m.training and [h[0].tokens for h in a] == [h[0].tokens for h in b]
 
 
-# Seeded tiny models (torch.manual_seed(0) then build_model): exact ids, scores to 1e-4.
-GOLDEN = {
-    "transformer": {"greedy": [([20, 20], -4.4333), ([20], -3.7994), ([20, 20], -4.2489)],
-                    "beam3": [([], -3.1146), ([], -3.2073), ([20], -3.6502)]},
-    "rnn": {"greedy": [([26, 23, 12, 23, 12, 23, 12, 23], -13.8309),
-                       ([26, 23, 27, 23, 5, 23, 27, 23, 5], -14.3021),
-                       ([26, 23, 11, 12, 23, 11], -12.4612)],
-            "beam3": [([27, 23, 12, 23, 11, 12, 23, 11], -13.7987),
-                      ([27, 23, 27, 33, 23, 27, 23, 27, 23], -14.2094),
-                      ([27, 23, 11, 12, 23, 11], -12.4382)]},
-}
+# ------------------------------------------------------- models that have learnt 7 pairs
+# Source words 4..19, target words 20..39 (a target id never occurs in a source, so nothing
+# can be copied); lengths 1-5 -> 1-6, one target longer than its source, and two sources
+# with the same words in another order ([7, 9] and [9, 7]).
+PAIRS = [([19, 9], [23]),
+         ([7, 11, 13, 7, 9], [36, 39, 38]),
+         ([12, 16], [33, 26, 39]),
+         ([18, 12, 5, 9, 13], [20, 21, 32, 23]),
+         ([7, 9], [39, 31, 28, 38, 23]),
+         ([9, 7], [23, 35, 22, 31, 20, 29]),
+         ([5], [24, 25])]
 
 
-@pytest.mark.parametrize("name", ["transformer", "rnn"])
-def test_golden_ids_and_scores(name):
-    m = tiny_model(name)
-    src, mask = make_src_batch(random_sources(3, seed=7, max_len=6))
-    greedy = greedy_search(m, src, mask, 1.0, 3, length_penalty=1.0)
-    beam = beam_search(m, src, mask, 3, 1.0, 1.0, 3, n_best=1)
-    got = {"greedy": [(h[0].tokens, round(h[0].score, 4)) for h in greedy],
-           "beam3": [(h[0].tokens, round(h[0].score, 4)) for h in beam]}
-    expected = GOLDEN[name]
-    for key in ("greedy", "beam3"):
-        assert [t for t, _ in got[key]] == [t for t, _ in expected[key]], (name, key, got)
-        assert [s for _, s in got[key]] == pytest.approx([s for _, s in expected[key]], abs=1e-4)
+@pytest.fixture(scope="module", params=["transformer", "rnn"])
+def learnt(request):
+    """A tiny model (no dropout) that has learnt PAIRS by heart (training loss < 0.01)."""
+    name = request.param
+    no_dropout = ["model.dropout=0.0"] + (["model.attention_dropout=0.0"] if name == "transformer" else [])
+    torch.manual_seed(0)
+    m = build_model(compose_config([f"model={name}"] + TINY[name] + no_dropout).model, VOCAB, VOCAB)
+    loss = fit_pairs(m, PAIRS)
+    assert loss < 0.01, f"{name} did not learn the pairs (loss {loss:.4f})"
+    return m
+
+
+def test_learnt_pairs_are_translated_exactly_by_greedy_and_beam(learnt):
+    sources, targets = [s for s, _ in PAIRS], [t for _, t in PAIRS]
+    src, mask = make_src_batch(sources)
+    assert [h[0].tokens for h in greedy_search(learnt, src, mask, 2.0, 5)] == targets
+    for k, alpha in ((2, 0.0), (4, 1.0), (5, 2.0)):
+        assert [h[0].tokens for h in beam_search(learnt, src, mask, k, alpha, 2.0, 5)] == targets
+    # translate: length-sorted batches of 3 (three batches), answers back in input order.
+    for k in (1, 4):
+        cfg = {"beam_size": k, "length_penalty": 1.0, "max_len_a": 2.0, "max_len_b": 5,
+               "batch_sentences": 3, "n_best": 1}
+        assert [h[0].tokens for h in translate(learnt, sources, cfg)] == targets
+
+
+@pytest.mark.parametrize("alpha", [0.0, 0.6, 1.0])
+def test_n_best_is_sorted_and_scores_are_length_penalised_forced_log_probs(learnt, alpha):
+    sources, targets = [s for s, _ in PAIRS], [t for _, t in PAIRS]
+    cfg = {"beam_size": 4, "length_penalty": alpha, "max_len_a": 2.0, "max_len_b": 5,
+           "batch_sentences": 3, "n_best": 4}
+    for ids, target, hyps in zip(sources, targets, translate(learnt, sources, cfg), strict=True):
+        assert len(hyps) == 4 and hyps[0].tokens == target
+        assert len({tuple(h.tokens) for h in hyps}) == 4                  # four different outputs
+        scores = [h.score for h in hyps]
+        assert scores == sorted(scores, reverse=True) and scores[0] > -0.05 > scores[1]
+        for h in hyps:
+            forced = forced_log_prob(learnt, ids, h.tokens)                # tokens + EOS
+            expected = forced / ((5 + len(h.tokens) + 1) / 6) ** alpha      # Wu et al. (2016)
+            assert h.score == pytest.approx(expected, abs=1e-4), (ids, h.tokens)
 
 
 # --------------------------------------------------------- beam >= greedy (trained models)
