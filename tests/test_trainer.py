@@ -1,4 +1,5 @@
-"""Trainer: end-to-end CLI run with every artefact, exact kill-and-resume, user errors."""
+"""Trainer: end-to-end CLI run with every artefact, exact kill-and-resume, user errors, the
+plateau schedule and AdamW."""
 
 from __future__ import annotations
 
@@ -189,3 +190,71 @@ def test_early_stopping_and_time_budget_end_the_run(overrides, tmp_path):
     summary = train(compose_config(args + ["train.max_minutes=1e-6", f"run_dir={tmp_path / 'time'}"]))
     assert summary["stop_reason"] == "max_minutes=1e-06 reached" and summary["steps"] == 1
     assert load_checkpoint(tmp_path / "time" / "checkpoints" / "last.pt")["step"] == 1
+
+
+# The RNN of the schedule and optimizer tests (a step takes milliseconds).
+TINY_RNN = ["model=rnn", "model.emb_dim=8", "model.encoder_hidden=8", "model.decoder_hidden=16",
+            "model.attention_dim=16", "model.output_dim=16", "train.batch_tokens=256",
+            "train.log_every_steps=1", "train.early_stopping_patience=null", "device=cpu"]
+
+
+def test_rnn_plateau_schedule_halves_lr_after_patience_validations_without_gain(overrides, tmp_path):
+    # Outputs of length 0 (search.max_len_*=0) score BLEU 0 at every validation: the first
+    # sets the best, every later one is "no gain". Patience 2: the lr halves after the
+    # validations of steps 3 and 5 (2 and 4 without gain), from the next step on.
+    run = tmp_path / "plateau"
+    summary = train(compose_config(overrides[:-1] + TINY_RNN + [
+        "train.schedule=plateau", "train.lr=0.001", "train.warmup_steps=0",
+        "train.plateau_patience=2", "train.plateau_factor=0.5", "train.eval_every_steps=1",
+        "train.max_steps=6", "search.max_len_a=0", "search.max_len_b=0", f"run_dir={run}"]))
+    assert summary["steps"] == 6
+    last = load_checkpoint(run / "checkpoints" / "last.pt")
+    assert [v["bleu"] for v in last["trainer"]["history"]] == [0.0] * 6
+    expected = [1e-3, 1e-3, 1e-3, 5e-4, 5e-4, 2.5e-4]                  # lr of steps 1..6
+
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    events = EventAccumulator(str(run / "tensorboard"))
+    events.Reload()
+    lrs = events.Scalars("train/lr")
+    assert [e.step for e in lrs] == list(range(1, 7))
+    assert [e.value for e in lrs] == pytest.approx(expected, rel=1e-6)
+    log = (run / "train.log").read_text()
+    assert [float(ln.split("| lr ")[1].split(" ")[0]) for ln in log.splitlines()
+            if "train | step" in ln] == pytest.approx(expected, rel=1e-6)
+    assert log.count("validation BLEU did not improve for 2 validations") == 2
+    # The checkpoint carries the reduced rate: the optimizer holds step 6's lr, the schedule
+    # the scale 1/4 that a resumed run goes on from.
+    assert last["optimizer"]["param_groups"][0]["lr"] == pytest.approx(2.5e-4)
+    assert last["scheduler"] == {"kind": "plateau", "scale": 0.25}
+    # ... and the RNN did train.
+    losses = [e.value for e in events.Scalars("train/loss")]
+    assert losses[-1] < losses[0]
+
+
+def test_adamw_decays_weights_decoupled_from_the_gradient(overrides, tmp_path):
+    """AdamW (Loshchilov & Hutter 2019): p <- p - lr * wd * p - lr * adam_step(grad). One step
+    with weight decay 0.5 and one without, from the same weights and batch: they differ by
+    exactly -lr * 0.5 * p0 (Adam with an L2 term would move the decay through adam_step)."""
+    args = overrides[:-1] + TINY_RNN + ["train.optimizer=adamw", "train.lr=0.01",
+                                        "train.warmup_steps=0", "train.max_steps=1"]
+    train(compose_config(args + ["train.weight_decay=0.5", f"run_dir={tmp_path / 'wd'}"]))
+    train(compose_config(args + ["train.weight_decay=0.0", f"run_dir={tmp_path / 'no_wd'}"]))
+    wd = load_checkpoint(tmp_path / "wd" / "checkpoints" / "last.pt")
+    no_wd = load_checkpoint(tmp_path / "no_wd" / "checkpoints" / "last.pt")
+
+    group = wd["optimizer"]["param_groups"][0]
+    assert group["weight_decay"] == 0.5 and group["decoupled_weight_decay"] is True
+    assert group["lr"] == pytest.approx(0.01)
+    assert len(wd["optimizer"]["state"]) == len(group["params"]) == len(wd["model"])
+    assert all(set(s) == {"step", "exp_avg", "exp_avg_sq"} for s in wd["optimizer"]["state"].values())
+
+    from nmt.models import build_model
+
+    cfg = compose_config(args)
+    torch.manual_seed(cfg.train.seed)                 # the trainer's initialisation
+    init = build_model(cfg.model, 120, 120).state_dict()
+    for name, p0 in init.items():
+        torch.testing.assert_close(wd["model"][name] - no_wd["model"][name], -0.01 * 0.5 * p0,
+                                   atol=1e-6, rtol=0, msg=name)
+    assert max(p.abs().max().item() for p in init.values()) > 0.1    # a visible decay
