@@ -259,3 +259,23 @@ def test_user_error_on_rank_0_ends_every_rank(tiny_overrides, tmp_path):
     proc = subprocess.run(cmd, cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=120)
     assert proc.returncode != 0
     assert proc.stderr.count("nmt-train: error:") == 1 and "NMT_DATA_ROOT" in proc.stderr
+
+
+def test_checkpoint_written_before_2026_11_22_still_loads(tmp_path):
+    """Older checkpoints stored NumPy's RNG state as an array: loaded under an allowlist of
+    NumPy's array reconstruction (data, not code), and the state restores."""
+    import random
+
+    import numpy as np
+
+    from nmt.training.checkpoint import set_rng_state
+
+    path = tmp_path / "old.pt"
+    torch.save({"version": 1, "model": {"w": torch.zeros(2)},
+                "rng": [{"python": random.getstate(), "numpy": np.random.get_state(),
+                         "torch": torch.get_rng_state()}]}, path)
+    state = load_checkpoint(path)["rng"][0]
+    set_rng_state(state)
+    first = np.random.rand()
+    set_rng_state(state)
+    assert np.random.rand() == first
