@@ -443,7 +443,7 @@ def validate(cfg: DictConfig) -> DictConfig:
         raise ConfigError(f"data.src_lang and data.tgt_lang are both {out.data.src_lang!r}: set two different languages.")
     _choice(out, "train.optimizer", ("adam", "adamw"))
     _choice(out, "train.schedule", ("inverse_sqrt", "constant", "plateau"))
-    _choice(out, "train.precision", ("auto", "fp32", "bf16"))
+    _choice(out, "train.precision", ("auto", "fp32", "bf16", "fp16"))
     _positive(out, "train.batch_tokens", "train.accum_steps", "train.max_steps", "train.max_epochs",
               "train.max_minutes", "train.eval_every_steps", "train.log_every_steps", "train.lr",
               "train.plateau_patience", "train.early_stopping_patience")

@@ -258,3 +258,49 @@ def test_adamw_decays_weights_decoupled_from_the_gradient(overrides, tmp_path):
         torch.testing.assert_close(wd["model"][name] - no_wd["model"][name], -0.01 * 0.5 * p0,
                                    atol=1e-6, rtol=0, msg=name)
     assert max(p.abs().max().item() for p in init.values()) > 0.1    # a visible decay
+
+
+def test_bf16_autocast_trains_on_cpu_and_fp16_needs_cuda(overrides, tmp_path, capsys):
+    """precision=bf16 runs the CPU autocast path (the one CUDA uses with bf16) end to end;
+    fp16 (loss scaling) is for CUDA and is refused elsewhere with one paragraph."""
+    import math
+
+    from nmt.training.trainer import autocast_dtype
+
+    run = tmp_path / "bf16"
+    args = overrides[:-1] + TINY_MODEL + TINY_TRAIN + ["train.max_steps=4", "train.eval_every_steps=2",
+                                                       "train.precision=bf16", f"run_dir={run}"]
+    summary = train(compose_config(args))
+    assert summary["steps"] == 4 and math.isfinite(summary["last"]["loss"])
+    assert "bfloat16 autocast" in (run / "train.log").read_text()
+    ckpt = load_checkpoint(run / "checkpoints" / "last.pt")
+    assert ckpt["scaler"] is None and all(v.dtype == torch.float32 for v in ckpt["model"].values()
+                                          if v.is_floating_point())
+    cpu = torch.device("cpu")
+    assert autocast_dtype("auto", cpu) is None and autocast_dtype("bf16", cpu) == torch.bfloat16
+    assert main(overrides[:-1] + TINY_MODEL + TINY_TRAIN + [
+        "train.max_steps=1", "train.precision=fp16", "device=cpu", f"run_dir={tmp_path / 'fp16'}"]) == 2
+    assert "train.precision=fp16 needs a CUDA device" in " ".join(capsys.readouterr().err.split())
+
+
+def test_fp16_loss_scaling_path_and_its_checkpointed_state(overrides, tmp_path, monkeypatch):
+    """The fp16 path (GradScaler: scale, unscale before clipping, step, update) run on CPU by
+    pretending fp16 is the autocast dtype here; its scaler state is checkpointed and a
+    killed-and-resumed run equals an uninterrupted one."""
+    import nmt.training.trainer as trainer_mod
+
+    monkeypatch.setattr(trainer_mod, "autocast_dtype", lambda precision, device: torch.float16)
+    base = overrides[:-1] + TINY_MODEL + TINY_TRAIN + [
+        "train.batch_tokens=1024", "train.max_steps=6", "train.eval_every_steps=3",
+        "train.keep_last=1", "device=cpu"]
+    full = train(compose_config(base + [f"run_dir={tmp_path / 'full'}"]))
+    ckpt = load_checkpoint(tmp_path / "full" / "checkpoints" / "last.pt")
+    assert full["steps"] == 6 and ckpt["scaler"]["scale"] > 0
+    # Resume from the step-3 checkpoint: same weights and scaler state at step 6.
+    part = base[:-1] + ["train.max_steps=3", "device=cpu"]
+    train(compose_config(part + [f"run_dir={tmp_path / 'resumed'}"]))
+    train(compose_config(base + ["train.resume=force", f"run_dir={tmp_path / 'resumed'}"]))
+    resumed = load_checkpoint(tmp_path / "resumed" / "checkpoints" / "last.pt")
+    assert resumed["scaler"] == ckpt["scaler"]
+    for name, value in ckpt["model"].items():
+        torch.testing.assert_close(resumed["model"][name], value, atol=1e-6, rtol=0, msg=name)

@@ -124,10 +124,25 @@ def _now() -> str:
 
 
 def autocast_dtype(precision: str, device: torch.device) -> torch.dtype | None:
-    """bf16 for ``precision=bf16`` or ``auto`` on CUDA; None (fp32) otherwise."""
-    if precision == "bf16" or (precision == "auto" and device.type == "cuda"):
+    """The autocast dtype of ``train.precision`` on ``device`` (None = fp32, no autocast).
+
+    ``auto``: bf16 on a CUDA card that supports it (``torch.cuda.is_bf16_supported``), fp16
+    (with loss scaling) on older cards (V100, T4), fp32 on CPU. ``bf16``: bf16 autocast on
+    any device (CPU autocast included). ``fp16``: CUDA only. ``fp32``: none.
+
+    Raises:
+        ConfigError: ``fp16`` on a device other than CUDA.
+    """
+    if precision == "fp32" or (precision == "auto" and device.type != "cuda"):
+        return None
+    if precision == "bf16":
         return torch.bfloat16
-    return None
+    if precision == "fp16":
+        if device.type != "cuda":
+            raise ConfigError(f"train.precision=fp16 needs a CUDA device (this run uses "
+                              f"{device}): use train.precision=bf16 or fp32 on CPU.")
+        return torch.float16
+    return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
 
 
 def build_optimizer(params: list[torch.nn.Parameter], train_cfg) -> torch.optim.Optimizer:
@@ -188,6 +203,9 @@ class Trainer:
         self.manager = CheckpointManager(self.ckpt_dir, cfg.train.keep_last)
         self.state = TrainState()
         self.amp_dtype = autocast_dtype(cfg.train.precision, device)
+        # fp16 needs loss scaling (Micikevicius et al. 2018); bf16 has fp32's exponent range.
+        self.scaler = (torch.amp.GradScaler(device.type) if self.amp_dtype == torch.float16
+                       else None)
         self.writer = None
         self.stop_reason = ""
         self._epoch_cache: tuple[int, list[np.ndarray]] | None = None
@@ -343,7 +361,8 @@ class Trainer:
             from torch.nn.parallel import DistributedDataParallel as DDP
 
             ids = [self.device.index] if self.device.type == "cuda" else None
-            self.train_model = DDP(self.train_model, device_ids=ids)
+            # No buffer broadcast: the only buffer is the constant positional table.
+            self.train_model = DDP(self.train_model, device_ids=ids, broadcast_buffers=False)
         self.valid_src_ids = [self.valid_split.src_ids(i) for i in range(len(self.valid_split))]
         self.valid_refs = self.valid_split.tgt_texts()
         # Validation pairs are never filtered: give over-long ones a batch of their own.
@@ -364,7 +383,8 @@ class Trainer:
                  "device %s, %s, world %d", cfg.model.name, f"{n_params:,}",
                  self.tokenizer.src_vocab_size, self.tokenizer.tgt_vocab_size,
                  len(self.train_split), len(self.valid_split), self.device,
-                 "bf16 autocast" if self.amp_dtype else "fp32", info.world_size)
+                 f"{str(self.amp_dtype).removeprefix('torch.')} autocast" if self.amp_dtype
+                 else "fp32", info.world_size)
 
     def _check_resume(self, ckpt: dict) -> None:
         """Refuse a checkpoint of another tokenizer; warn when the batch order changed.
@@ -398,6 +418,8 @@ class Trainer:
         self.model.load_state_dict(ckpt["model"])
         self.optimizer.load_state_dict(ckpt["optimizer"])
         self.schedule.load_state_dict(ckpt["scheduler"])
+        if self.scaler is not None and ckpt.get("scaler"):
+            self.scaler.load_state_dict(ckpt["scaler"])
         known = {f.name for f in fields(TrainState)}   # older checkpoints may hold more keys
         self.state = TrainState(**{k: v for k, v in ckpt["trainer"].items() if k in known})
         rng = ckpt["rng"]
@@ -449,8 +471,11 @@ class Trainer:
                     logits, _ = self.train_model(batch.src, batch.src_mask, batch.tgt_in,
                                                  need_alignment=False)
                 loss_sum, nll_sum = label_smoothed_nll(logits, batch.tgt_out, eps, PAD_ID)
-                (loss_sum * scale).backward()
+                loss = loss_sum * scale
+                (loss if self.scaler is None else self.scaler.scale(loss)).backward()
             sums += torch.stack((loss_sum.detach(), nll_sum))
+        if self.scaler is not None:
+            self.scaler.unscale_(self.optimizer)      # clip the true gradients
         clip = self.clip_grad_norm
         if clip > 0:
             grad_norm = torch.nn.utils.clip_grad_norm_(self.params, clip, foreach=True)
@@ -458,7 +483,11 @@ class Trainer:
             grad_norm = torch.nn.utils.get_total_norm([p.grad for p in self.params
                                                        if p.grad is not None], foreach=True)
         self.schedule.set_step(self.state.step + 1)
-        self.optimizer.step()
+        if self.scaler is None:
+            self.optimizer.step()
+        else:                                     # skips the step on inf/nan gradients
+            self.scaler.step(self.optimizer)
+            self.scaler.update()
         self.optimizer.zero_grad(set_to_none=True)
         return sums, grad_norm, tokens
 
@@ -489,7 +518,8 @@ class Trainer:
                     loss_sum, nll_sum = label_smoothed_nll(logits, batch.tgt_out, eps, PAD_ID)
                     sums += torch.stack((loss_sum, nll_sum))
                     tokens += batch.n_tgt_tokens
-                hyps = translate(model, self.valid_src_ids, self.cfg.search, self.device)
+            # Searched in fp32, as nmt-evaluate does, so that the two BLEU figures agree.
+            hyps = translate(model, self.valid_src_ids, self.cfg.search, self.device)
             model.train()
             texts = [self.tokenizer.decode_tgt(h[0].tokens) if h else "" for h in hyps]
             scores = corpus_scores(texts, self.valid_refs)
@@ -574,7 +604,7 @@ class Trainer:
                 "step": st.step, "epoch": st.epoch, "batch_in_epoch": st.batch_in_epoch,
                 "optimizer": self.optimizer.state_dict(),
                 "scheduler": self.schedule.state_dict(),
-                "scaler": None,          # bf16 autocast needs no loss scaling
+                "scaler": None if self.scaler is None else self.scaler.state_dict(),
                 "rng": rngs,
                 "trainer": asdict(st),
             }
