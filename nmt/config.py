@@ -142,6 +142,7 @@ class TrainSchema:
     clip_grad_norm: float = MISSING
     precision: str = MISSING
     compile: bool = MISSING
+    prefetch: bool = MISSING
     early_stopping_patience: int | None = MISSING
     keep_last: int = MISSING
     resume: str = MISSING

@@ -76,6 +76,12 @@ class Batch:
                  for f in fields(self) if isinstance(getattr(self, f.name), torch.Tensor)}
         return replace(self, **moved)
 
+    def pin_memory(self) -> Batch:
+        """A copy with every tensor in page-locked memory (fast, asynchronous host-to-GPU copies)."""
+        pinned = {f.name: getattr(self, f.name).pin_memory()
+                  for f in fields(self) if isinstance(getattr(self, f.name), torch.Tensor)}
+        return replace(self, **pinned)
+
     def __len__(self) -> int:
         return int(self.src.shape[0])
 

@@ -38,6 +38,7 @@ import resource
 import signal
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field, fields
 from datetime import datetime
 from pathlib import Path
@@ -208,7 +209,7 @@ class Trainer:
                        else None)
         self.writer = None
         self.stop_reason = ""
-        self._epoch_cache: tuple[int, list[np.ndarray]] | None = None
+        self._epoch_cache: dict[int, list[np.ndarray]] = {}
         self._start = time.perf_counter()
         self._mark = time.perf_counter()   # start of the training time not yet in state.train_s
         self._pause = 0.0             # validation/checkpoint seconds since the last log line
@@ -434,11 +435,28 @@ class Trainer:
 
     # ------------------------------------------------------------------ batches
     def epoch_batches(self, epoch: int) -> list[np.ndarray]:
-        """The epoch's batch list (same on every rank), truncated to a multiple of world size."""
-        if self._epoch_cache is None or self._epoch_cache[0] != epoch:
+        """The epoch's batch list (same on every rank), truncated to a multiple of world size.
+
+        The current and the next epoch are cached (the prefetcher looks one step ahead)."""
+        if epoch not in self._epoch_cache:
             batches = truncate_to_multiple(self.sampler.batches(epoch), self.info.world_size)
-            self._epoch_cache = (epoch, batches)
-        return self._epoch_cache[1]
+            self._epoch_cache = {k: v for k, v in self._epoch_cache.items() if k == epoch - 1}
+            self._epoch_cache[epoch] = batches
+        return self._epoch_cache[epoch]
+
+    def _next_group(self, epoch: int, start: int, group_size: int) -> tuple[int, int, list]:
+        """``(epoch, start, group)`` of the step that follows a step taken at ``(epoch, start)``."""
+        batches = self.epoch_batches(epoch)
+        start += len(batches[start: start + group_size])
+        if start >= len(batches):
+            epoch, start = epoch + 1, 0
+        return epoch, start, self.epoch_batches(epoch)[start: start + group_size]
+
+    def _collate_share(self, group: list[np.ndarray]) -> list:
+        """This rank's micro-batches of ``group`` as padded :class:`Batch` objects (pinned
+        for CUDA). Pure: no random numbers, so prefetching it changes no result."""
+        batches = [self.train_split.collate(idx) for idx in local_share(group, self.info)]
+        return [b.pin_memory() for b in batches] if self.device.type == "cuda" else batches
 
     def _autocast(self):
         if self.amp_dtype is None:
@@ -446,8 +464,12 @@ class Trainer:
         return torch.autocast(device_type=self.device.type, dtype=self.amp_dtype)
 
     # ------------------------------------------------------------------ one step
-    def train_step(self, group: list[np.ndarray]) -> tuple[torch.Tensor, torch.Tensor, int]:
+    def train_step(self, group: list[np.ndarray], collated: list | None = None
+                   ) -> tuple[torch.Tensor, torch.Tensor, int]:
         """One optimizer step over the global ``group`` of batches.
+
+        ``collated`` is this rank's share of ``group`` already collated
+        (:meth:`_collate_share`, e.g. by the prefetcher); None collates it here.
 
         Returns:
             ``(sums [2] = (smoothed loss, nll) summed over this rank's tokens, grad_norm, tokens)``
@@ -458,11 +480,12 @@ class Trainer:
         tgt_lens = self.train_split.tgt_lens
         tokens = int(sum(int(tgt_lens[idx].sum()) for idx in group))
         scale = self.info.world_size / max(tokens, 1)
-        mine = local_share(group, self.info)
+        mine = collated if collated is not None else self._collate_share(group)
         sums = torch.zeros(2, device=self.device)
         eps = self.label_smoothing
-        for i, idx in enumerate(mine):
-            batch = self.train_split.collate(idx).to(self.device)
+        non_blocking = self.device.type == "cuda"
+        for i, batch in enumerate(mine):
+            batch = batch.to(self.device, non_blocking=non_blocking)
             last = i == len(mine) - 1
             sync = contextlib.nullcontext() if (last or not self.info.enabled) else \
                 self.train_model.no_sync()
@@ -671,6 +694,9 @@ class Trainer:
         acc_tokens, grad_norm = 0, torch.zeros(())
         t_log = self._mark = time.perf_counter()
         kill_at = int(os.environ.get(KILL_ENV) or -1)
+        # The next step's batches are collated in a background thread while this step runs.
+        prefetch = ThreadPoolExecutor(max_workers=1) if t.prefetch else None
+        ahead: tuple[tuple[int, int], Any] | None = None
         # A resumed run (train.resume=force with new stop settings) may be done already; a
         # fresh run takes at least one step, however long its setup took.
         self.stop_reason = self._stop_before_step(check_time=st.step > 0)
@@ -683,7 +709,14 @@ class Trainer:
         while not self.stop_reason:
             batches = self.epoch_batches(st.epoch)
             group = batches[st.batch_in_epoch: st.batch_in_epoch + group_size]
-            sums, grad_norm, tokens = self.train_step(group)
+            collated = None
+            if prefetch is not None:
+                if ahead is not None and ahead[0] == (st.epoch, st.batch_in_epoch):
+                    collated = ahead[1].result()
+                nxt_epoch, nxt_start, nxt_group = self._next_group(st.epoch, st.batch_in_epoch,
+                                                                   group_size)
+                ahead = ((nxt_epoch, nxt_start), prefetch.submit(self._collate_share, nxt_group))
+            sums, grad_norm, tokens = self.train_step(group, collated)
             acc += sums
             acc_tokens += tokens
             st.train_tokens += tokens
@@ -725,6 +758,8 @@ class Trainer:
                 os.kill(os.getpid(), signal.SIGKILL)
             self.stop_reason = reason
         bar.close()
+        if prefetch is not None:
+            prefetch.shutdown(wait=True, cancel_futures=True)
         return self._summary()
 
     def _summary(self) -> dict[str, Any]:
