@@ -86,37 +86,24 @@ def force_align(model, tokenizer, pairs: Sequence[tuple[str, str]], batch_senten
         One :class:`ForcedAlignment` per pair, in input order.
 
     Raises:
-        ValueError: ``batch_sentences`` < 1, or the model cannot capture its attention
-            (an ensemble).
+        ValueError: ``batch_sentences`` < 1.
+        ConfigError: the model cannot capture its attention (an ensemble).
     """
-    from nmt.data.batching import make_src_batch
-    from nmt.data.tokenizer import BOS_ID, PAD_ID
+    from nmt.inference.translator import capture_attention
 
     if batch_sentences < 1:
         raise ValueError(f"batch_sentences={batch_sentences} must be >= 1.")
     src = [_encode_words(tokenizer.encode_src_batch, s) for s, _ in pairs]
     tgt = [_encode_words(tokenizer.encode_tgt_batch, t) for _, t in pairs]
-    order = sorted(range(len(pairs)), key=lambda i: (len(src[i][0]), len(tgt[i][0])))
-    out: list[ForcedAlignment | None] = [None] * len(pairs)
     was_training = model.training
     model.eval()
     try:
-        for start in range(0, len(order), batch_sentences):
-            rows = order[start:start + batch_sentences]
-            src_t, src_mask = make_src_batch([src[i][0] for i in rows], device)
-            width = max(len(tgt[i][0]) for i in rows) + 1
-            tgt_in = torch.full((len(rows), width), PAD_ID, dtype=torch.long)
-            for k, i in enumerate(rows):  # <s> + y: the decoder input of teacher forcing
-                tgt_in[k, 0] = BOS_ID
-                tgt_in[k, 1:len(tgt[i][0]) + 1] = torch.tensor(tgt[i][0], dtype=torch.long)
-            enc = model.encode(src_t, src_mask)  # encoder self-attention is not needed
-            _, attention, _ = model.decode(tgt_in.to(device), enc, None, need_alignment="all")
-            cross = attention.cross.float().cpu().numpy()  # [B,L,H,T+1,S+1] (padded)
-            for k, i in enumerate(rows):
-                (s_ids, s_words, n_s), (t_ids, t_words, n_t) = src[i], tgt[i]
-                out[i] = ForcedAlignment(
-                    tokenizer.src_pieces(s_ids), tokenizer.tgt_pieces(t_ids), s_words, t_words,
-                    n_s, n_t, np.ascontiguousarray(cross[k, :, :, : len(t_ids) + 1, : len(s_ids) + 1]))
+        captured = capture_attention(model, [s[0] for s in src], [t[0] for t in tgt], device,
+                                     batch_sentences)
+        out = [ForcedAlignment(tokenizer.src_pieces(s_ids), tokenizer.tgt_pieces(t_ids), s_words,
+                               t_words, n_s, n_t, weights["cross"])
+               for (s_ids, s_words, n_s), (t_ids, t_words, n_t), weights
+               in zip(src, tgt, captured, strict=True)]
     finally:
         model.train(was_training)
     return out
