@@ -363,9 +363,7 @@ def load_tokenizer_model(path: str | Path, tok_cfg: Any, src_lang: str, tgt_lang
         raise ConfigError(f"{key}: not a SentencePiece model file.") from None
     settings = {"type": "given", "vocab_size": size, "character_coverage": None, "joint": True,
                 "src_lang": src_lang, "tgt_lang": tgt_lang, "model": str(path)}
-    tokenizer = Tokenizer(model, None, settings)
-    if [tokenizer._src.pad_id(), tokenizer._src.unk_id(), tokenizer._src.bos_id(),
-            tokenizer._src.eos_id()] != [PAD_ID, UNK_ID, BOS_ID, EOS_ID]:
-        raise ConfigError(f"{key}: the model's special ids (pad, unk, bos, eos) must be "
-                          f"{PAD_ID}, {UNK_ID}, {BOS_ID}, {EOS_ID}, as in the models nmt trains.")
-    return tokenizer
+    try:
+        return Tokenizer(model, None, settings)
+    except ValueError as err:                 # special ids other than nmt's
+        raise ConfigError(f"{key}: {err}") from None
