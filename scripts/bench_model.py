@@ -8,9 +8,19 @@ Usage::
 
 Positional arguments are Hydra overrides of ``configs/config.yaml`` (``compose_config``);
 options: ``--warmup N`` (untimed steps, default 3), ``--steps N`` (timed steps, default 10),
-``--threads N`` (torch threads, default 2), ``--compile`` (torch.compile the model, also
-``train.compile=true``), ``--profile`` (print the top ops of a torch.profiler run after timing), ``--no-malloc-tune``
-(keep glibc's default malloc, see :func:`nmt.runtime.tune_malloc`).
+``--threads N`` (torch threads, default 2), ``--precision fp32|bf16`` (autocast dtype of the
+forward, as ``train.precision``; default fp32), ``--profile`` (print the top ops of a
+torch.profiler run after timing), ``--no-malloc-tune`` (keep glibc's default malloc, see
+:func:`nmt.runtime.tune_malloc`), and two A/B comparisons, each in one process, alternating
+A and B step by step over the same batches (the host's speed drifts: only ratios measured
+side by side are compared; the speedup is the median of the per-pair ratios):
+
+``--compile``            eager (A) vs ``torch.compile`` (B) as ``train.compile=true`` builds it
+                         (:func:`nmt.training.trainer.compile_model`: dynamic shapes); the
+                         compiled model is warmed up on every timed batch first, so no timed
+                         step compiles; ``compile_s`` is the wall time of that warm-up minus
+                         the eager time of the same steps, ``graphs`` the graphs Dynamo built.
+``--compare-precision``  fp32 (A) vs bf16 autocast (B).
 
 One step = forward (teacher forcing, ``need_alignment=False``), label-smoothed cross-entropy
 (:func:`nmt.training.loss.label_smoothed_nll` with ``train.label_smoothing``, summed over real
@@ -21,7 +31,8 @@ config (Adam/AdamW, fused kernel where available): the same calls as ``nmt-train
 The batches are the first ``warmup + steps`` batches of epoch 0 of
 ``TokenBatchSampler(train.batch_tokens)`` over the prepared training split.
 
-Reported (last line, ``key=value``):
+Reported (last line, ``key=value``; with an A/B option also ``eager_``/``compiled_`` or
+``fp32_``/``bf16_`` ``tgt_tokens_per_s`` and ``compile_speedup``/``bf16_speedup``):
   * ``tgt_tokens_per_s``: real target tokens (EOS included, padding excluded) of the timed
     steps / their wall time.
   * ``mfu``: model FLOP/s / ``peak_gflops``, where the peak is the fp32 matmul rate this
@@ -54,7 +65,7 @@ from nmt.data import PAD_ID, TokenBatchSampler, prepare_data  # noqa: E402
 from nmt.models import build_model  # noqa: E402
 from nmt.runtime import tune_malloc  # noqa: E402
 from nmt.training.loss import label_smoothed_nll  # noqa: E402
-from nmt.training.trainer import build_optimizer  # noqa: E402
+from nmt.training.trainer import build_optimizer, compile_model, compile_stats  # noqa: E402
 
 
 def measure_peak_gflops(n: int = 2048, repeats: int = 5) -> float:
@@ -75,7 +86,9 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--warmup", type=int, default=3)
     parser.add_argument("--steps", type=int, default=10)
     parser.add_argument("--threads", type=int, default=2)
-    parser.add_argument("--compile", action="store_true")
+    parser.add_argument("--compile", action="store_true", help="A/B: eager vs torch.compile")
+    parser.add_argument("--compare-precision", action="store_true", help="A/B: fp32 vs bf16")
+    parser.add_argument("--precision", choices=["fp32", "bf16"], default="fp32")
     parser.add_argument("--profile", action="store_true")
     parser.add_argument("--no-malloc-tune", action="store_true",
                         help="leave glibc malloc at its defaults (see tune_malloc)")
@@ -98,11 +111,15 @@ def main(argv: list[str] | None = None) -> dict:
     params = model.num_parameters()
     trainable = [p for p in model.parameters() if p.requires_grad]
     opt = build_optimizer(trainable, cfg.train)
-    fwd = torch.compile(model) if (args.compile or cfg.train.compile) else model
     eps, clip = float(cfg.train.label_smoothing), float(cfg.train.clip_grad_norm)
+    if args.compile and args.compare_precision:
+        raise SystemExit("bench_model.py: --compile and --compare-precision are two separate A/B "
+                         "runs; give one of them.")
+    compiled = compile_model(model) if (args.compile or cfg.train.compile) else None
 
-    def step(b) -> float:
-        logits, _ = fwd(b.src, b.src_mask, b.tgt_in, need_alignment=False)
+    def step(b, fwd, bf16: bool) -> float:
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+            logits, _ = fwd(b.src, b.src_mask, b.tgt_in, need_alignment=False)
         loss_sum, _ = label_smoothed_nll(logits, b.tgt_out, eps, PAD_ID)
         loss = loss_sum / b.n_tgt_tokens
         opt.zero_grad(set_to_none=True)
@@ -112,33 +129,78 @@ def main(argv: list[str] | None = None) -> dict:
         opt.step()
         return loss.item()
 
+    bf16 = args.precision == "bf16"
+    if args.compile:
+        variants = {"eager": (model, bf16), "compiled": (compiled, bf16)}
+    elif args.compare_precision:
+        variants = {"fp32": (model, False), "bf16": (model, True)}
+    else:
+        variants = {"run": (compiled or model, bf16)}
+    timed = batches[args.warmup:]
+    extra: dict = {}
     t0 = time.perf_counter()
     for b in batches[: args.warmup]:
-        step(b)
-    print(f"warm-up: {args.warmup} steps in {time.perf_counter() - t0:.1f} s", flush=True)
-    times, tgt_tokens, flops = [], 0, 0.0
-    for b in batches[args.warmup:]:
-        t = time.perf_counter()
-        loss = step(b)
-        times.append(time.perf_counter() - t)
+        for fwd, half in variants.values():
+            step(b, fwd, half)
+    print(f"warm-up: {args.warmup} steps per variant in {time.perf_counter() - t0:.1f} s", flush=True)
+    if compiled is not None:
+        # Compile every shape now (Dynamo marks dims dynamic after the first recompile), so
+        # that the timed pairs measure steady-state steps; charge the excess to compiling.
+        t_c = time.perf_counter()
+        for b in timed:
+            step(b, compiled, bf16)
+        t_c = time.perf_counter() - t_c
+        t_e = time.perf_counter()
+        for b in timed:
+            step(b, model, bf16)
+        t_e = time.perf_counter() - t_e
+        stats = compile_stats()
+        extra = {"compile_s": round(stats["compile_s"], 1), "graphs": stats["graphs"],
+                 "timed_warmup_excess_s": round(t_c - t_e, 1)}
+        print(f"compile: {stats['graphs']} graphs, {stats['compile_s']:.1f} s in Dynamo/Inductor",
+              flush=True)
+    times = {name: [] for name in variants}
+    tgt_tokens, flops = 0, 0.0
+    for i, b in enumerate(timed):
+        order = list(variants) if i % 2 == 0 else list(reversed(variants))
+        line = []
+        for name in order:
+            fwd, half = variants[name]
+            t = time.perf_counter()
+            loss = step(b, fwd, half)
+            times[name].append(time.perf_counter() - t)
+            line.append(f"{name} {1e3 * times[name][-1]:.0f} ms")
         tgt_tokens += b.n_tgt_tokens
         flops += 6.0 * (n_enc * b.n_src_tokens + n_dec * b.n_tgt_tokens)
-        print(f"  step {len(times)}: {1e3 * times[-1]:.0f} ms  B={len(b)} S={b.src.shape[1]} "
+        print(f"  step {i + 1}: {', '.join(line)}  B={len(b)} S={b.src.shape[1]} "
               f"T={b.tgt_in.shape[1]} tgt_tokens={b.n_tgt_tokens} loss={loss:.3f}", flush=True)
-    wall = sum(times)
+    names = list(variants)
+    main_name = names[-1]
+    wall = sum(times[main_name])
     result = {
         "model": cfg.model.name, "params": params, "tgt_tokens_per_s": round(tgt_tokens / wall, 1),
-        "mfu": round(flops / wall / 1e9 / peak, 3), "step_ms": round(1e3 * statistics.median(times), 1),
+        "mfu": round(flops / wall / 1e9 / peak, 3),
+        "step_ms": round(1e3 * statistics.median(times[main_name]), 1),
         "peak_gflops": round(peak, 1), "model_gflops": round(flops / wall / 1e9, 1),
-        "batches": len(times), "threads": args.threads,
+        "batches": len(timed), "threads": args.threads,
         "optimizer": f"{cfg.train.optimizer}{'-fused' if opt.defaults.get('fused') else ''}",
-        "compile": bool(args.compile or cfg.train.compile), "malloc_tuned": malloc_tuned,
+        "compile": compiled is not None, "precision": "bf16" if variants[main_name][1] else "fp32",
+        "malloc_tuned": malloc_tuned,
     }
+    if len(names) == 2:
+        a, b_ = names
+        for name in names:
+            result[f"{name}_tgt_tokens_per_s"] = round(tgt_tokens / sum(times[name]), 1)
+        ratios = [ta / tb for ta, tb in zip(times[a], times[b_], strict=True)]
+        result[f"{'compile' if args.compile else 'bf16'}_speedup"] = round(statistics.median(ratios), 3)
+        result["pairs"] = len(ratios)
+    result.update(extra)
+    fwd, half = variants[main_name]
     if args.profile:
         from torch.profiler import ProfilerActivity, profile
         with profile(activities=[ProfilerActivity.CPU]) as prof:
             for b in batches[args.warmup: args.warmup + 3]:
-                step(b)
+                step(b, fwd, half)
         print(prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=30))
     print(" ".join(f"{k}={v}" for k, v in result.items()), flush=True)
     return result

@@ -68,3 +68,52 @@ def test_perplexity_and_shape_check():
     assert perplexity(1e4) == float("inf")
     with pytest.raises(ValueError, match="do not match"):
         label_smoothed_nll(torch.zeros(2, 3, 4), torch.zeros(2, 4, dtype=torch.long), 0.1)
+
+
+def _unfused(logits, target, eps, ignore_index=0):
+    """The textbook composition (log_softmax, gather, sum), autograd's gradient."""
+    vocab = logits.size(-1)
+    lp = F.log_softmax(logits.reshape(-1, vocab), -1)
+    t = target.reshape(-1)
+    keep = (t != ignore_index).to(lp.dtype)
+    nll = (-lp.gather(-1, t.unsqueeze(-1)).squeeze(-1) * keep).sum()
+    return (1 - eps) * nll + eps / vocab * (-lp.sum(-1) * keep).sum()
+
+
+def test_fused_gradient_is_softmax_minus_smoothed_target_by_hand():
+    logits, target = _hand_case()
+    logits.requires_grad_(True)
+    loss, _ = label_smoothed_nll(logits, target, epsilon=0.1)
+    loss.backward()
+    # p = [1/8, 1/8, 2/8, 4/8]; q' = eps/4 everywhere + (1 - eps) at the gold id.
+    expected = torch.tensor([[[0.1, 0.1, 0.225, -0.425],      # gold 3
+                              [0.1, 0.1, -0.675, 0.475],      # gold 2
+                              [0.0, 0.0, 0.0, 0.0]]])         # padding
+    assert torch.allclose(logits.grad, expected, atol=1e-6)
+
+
+@pytest.mark.parametrize("eps", [0.0, 0.1, 0.3])
+def test_fused_gradient_equals_autograd_of_the_composition(eps):
+    torch.manual_seed(2)
+    logits = torch.randn(3, 5, 13, dtype=torch.float64, requires_grad=True)
+    target = torch.randint(0, 13, (3, 5))
+    target[0, 3:] = 0
+    grad_out = torch.tensor(0.37, dtype=torch.float64)
+    (label_smoothed_nll(logits, target, eps)[0] * grad_out).backward()
+    ours = logits.grad.clone()
+    logits.grad = None
+    (_unfused(logits, target, eps) * grad_out).backward()
+    assert torch.allclose(ours, logits.grad, atol=1e-12)
+    assert torch.autograd.gradcheck(lambda z: label_smoothed_nll(z, target, eps)[0], (logits,))
+
+
+def test_fused_loss_keeps_the_logits_dtype_for_the_gradient():
+    torch.manual_seed(3)
+    logits = torch.randn(2, 4, 9).to(torch.bfloat16).requires_grad_(True)
+    target = torch.randint(1, 9, (2, 4))
+    loss, nll = label_smoothed_nll(logits, target, 0.1)
+    assert loss.dtype == nll.dtype == torch.float32 and not nll.requires_grad
+    loss.backward()
+    assert logits.grad.dtype == torch.bfloat16
+    ref = _unfused(logits.detach().float(), target, 0.1)
+    assert loss.item() == pytest.approx(ref.item(), rel=1e-5)

@@ -304,3 +304,25 @@ def test_fp16_loss_scaling_path_and_its_checkpointed_state(overrides, tmp_path, 
     assert resumed["scaler"] == ckpt["scaler"]
     for name, value in ckpt["model"].items():
         torch.testing.assert_close(resumed["model"][name], value, atol=1e-6, rtol=0, msg=name)
+
+
+@pytest.mark.parametrize("model", ["transformer", "rnn"])
+def test_compiled_training_checkpoints_like_eager_and_resumes(overrides, tmp_path, model):
+    """train.compile=true: same losses as eager (dropout off), plain state_dict keys (no
+    ``_orig_mod.``), a bounded number of graphs over batches of different shapes, and a
+    resumed compiled run continues from the eager-compatible checkpoint."""
+    tiny = TINY_MODEL if model == "transformer" else [
+        "model=rnn", "model.emb_dim=8", "model.encoder_hidden=8", "model.decoder_hidden=8",
+        "model.attention_dim=8", "model.output_dim=8"]
+    base = overrides[:-1] + tiny + TINY_TRAIN + [
+        "model.dropout=0.0", "train.max_steps=6", "train.eval_every_steps=6"]
+    eager = train(compose_config(base + [f"run_dir={tmp_path / 'eager'}"]))
+    comp = train(compose_config(base + ["train.compile=true", f"run_dir={tmp_path / 'comp'}"]))
+    assert 1 <= comp["compile"]["graphs"] <= 8 and comp["compile"]["compile_s"] > 0
+    assert comp["last"]["loss"] == pytest.approx(eager["last"]["loss"], rel=1e-2)
+    a, b = _params(tmp_path / "eager/checkpoints/last.pt"), _params(tmp_path / "comp/checkpoints/last.pt")
+    assert list(a) == list(b) and not any(k.startswith("_orig_mod") for k in b)
+    resumed = train(compose_config(base[:-2] + ["train.max_steps=8", "train.eval_every_steps=6",
+                                                 "train.compile=true", "train.resume=force",
+                                                 f"run_dir={tmp_path / 'comp'}"]))
+    assert resumed["steps"] == 8 and len(resumed["segments"]) == 2

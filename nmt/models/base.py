@@ -179,6 +179,17 @@ class Seq2Seq(nn.Module):
         """
         raise NotImplementedError
 
+    def compiled(self) -> nn.Module:
+        """The module ``train.compile=true`` trains through (``torch.compile``, dynamic shapes).
+
+        Default: the whole model, ``torch.compile(self, dynamic=True)``: batch size and both
+        lengths are symbolic, so token-bucketed batches reuse one graph. A model whose
+        forward loops over time steps in Python overrides this (Dynamo would unroll the loop
+        and build one graph per target length) and compiles its loop body instead. The
+        parameters are shared and ``state_dict()`` keeps plain keys either way.
+        """
+        return torch.compile(self, dynamic=True)
+
     def num_parameters(self) -> int:
         """Number of distinct trainable parameters (tied matrices counted once)."""
         return sum(p.numel() for p in self.parameters() if p.requires_grad)

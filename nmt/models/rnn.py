@@ -115,6 +115,7 @@ class BahdanauRNN(Seq2Seq):
         self.out_ctx = nn.Linear(mem, output_dim, bias=False)
         self.output_proj = nn.Linear(output_dim // 2 if maxout else output_dim, tgt_vocab_size)
         self._reset_parameters()
+        self._compiled_step = None
 
     def _reset_parameters(self) -> None:
         for name, p in self.named_parameters():
@@ -168,6 +169,42 @@ class BahdanauRNN(Seq2Seq):
         return RNNState(hidden, self.attention.project_keys(enc.memory), enc.memory,
                         mask_bias(enc.mask, enc.memory.dtype), 0)
 
+    def _recurrent_step(self, s: Tensor, gi_emb: Tensor, keys: Tensor, bias: Tensor,
+                        memory: Tensor, group: int) -> tuple[Tensor, Tensor, Tensor]:
+        """One decoder step i (Bahdanau et al. 2015, appendix A.2.2): attention, then GRU.
+
+        Args:
+            s: s_{i-1} [B, n]; gi_emb: the input-gate share of E y_{i-1} [B, 3n];
+            keys, bias, memory: the encoder side of :class:`RNNState` (see
+            :meth:`AdditiveAttention.score`); group: beam rows per source row.
+
+        Returns:
+            ``(s_i [B, n], context c_i [B, 2*encoder_hidden], alpha_i [B, S])``.
+        """
+        n = self.decoder_hidden
+        # one matmul for the recurrent gates U s_{i-1} and the attention query W_a s_{i-1}
+        rec = torch.addmm(self.recurrent.bias, s, self.recurrent.weight.t())  # [B, 3n + a]
+        gh, query = rec[:, : 3 * n], rec[:, 3 * n:]
+        context, alpha = self.attention.score(query, keys, bias, memory, group)
+        gi = torch.addmm(gi_emb, context, self.gru_in_ctx.weight.t())
+        i_r, i_z, i_n = gi.chunk(3, 1)
+        h_r, h_z, h_n = gh.chunk(3, 1)
+        r = torch.sigmoid(i_r + h_r)
+        z = torch.sigmoid(i_z + h_z)
+        cand = torch.tanh(i_n + r * h_n)
+        return cand + z * (s - cand), context, alpha  # (1 - z) * cand + z * s_{i-1}
+
+    def compiled(self) -> nn.Module:
+        """Compile the decoder step (:meth:`_recurrent_step`, dynamic shapes), not the loop.
+
+        Compiling the whole model would unroll the Python loop over target positions into
+        one graph per target length. The step has the same shapes at every position, so
+        one graph (plus its backward) serves all lengths and batch sizes; search (eval
+        mode) stays eager. Returns ``self``.
+        """
+        self._compiled_step = torch.compile(self._recurrent_step, dynamic=True)
+        return self
+
     def decode(self, tgt_in: Tensor, enc: Encoded | None, state: RNNState | None = None,
                need_alignment: bool | str = True
                ) -> tuple[Tensor, Tensor | Attention | None, RNNState | None]:
@@ -183,27 +220,18 @@ class BahdanauRNN(Seq2Seq):
             state = self.init_state(enc)
         emb = self._drop(self.tgt_embed(tgt_in))  # E y_{i-1}: [B,T,m]
         gi_emb = self.gru_in_emb(emb)  # [B,T,3n] input-gate share of E y_{i-1}, all steps at once
-        n = self.decoder_hidden
-        # one matmul per step for the recurrent gates and the attention query W_a s_{i-1}
-        w_rec, b_rec = self.recurrent.weight, self.recurrent.bias
-        w_ctx = self.gru_in_ctx.weight
         keys, memory, bias, group = state.keys, state.memory, state.bias, state.group
         if group is None:  # rows in no beam layout: gather the encoder side per row
             keys, memory, bias = (t.index_select(0, state.rows) for t in (keys, memory, bias))
             group = 1
         s = state.hidden
+        # the compiled step (see compiled()) serves training; search runs eager
+        step = self._recurrent_step
+        if self.training and self._compiled_step is not None:
+            step = self._compiled_step
         states, contexts, alphas = [], [], []
         for i in range(tgt_in.size(1)):
-            rec = torch.addmm(b_rec, s, w_rec.t())  # [B, 3n + a]
-            gh, query = rec[:, : 3 * n], rec[:, 3 * n:]
-            context, alpha = self.attention.score(query, keys, bias, memory, group)
-            gi = torch.addmm(gi_emb[:, i], context, w_ctx.t())
-            i_r, i_z, i_n = gi.chunk(3, 1)
-            h_r, h_z, h_n = gh.chunk(3, 1)
-            r = torch.sigmoid(i_r + h_r)
-            z = torch.sigmoid(i_z + h_z)
-            cand = torch.tanh(i_n + r * h_n)
-            s = cand + z * (s - cand)  # (1 - z) * cand + z * s_{i-1}
+            s, context, alpha = step(s, gi_emb[:, i], keys, bias, memory, group)
             states.append(s)
             contexts.append(context)
             alphas.append(alpha)

@@ -124,6 +124,33 @@ def _now() -> str:
     return datetime.now().astimezone().isoformat(timespec="seconds")
 
 
+def compile_model(model: torch.nn.Module) -> torch.nn.Module:
+    """What ``train.compile=true`` trains through: ``model.compiled()`` (see
+    :meth:`nmt.models.base.Seq2Seq.compiled`).
+
+    Dynamic shapes from the first call: batch size and both sequence lengths are symbolic,
+    so token-bucketed batches of any shape reuse one graph (Dynamo recompiles only for the
+    sizes it specialises, 0 and 1) and no batch is padded beyond its longest sentence. The
+    result shares the parameters; ``model.state_dict()`` keeps plain keys (no
+    ``_orig_mod.`` prefix), so checkpoints are the same with and without compile.
+    """
+    return model.compiled()
+
+
+def compile_stats() -> dict[str, Any]:
+    """Graphs Dynamo has built in this process and the wall time spent compiling them.
+
+    Returns:
+        ``{"graphs": int, "compile_s": float}`` (seconds: Dynamo tracing plus Inductor code
+        generation and C++ compilation, forward and backward), from ``torch._dynamo.utils``.
+    """
+    from torch._dynamo import utils as dynamo_utils
+
+    spent = dynamo_utils.calculate_time_spent()
+    return {"graphs": int(dynamo_utils.counters["stats"]["unique_graphs"]),
+            "compile_s": float(spent.get("total_wall_time", 0.0))}
+
+
 def autocast_dtype(precision: str, device: torch.device) -> torch.dtype | None:
     """The autocast dtype of ``train.precision`` on ``device`` (None = fp32, no autocast).
 
@@ -357,7 +384,7 @@ class Trainer:
                                     "world_size": info.world_size})
         self.train_model: torch.nn.Module = self.model
         if self.tcfg.compile:
-            self.train_model = torch.compile(self.model)
+            self.train_model = compile_model(self.model)
         if info.enabled:
             from torch.nn.parallel import DistributedDataParallel as DDP
 
@@ -783,6 +810,10 @@ class Trainer:
         }
         if self.device.type == "cuda":
             summary["peak_cuda_mb"] = round(torch.cuda.max_memory_allocated(self.device) / 2**20, 1)
+        if self.tcfg.compile:  # this segment's process: graphs built and seconds compiling
+            summary["compile"] = compile_stats()
+            log.info("torch.compile: %d graphs, %.1f s compiling", summary["compile"]["graphs"],
+                     summary["compile"]["compile_s"])
         log.info("done (%s) | steps %d | params %s | wall %.1f min | train tokens/s %.0f | "
                  "best bleu %s at step %s | peak RSS %.0f MiB", summary["stop_reason"],
                  st.step, f"{self.n_params:,}", st.elapsed_s / 60,
