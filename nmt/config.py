@@ -251,9 +251,19 @@ class AlignConfig:
     device: str = MISSING
 
 
+@dataclass
+class ExportConfig:
+    checkpoint: str = MISSING
+    format: str = MISSING
+    out_dir: str = MISSING
+    quantization: str = MISSING
+    max_positions: int = MISSING
+
+
 TOOL_SCHEMAS: dict[str, type] = {"nmt_train": TrainConfig, "nmt_evaluate": EvaluateConfig,
                                  "nmt_translate": TranslateConfig, "nmt_plot": PlotConfig,
-                                 "nmt_average": AverageConfig, "nmt_align": AlignConfig}
+                                 "nmt_average": AverageConfig, "nmt_align": AlignConfig,
+                                 "nmt_export": ExportConfig}
 
 
 # Keys that never name a sweep job's directory (paths, and where it runs).
@@ -508,7 +518,7 @@ def compose_config(overrides: list[str] | tuple[str, ...] = (), config_name: str
     Args:
         overrides: Hydra override strings, e.g. ``["model=rnn", "train.max_steps=10"]``.
         config_name: primary config (``config``, ``evaluate``, ``translate``, ``plot``,
-            ``average``, ``align``).
+            ``average``, ``align``, ``export``).
         validate_fn: checker applied to the composed config (``None``: return unchecked).
 
     Returns:
