@@ -186,7 +186,13 @@ class SamplingSchema:
 
 
 @dataclass
-class EvaluateConfig(SamplingSchema, SearchSchema):
+class EngineSchema:
+    engine: str = MISSING                # pytorch | ctranslate2
+    model_dir: str | None = MISSING      # the nmt-export directory (engine=ctranslate2)
+
+
+@dataclass
+class EvaluateConfig(EngineSchema, SamplingSchema, SearchSchema):
     checkpoint: Any = MISSING            # a file, or a list of files (an ensemble)
     split: str | None = MISSING
     data: DataRootOverride = field(default_factory=DataRootOverride)
@@ -199,7 +205,7 @@ class EvaluateConfig(SamplingSchema, SearchSchema):
 
 
 @dataclass
-class TranslateConfig(SamplingSchema, SearchSchema):
+class TranslateConfig(EngineSchema, SamplingSchema, SearchSchema):
     checkpoint: Any = MISSING            # a file, or a list of files (an ensemble)
     input: str | None = MISSING
     output: str | None = MISSING
