@@ -76,9 +76,9 @@ translates. Only the Transformer exports: CTranslate2 has no Bahdanau RNN.
   sentence (batch row p gets row p // beam_size); that row (the ``<s>`` query, the same
   for all beams of a sentence) is taken from one extra greedy step.
 * Sampling maps to ``sampling_topk`` / ``sampling_topp`` / ``sampling_temperature`` with
-  ``ctranslate2.set_random_seed(seed)``: the same filters, but CTranslate2's random
+  ``ctranslate2.set_random_seed(seed)``: CTranslate2's filters of those names and its random
   generator, so the samples are reproducible but not the PyTorch engine's (temperature 0 is
-  greedy search on both). Scores are recomputed by forced decoding (the unfiltered,
+  greedy search on both; a fresh ``ctranslate2.Translator`` per call restarts the generator). Scores are recomputed by forced decoding (the unfiltered,
   temperature-1 log-likelihood, as ours).
 * :meth:`CTranslate2Translator.score` (``loss`` / ``ppl`` of references) is
   ``score_batch``. Every layer's and head's attention (``return_attention=True``,
@@ -471,6 +471,15 @@ class CTranslate2Translator:
                   temperature: float = 1.0, top_k: int = 0, top_p: float = 1.0, seed: int = 0,
                   return_attention: bool = False) -> Translation | list[Translation]:
         """Translate raw sentences, as :meth:`nmt.inference.translator.Translator.translate`.
+
+        Args:
+            sentences, beam_size, n_best, length_penalty, max_len_a, max_len_b,
+                batch_sentences, batch_tokens: as the PyTorch engine's (module docstring:
+                how CTranslate2 is made to follow them).
+            sampling, temperature, top_k, top_p, seed: CTranslate2's sampling filters of the
+                same names and its random generator seeded with ``seed`` (reproducible, not
+                the PyTorch engine's samples; temperature 0 is greedy search).
+            return_attention: must be False (see Raises).
 
         Returns:
             :class:`Translation` per sentence (one for a string); ``.hypotheses`` holds the
