@@ -327,3 +327,27 @@ def test_export_setting_errors(args, message, tmp_path, capsys):
     assert export.main([f"checkpoint={CKPT}", f"out_dir={tmp_path / 'x'}", *args]) == 2
     err = capsys.readouterr().err
     assert err.startswith("nmt-export: error:") and message in " ".join(err.split())
+
+
+def test_bench_decode_adds_ctranslate2_columns(tmp_path, capsys):
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("bench_decode", REPO_ROOT / "scripts" / "bench_decode.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    src, ref = _generated()
+    (tmp_path / "s.de").write_text("\n".join(src[:12]) + "\n", encoding="utf-8")
+    (tmp_path / "s.en").write_text("\n".join(ref[:12]) + "\n", encoding="utf-8")
+    threads = torch.get_num_threads()
+    try:
+        assert bench.main([f"checkpoint={CKPT}", f"src_file={tmp_path / 's.de'}",
+                           f"ref_file={tmp_path / 's.en'}", "repeats=1", "threads=1",
+                           "device=cpu"]) == 0
+    finally:
+        torch.set_num_threads(threads)
+    fields = dict(kv.split("=") for kv in capsys.readouterr().out.strip().splitlines()[-1].split())
+    for key in ("beam5_sents_per_s", "ct2_fp32_beam5_sents_per_s", "ct2_int8_beam5_sents_per_s",
+                "ct2_fp32_greedy_sents_per_s", "ct2_int8_greedy_sents_per_s"):
+        assert float(fields[key]) > 0
+    assert fields["ct2_fp32_greedy_bleu"] == fields["greedy_bleu"]
+    assert fields["ct2_fp32_beam5_bleu"] == fields["beam5_bleu"]
