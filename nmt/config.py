@@ -186,7 +186,13 @@ class SamplingSchema:
 
 
 @dataclass
-class EvaluateConfig(SamplingSchema, SearchSchema):
+class EngineSchema:
+    engine: str = MISSING                # pytorch | ctranslate2
+    model_dir: str | None = MISSING      # the nmt-export directory (engine=ctranslate2)
+
+
+@dataclass
+class EvaluateConfig(EngineSchema, SamplingSchema, SearchSchema):
     checkpoint: Any = MISSING            # a file, or a list of files (an ensemble)
     split: str | None = MISSING
     data: DataRootOverride = field(default_factory=DataRootOverride)
@@ -199,7 +205,7 @@ class EvaluateConfig(SamplingSchema, SearchSchema):
 
 
 @dataclass
-class TranslateConfig(SamplingSchema, SearchSchema):
+class TranslateConfig(EngineSchema, SamplingSchema, SearchSchema):
     checkpoint: Any = MISSING            # a file, or a list of files (an ensemble)
     input: str | None = MISSING
     output: str | None = MISSING
@@ -251,9 +257,19 @@ class AlignConfig:
     device: str = MISSING
 
 
+@dataclass
+class ExportConfig:
+    checkpoint: str = MISSING
+    format: str = MISSING
+    out_dir: str = MISSING
+    quantization: str = MISSING
+    max_positions: int = MISSING
+
+
 TOOL_SCHEMAS: dict[str, type] = {"nmt_train": TrainConfig, "nmt_evaluate": EvaluateConfig,
                                  "nmt_translate": TranslateConfig, "nmt_plot": PlotConfig,
-                                 "nmt_average": AverageConfig, "nmt_align": AlignConfig}
+                                 "nmt_average": AverageConfig, "nmt_align": AlignConfig,
+                                 "nmt_export": ExportConfig}
 
 
 # Keys that never name a sweep job's directory (paths, and where it runs).
@@ -508,7 +524,7 @@ def compose_config(overrides: list[str] | tuple[str, ...] = (), config_name: str
     Args:
         overrides: Hydra override strings, e.g. ``["model=rnn", "train.max_steps=10"]``.
         config_name: primary config (``config``, ``evaluate``, ``translate``, ``plot``,
-            ``average``, ``align``).
+            ``average``, ``align``, ``export``).
         validate_fn: checker applied to the composed config (``None``: return unchecked).
 
     Returns:

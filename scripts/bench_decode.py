@@ -13,18 +13,29 @@ length_penalty, max_len_a, max_len_b, batch_sentences) plus:
   their outputs run to the maximum length: a pessimistic measurement.
 * ``repeats=N`` (default 1): run each search N times, report the median time.
 * ``threads=N``: torch.set_num_threads(N) (default: torch's choice).
+* ``ctranslate2=auto|true|false`` (default auto: true when ``ctranslate2`` is installed and
+  the model is a Transformer): also time the CTranslate2 engine on the same model, exported
+  into a temporary directory as float32 and as int8 (:mod:`nmt.inference.ctranslate2`), with
+  ``intra_threads`` = torch's thread count and ``inter_threads=1``, the same sentences, batch
+  settings and searches. Within each repeat the engines run in turn (PyTorch, CTranslate2
+  float32, CTranslate2 int8), so a slower or faster spell of a shared machine hits them alike.
 
 Times and target-token counts are those :func:`nmt.evaluation.evaluate.evaluate_split`
 reports (``seconds``: tokenization, search and detokenization; not model loading nor BLEU;
 ``n_tgt_tokens``: output subwords incl. EOS). The last line
 is ``key=value`` pairs: greedy_sents_per_s, greedy_seconds, beam5_sents_per_s,
-beam5_seconds, beam5_tgt_tokens_per_s, beam5_mean_len, ... (BLEU too, for reference).
+beam5_seconds, beam5_tgt_tokens_per_s, beam5_mean_len, ... (BLEU too, for reference), and
+with CTranslate2 the same figures prefixed ``ct2_fp32_`` and ``ct2_int8_``
+(``ct2_fp32_greedy_sents_per_s``, ``ct2_fp32_beam5_sents_per_s``,
+``ct2_int8_beam5_sents_per_s``, ...).
 """
 
 from __future__ import annotations
 
 import statistics
 import sys
+import tempfile
+from pathlib import Path
 
 import torch
 from omegaconf import OmegaConf
@@ -55,12 +66,77 @@ def random_model(name: str, device):
     return model.to(device).eval(), tokenizer, cfg
 
 
+def ctranslate2_engines(translator, use: str, tmp: Path, device) -> list[tuple[str, object]]:
+    """``[("ct2_fp32_", ...), ("ct2_int8_", ...)]``: the model exported into ``tmp`` and loaded
+    with CTranslate2 (intra_threads = torch's threads, inter_threads = 1), or ``[]``.
+
+    Raises:
+        ConfigError: ``use`` is ``true`` but CTranslate2 is missing or the model is no Transformer.
+    """
+    import importlib.util
+
+    if use == "false":
+        return []
+    name = translator.config.model.name
+    if use == "auto" and (importlib.util.find_spec("ctranslate2") is None or name != "transformer"):
+        return []
+    from nmt.inference.ctranslate2 import CTranslate2Translator, export_model
+
+    engines = []
+    for quantization in ("float32", "int8"):
+        out = export_model(translator.model, translator.tokenizer, translator.config,
+                           tmp / quantization, quantization=quantization)
+        engine = CTranslate2Translator.from_dir(out, device, intra_threads=torch.get_num_threads(),
+                                                inter_threads=1)
+        engines.append((f"ct2_{quantization.replace('float', 'fp')}_", engine))
+    print(f"CTranslate2: exported float32 and int8 to {tmp}, {torch.get_num_threads()} intra "
+          "threads, 1 inter thread", flush=True)
+    return engines
+
+
+def timings(engines: list[tuple[str, object]], src: list[str], ref: list[str], settings: dict,
+            repeats: int) -> dict[str, object]:
+    """Greedy and beam-5 figures of every engine: ``{prefix + key: value}``.
+
+    Each search runs ``repeats`` times per engine, the engines in turn within each repeat;
+    times are medians (:func:`nmt.evaluation.evaluate.evaluate_split`'s ``seconds``).
+    """
+    from nmt.evaluation.evaluate import evaluate_split
+
+    fields: dict[str, object] = {"n_sentences": len(src)}
+    for label, beam in (("greedy", 1), ("beam5", 5)):
+        search = dict(settings, beam_size=beam, n_best=1)
+        runs: dict[str, list[float]] = {prefix: [] for prefix, _ in engines}
+        last: dict[str, dict] = {}
+        for _ in range(repeats):
+            for prefix, engine in engines:
+                last[prefix] = evaluate_split(engine, src, ref, search, score_references=False).scores
+                runs[prefix].append(last[prefix]["seconds"])
+        for prefix, _ in engines:
+            seconds = statistics.median(runs[prefix])
+            n_tok = last[prefix]["n_tgt_tokens"]  # deterministic search: the same in every run
+            fields.update({
+                f"{prefix}{label}_seconds": round(seconds, 2),
+                f"{prefix}{label}_sents_per_s": round(len(src) / seconds, 1),
+                f"{prefix}{label}_tgt_tokens_per_s": round(n_tok / seconds, 1),
+                f"{prefix}{label}_mean_len": round(n_tok / max(len(src), 1), 1),
+                f"{prefix}{label}_bleu": round(last[prefix]["bleu"], 2),
+            })
+            print(f"{prefix or 'pytorch_'}{label}: {seconds:.2f} s (runs: "
+                  f"{', '.join(f'{r:.2f}' for r in runs[prefix])}), "
+                  f"{len(src) / seconds:.1f} sentences/s, {n_tok / seconds:.0f} target tokens/s, "
+                  f"mean output length {n_tok / max(len(src), 1):.1f} subwords incl. EOS, "
+                  f"BLEU {last[prefix]['bleu']:.2f}", flush=True)
+    return fields
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run the benchmark; returns the exit status."""
     argv = list(sys.argv[1:] if argv is None else argv)
     random_name = _pop(argv, "random", None)
     repeats = int(_pop(argv, "repeats", "1"))
     threads = _pop(argv, "threads", None)
+    use_ct2 = _pop(argv, "ctranslate2", "auto")
     if random_name and not any(a.startswith("checkpoint=") for a in argv):
         argv.append(f"checkpoint=random_{random_name}")
     if threads:
@@ -69,11 +145,12 @@ def main(argv: list[str] | None = None) -> int:
     def check(cfg):
         if OmegaConf.is_missing(cfg, "checkpoint"):
             raise ConfigError("give checkpoint=PATH or random=transformer|rnn.")
+        if use_ct2 not in ("auto", "true", "false"):
+            raise ConfigError(f"ctranslate2={use_ct2} must be auto, true or false.")
         return check_search(cfg)
 
     def run(cfg) -> int:
         from nmt.cli.evaluate import load_texts
-        from nmt.evaluation.evaluate import evaluate_split
         from nmt.inference.translator import Translator
 
         device = resolve_device(cfg.device)
@@ -86,26 +163,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"model: {random_name or cfg.checkpoint} ({model.num_parameters():,} parameters), "
               f"split {name}: {len(src)} sentences, device {device}, "
               f"{torch.get_num_threads()} threads", flush=True)
-        fields: dict[str, object] = {"n_sentences": len(src)}
-        for label, beam in (("greedy", 1), ("beam5", 5)):
-            search = dict(search_settings(cfg), beam_size=beam, n_best=1)
-            runs = []
-            for _ in range(repeats):
-                scores = evaluate_split(translator, src, ref, search,
-                                        score_references=False).scores
-                runs.append(scores["seconds"])
-            seconds = statistics.median(runs)
-            n_tok = scores["n_tgt_tokens"]  # deterministic search: the same in every run
-            fields.update({
-                f"{label}_seconds": round(seconds, 2),
-                f"{label}_sents_per_s": round(len(src) / seconds, 1),
-                f"{label}_tgt_tokens_per_s": round(n_tok / seconds, 1),
-                f"{label}_mean_len": round(n_tok / max(len(src), 1), 1),
-                f"{label}_bleu": round(scores["bleu"], 2),
-            })
-            print(f"{label}: {seconds:.2f} s (runs: {', '.join(f'{r:.2f}' for r in runs)}), "
-                  f"{len(src) / seconds:.1f} sentences/s, {n_tok / seconds:.0f} target tokens/s, "
-                  f"mean output length {n_tok / max(len(src), 1):.1f} subwords incl. EOS", flush=True)
+        engines = [("", translator)]
+        with tempfile.TemporaryDirectory(prefix="bench_decode_ct2_") as tmp:
+            engines += ctranslate2_engines(translator, use_ct2, Path(tmp), device)
+            fields = timings(engines, src, ref, search_settings(cfg), repeats)
         print(" ".join(f"{k}={v}" for k, v in fields.items()))
         return 0
 

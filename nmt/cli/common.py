@@ -237,6 +237,59 @@ def checkpoint_paths(cfg: DictConfig) -> str | list[str]:
     return str(value)
 
 
+ENGINES = ("pytorch", "ctranslate2")
+
+
+def check_engine(cfg: DictConfig) -> DictConfig:
+    """Check ``engine`` with ``checkpoint`` / ``model_dir`` (nmt-evaluate, nmt-translate).
+
+    ``engine=pytorch`` reads ``checkpoint=``; ``engine=ctranslate2`` reads ``model_dir=`` (an
+    ``nmt-export`` directory) and no checkpoint.
+
+    Raises:
+        ConfigError: an unknown engine, the input of the other engine given, or none.
+    """
+    if cfg.engine not in ENGINES:
+        raise ConfigError(f"engine={cfg.engine!r} is not one of {', '.join(ENGINES)}: pytorch "
+                          "translates checkpoint=PATH, ctranslate2 an nmt-export model_dir=DIR.")
+    has_checkpoint = not OmegaConf.is_missing(cfg, "checkpoint") and cfg.checkpoint not in (None, "")
+    if cfg.engine == "ctranslate2":
+        if has_checkpoint:
+            raise ConfigError("engine=ctranslate2 translates an exported model_dir=DIR, not a "
+                              "checkpoint: drop checkpoint=... (export it first with nmt-export "
+                              "checkpoint=PATH format=ctranslate2 out_dir=DIR).")
+        require(cfg, "model_dir")
+    else:
+        if cfg.model_dir:
+            raise ConfigError(f"model_dir={cfg.model_dir} is read by engine=ctranslate2 only: add "
+                              "engine=ctranslate2, or drop model_dir= and give checkpoint=PATH.")
+        require(cfg, "checkpoint")
+    return cfg
+
+
+def load_translator(cfg: DictConfig):
+    """The translator that ``engine`` names, on ``device``.
+
+    Returns:
+        :class:`nmt.inference.translator.Translator` of ``checkpoint`` (``engine=pytorch``) or
+        :class:`nmt.inference.ctranslate2.CTranslate2Translator` of ``model_dir``
+        (``engine=ctranslate2``; as many threads as torch uses); both translate alike.
+
+    Raises:
+        ConfigError, CheckpointError: see the two loaders.
+    """
+    from nmt.runtime import resolve_device
+
+    device = resolve_device(cfg.device)
+    if cfg.engine == "ctranslate2":
+        from nmt.inference.ctranslate2 import CTranslate2Translator
+
+        return CTranslate2Translator.from_dir(cfg.model_dir, device)
+    from nmt.inference.translator import Translator
+
+    return Translator.from_checkpoint(checkpoint_paths(cfg), device)
+
+
 def search_settings(cfg: DictConfig) -> dict:
     """The search keys of ``cfg`` as the plain dict that :func:`nmt.inference.search.translate` takes."""
     return {key: cfg[key] for key in SEARCH_KEYS}

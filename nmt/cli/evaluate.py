@@ -2,6 +2,7 @@
 
     nmt-evaluate checkpoint=runs/tf/checkpoints/best.pt split=test_2016_flickr beam_size=5 out_dir=runs/tf/eval
     nmt-evaluate checkpoint=... src_file=test.de ref_file=test.en beam_size=1
+    nmt-evaluate engine=ctranslate2 model_dir=runs/tf/ct2 beam_size=5   # an nmt-export directory
 
 The split is read with the checkpoint's data config (``data.root=DIR`` reads it from
 elsewhere). Every sentence is translated (nothing filtered or truncated). ``out_dir`` gets
@@ -9,7 +10,9 @@ elsewhere). Every sentence is translated (nothing filtered or truncated). ``out_
 sacreBLEU signatures, bleu_lowercase, beam_size, n_sentences, seconds, ...) and
 ``alignments.npz`` (see :mod:`nmt.evaluation.alignments`; plot it with ``nmt-plot``);
 ``attention=all`` also stores every layer and head of the chosen hypotheses' attention
-there (``nmt-plot ... layer=all head=all`` or ``format=html``).
+there (``nmt-plot ... layer=all head=all`` or ``format=html``; PyTorch engine only).
+``engine=ctranslate2 model_dir=DIR`` translates with CTranslate2 (:mod:`nmt.inference.ctranslate2`)
+and writes the same files; ``out_dir`` then defaults to ``<model_dir>/../eval_<split>_beam<k>_ctranslate2``.
 Options: configs/evaluate.yaml (``nmt-evaluate --help``).
 """
 
@@ -21,20 +24,20 @@ import hydra
 from omegaconf import DictConfig, OmegaConf
 
 from nmt.cli.common import (
+    check_engine,
     check_search,
     checkpoint_paths,
     decode_settings,
     ensure_writable_dir,
-    require,
+    load_translator,
     run_app,
     run_task,
 )
 from nmt.config import CONFIG_PATH, ConfigError
-from nmt.runtime import resolve_device
 
 
 def _check(cfg: DictConfig) -> DictConfig:
-    require(cfg, "checkpoint")
+    check_engine(cfg)
     if bool(cfg.src_file) != bool(cfg.ref_file):
         raise ConfigError("src_file and ref_file go together: give both (or neither, to read split=...).")
     if cfg.src_file and cfg.split:
@@ -46,6 +49,10 @@ def _check(cfg: DictConfig) -> DictConfig:
         if not cfg.save_alignments:
             raise ConfigError("attention=all stores the weights in alignments.npz, but "
                               "save_alignments=false writes none: drop one of the two.")
+        if cfg.engine == "ctranslate2":
+            raise ConfigError("attention=all needs engine=pytorch: CTranslate2 returns one "
+                              "alignment per sentence, not every layer and head; drop "
+                              "attention=all, or evaluate the checkpoint with engine=pytorch.")
         if isinstance(checkpoint_paths(cfg), list):
             raise ConfigError("attention=all needs one checkpoint: the members of an ensemble "
                               "attend differently and their weights do not combine; evaluate "
@@ -74,19 +81,25 @@ def load_texts(cfg: DictConfig, train_cfg: DictConfig) -> tuple[str, list[str], 
 
 def _run(cfg: DictConfig) -> int:
     from nmt.evaluation.evaluate import evaluate_split, write_outputs
-    from nmt.inference.translator import Translator
 
-    translator = Translator.from_checkpoint(checkpoint_paths(cfg), resolve_device(cfg.device))
+    translator = load_translator(cfg)
     name, src, ref = load_texts(cfg, translator.config)
-    first = checkpoint_paths(cfg)
-    first = first[0] if isinstance(first, list) else first
+    if cfg.engine == "ctranslate2":
+        where, suffix = Path(cfg.model_dir).resolve().parent, "_ctranslate2"
+        source = {"checkpoint": translator.info["checkpoint"], "engine": "ctranslate2",
+                  "model_dir": str(cfg.model_dir), "quantization": translator.info["quantization"]}
+    else:
+        first = checkpoint_paths(cfg)
+        first = first[0] if isinstance(first, list) else first
+        where, suffix = Path(first).parent, ""
+        source = {"checkpoint": checkpoint_paths(cfg)}
     out_dir = Path(cfg.out_dir) if cfg.out_dir else (
-        Path(first).parent / f"eval_{name}_beam{cfg.beam_size}")
+        where / f"eval_{name}_beam{cfg.beam_size}{suffix}")
     ensure_writable_dir(out_dir, "out_dir")  # before translating: nothing is lost
     evaluation = evaluate_split(translator, src, ref, {**decode_settings(cfg),
                                                        "return_attention": cfg.attention == "all"})
     scores = evaluation.scores
-    scores.update(checkpoint=checkpoint_paths(cfg), split=name)
+    scores.update(**source, split=name)
     written = write_outputs(out_dir, evaluation, save_alignments_npz=bool(cfg.save_alignments))
     how = "sampling" if scores["sampling"] else f"beam_size={scores['beam_size']}"
     print(f"{name}: {scores['n_sentences']} sentences, {how}, "

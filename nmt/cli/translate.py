@@ -2,6 +2,7 @@
 
     nmt-translate checkpoint=runs/tf/checkpoints/best.pt < input.de > output.en
     nmt-translate checkpoint=... input=input.de output=output.en beam_size=5
+    nmt-translate engine=ctranslate2 model_dir=runs/tf/ct2 < input.de > output.en   # nmt-export
 
 Lines are read in chunks of ``batch_sentences``; each chunk is translated as one sorted
 batch and its translations are written (and flushed) in input order before the next chunk
@@ -31,19 +32,18 @@ import hydra
 from omegaconf import DictConfig
 
 from nmt.cli.common import (
+    check_engine,
     check_search,
-    checkpoint_paths,
     decode_settings,
-    require,
+    load_translator,
     run_app,
     run_task,
 )
 from nmt.config import CONFIG_PATH, ConfigError
-from nmt.runtime import resolve_device
 
 
 def _check(cfg: DictConfig) -> DictConfig:
-    require(cfg, "checkpoint")
+    check_engine(cfg)
     return check_search(cfg)
 
 
@@ -92,7 +92,8 @@ def translate_stream(translator, inp: Iterable[str], out: TextIO, settings: dict
     """Translate ``inp`` line by line into ``out`` (format in the module docstring).
 
     Args:
-        translator: a :class:`nmt.inference.translator.Translator`.
+        translator: a :class:`nmt.inference.translator.Translator` (or the CTranslate2
+            engine's :class:`nmt.inference.ctranslate2.CTranslate2Translator`).
         inp: text lines (with or without their ``\n``), e.g. from :func:`utf8_lines`.
         out: text stream; each chunk's translations are written and flushed together.
         settings: keyword arguments of :meth:`Translator.translate` (``batch_sentences``
@@ -118,9 +119,7 @@ def translate_stream(translator, inp: Iterable[str], out: TextIO, settings: dict
 
 
 def _run(cfg: DictConfig) -> int:
-    from nmt.inference.translator import Translator
-
-    translator = Translator.from_checkpoint(checkpoint_paths(cfg), resolve_device(cfg.device))
+    translator = load_translator(cfg)
     with ExitStack() as stack:
         if cfg.input:
             try:

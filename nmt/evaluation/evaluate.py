@@ -63,7 +63,8 @@ def evaluate_split(translator, src_texts: Sequence[str], ref_texts: Sequence[str
     """Translate every source sentence (nothing filtered or truncated) and score it.
 
     Args:
-        translator: a :class:`nmt.inference.translator.Translator`.
+        translator: a :class:`nmt.inference.translator.Translator`, or the CTranslate2
+            engine's :class:`nmt.inference.ctranslate2.CTranslate2Translator` (same surface).
         src_texts: raw source sentences.
         ref_texts: raw references, one per source sentence.
         search: keyword arguments of :meth:`Translator.translate` (beam_size, n_best,

@@ -483,7 +483,7 @@ def translate(model: Seq2Seq, src_ids: Sequence[Sequence[int]], search_cfg,
     Returns:
         For each input sentence, in input order, its list of hypotheses (best first).
     """
-    return _in_batches(src_ids, _batch_limits(search_cfg), device,
+    return _in_batches(src_ids, batch_limits(search_cfg), device,
                        lambda src, mask: search_batch(model, src, mask, search_cfg))
 
 
@@ -518,13 +518,13 @@ def sample(model: Seq2Seq, src_ids: Sequence[Sequence[int]], search_cfg, *,
     a, b = float(cfg_get(search_cfg, "max_len_a")), int(cfg_get(search_cfg, "max_len_b"))
     alpha = float(cfg_get(search_cfg, "length_penalty"))
     return _in_batches(
-        src_ids, _batch_limits(search_cfg), device,
+        src_ids, batch_limits(search_cfg), device,
         lambda src, mask: sample_search(model, src, mask, a, b, temperature=temperature,
                                         top_k=top_k, top_p=top_p, generator=generator,
                                         length_penalty=alpha))
 
 
-def _batch_limits(search_cfg) -> tuple[int, int]:
+def batch_limits(search_cfg) -> tuple[int, int]:
     """``(batch_sentences, batch_tokens)`` of the search settings (``batch_tokens`` 0 = none;
     absent in settings written before it existed)."""
     try:
@@ -560,16 +560,17 @@ def length_sorted_batches(lengths: Sequence[int], batch_sentences: int, batch_to
     return batches
 
 
-def _in_batches(src_ids: Sequence[Sequence[int]], limits: tuple[int, int],
-                device: str | torch.device,
-                search: Callable[[Tensor, Tensor], list[list[Hypothesis]]]
-                ) -> list[list[Hypothesis]]:
-    """Run ``search(src [B,S], src_mask [B,S])`` on length-sorted batches of ``src_ids``
-    (``limits`` = batch_sentences, batch_tokens: :func:`length_sorted_batches`, lengths with
-    EOS); results in input order, empty sources answered without the model (see
-    :func:`translate`)."""
-    from nmt.data.batching import make_src_batch
+def in_batches(src_ids: Sequence[Sequence[int]], limits: tuple[int, int],
+               search: Callable[[list[list[int]]], list[list[Hypothesis]]]
+               ) -> list[list[Hypothesis]]:
+    """Run ``search(batch)`` on length-sorted batches of ``src_ids`` (``limits`` =
+    batch_sentences, batch_tokens: :func:`length_sorted_batches`, lengths with EOS).
 
+    ``batch`` is a list of source id lists (no EOS), none of them empty; results come back
+    in input order, and an empty source is answered without the model (see
+    :func:`translate`). Shared by the PyTorch search and the CTranslate2 engine
+    (:mod:`nmt.inference.ctranslate2`), so both see the same batches.
+    """
     out: list[list[Hypothesis] | None] = [None] * len(src_ids)
     nonempty = [i for i, ids in enumerate(src_ids) if len(ids) > 0]
     for i in range(len(src_ids)):
@@ -577,7 +578,18 @@ def _in_batches(src_ids: Sequence[Sequence[int]], limits: tuple[int, int],
             out[i] = [Hypothesis(tokens=[], score=0.0, alignment=np.ones((1, 1), np.float32))]
     for batch in length_sorted_batches([len(src_ids[i]) + 1 for i in nonempty], *limits):
         chunk = [nonempty[k] for k in batch]
-        src, src_mask = make_src_batch([list(src_ids[i]) for i in chunk], device=device)
-        for i, hyps in zip(chunk, search(src, src_mask), strict=True):
+        for i, hyps in zip(chunk, search([list(src_ids[i]) for i in chunk]), strict=True):
             out[i] = hyps
     return out  # type: ignore[return-value]
+
+
+def _in_batches(src_ids: Sequence[Sequence[int]], limits: tuple[int, int],
+                device: str | torch.device,
+                search: Callable[[Tensor, Tensor], list[list[Hypothesis]]]
+                ) -> list[list[Hypothesis]]:
+    """:func:`in_batches` with each batch as ``search(src [B,S], src_mask [B,S])`` tensors
+    on ``device``."""
+    from nmt.data.batching import make_src_batch
+
+    return in_batches(src_ids, limits,
+                      lambda batch: search(*make_src_batch(batch, device=device)))

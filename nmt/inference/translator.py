@@ -45,6 +45,22 @@ def _search_defaults() -> dict:
     return {f.name: cfg[f.name] for f in dataclasses.fields(SearchSchema)}
 
 
+def search_settings(**overrides: Any) -> dict:
+    """The search settings: ``configs/search/default.yaml`` with ``overrides`` (None = keep
+    the default). Shared by :class:`Translator` and the CTranslate2 engine.
+
+    Raises:
+        ConfigError: an unknown key or an impossible value (``n_best > beam_size``, ...).
+    """
+    base = dict(_search_defaults())          # beam_size 5, ... (training validates greedy)
+    unknown = set(overrides) - set(base)
+    if unknown:
+        raise ConfigError(f"unknown search setting(s) {', '.join(sorted(unknown))}: use "
+                          f"{', '.join(base)}.")
+    base.update({k: v for k, v in overrides.items() if v is not None})
+    return OmegaConf.to_container(validate_search(base))
+
+
 @dataclass
 class Translation:
     """One translation of one source sentence (the best of its n-best list, or one of them).
@@ -146,18 +162,9 @@ class Translator:
 
     # ------------------------------------------------------------------ translate
     def search_settings(self, **overrides: Any) -> dict:
-        """The search settings: ``configs/search/default.yaml`` with ``overrides``.
-
-        Raises:
-            ConfigError: an unknown key or an impossible value (``n_best > beam_size``, ...).
-        """
-        base = dict(_search_defaults())          # beam_size 5, ... (training validates greedy)
-        unknown = set(overrides) - set(base)
-        if unknown:
-            raise ConfigError(f"unknown search setting(s) {', '.join(sorted(unknown))}: use "
-                              f"{', '.join(base)}.")
-        base.update({k: v for k, v in overrides.items() if v is not None})
-        return OmegaConf.to_container(validate_search(base))
+        """The search settings: ``configs/search/default.yaml`` with ``overrides``
+        (:func:`search_settings`)."""
+        return search_settings(**overrides)
 
     def translate(self, sentences: str | Sequence[str], beam_size: int = 5, n_best: int = 1,
                   length_penalty: float | None = None, max_len_a: float | None = None,
@@ -215,18 +222,8 @@ class Translator:
 
     def results(self, src_ids: Sequence[Sequence[int]],
                 hypotheses: Sequence[Sequence[Hypothesis]]) -> list[Translation]:
-        """Search output -> :class:`Translation` objects (detokenized text, subword strings)."""
-        out = []
-        for ids, hyps in zip(src_ids, hypotheses, strict=True):
-            src_tokens = self.tokenizer.src_pieces(list(ids) + [EOS_ID])
-            n_best = [Translation(text=self.tokenizer.decode_tgt(h.tokens),
-                                  tokens=self.tokenizer.tgt_pieces(list(h.tokens) + [EOS_ID]),
-                                  src_tokens=src_tokens, ids=list(h.tokens), score=float(h.score),
-                                  alignment=h.alignment) for h in hyps]
-            best = n_best[0]
-            best.hypotheses = n_best
-            out.append(best)
-        return out
+        """Search output -> :class:`Translation` objects (:func:`make_translations`)."""
+        return make_translations(self.tokenizer, src_ids, hypotheses)
 
     # ------------------------------------------------------------------ score
     @torch.inference_mode()
@@ -268,6 +265,34 @@ class Translator:
             for i, total, n in zip(batch, sums, counts, strict=True):
                 out[i] = ForcedScore(logprob=total, tokens=int(n), ppl=math.exp(-total / max(n, 1)))
         return out  # type: ignore[return-value]
+
+
+def make_translations(tokenizer: Tokenizer, src_ids: Sequence[Sequence[int]],
+                      hypotheses: Sequence[Sequence[Hypothesis]]) -> list[Translation]:
+    """Search output -> :class:`Translation` objects (detokenized text, subword strings).
+
+    The one place that turns hypotheses into text, for :class:`Translator` and the
+    CTranslate2 engine alike.
+
+    Args:
+        tokenizer: the model's tokenizer.
+        src_ids: per sentence its source subword ids (no EOS).
+        hypotheses: per sentence its hypotheses, best first (at least one).
+
+    Returns:
+        One :class:`Translation` per sentence; its ``hypotheses`` hold the n-best list.
+    """
+    out = []
+    for ids, hyps in zip(src_ids, hypotheses, strict=True):
+        src_tokens = tokenizer.src_pieces(list(ids) + [EOS_ID])
+        n_best = [Translation(text=tokenizer.decode_tgt(h.tokens),
+                              tokens=tokenizer.tgt_pieces(list(h.tokens) + [EOS_ID]),
+                              src_tokens=src_tokens, ids=list(h.tokens), score=float(h.score),
+                              alignment=h.alignment) for h in hyps]
+        best = n_best[0]
+        best.hypotheses = n_best
+        out.append(best)
+    return out
 
 
 @torch.inference_mode()
