@@ -98,6 +98,7 @@ class TokenizerSchema:
     vocab_size: int = MISSING
     character_coverage: float = MISSING
     joint: bool = MISSING
+    input_sentence_size: int = MISSING
     model: str | None = MISSING
 
 
@@ -454,8 +455,8 @@ def validate(cfg: DictConfig) -> DictConfig:
     )
     _choice(out, "data.format", ("text", "tsv", "hf"))
     _choice(out, "data.tokenizer.type", ("unigram", "bpe"))
-    _positive(out, "data.tokenizer.vocab_size", "data.max_len", "data.max_len_ratio",
-              "data.max_train_pairs")
+    _positive(out, "data.tokenizer.vocab_size", "data.tokenizer.input_sentence_size",
+              "data.max_len", "data.max_len_ratio", "data.max_train_pairs")
     if out.data.src_lang == out.data.tgt_lang:
         raise ConfigError(f"data.src_lang and data.tgt_lang are both {out.data.src_lang!r}: set two different languages.")
     _choice(out, "train.optimizer", ("adam", "adamw"))

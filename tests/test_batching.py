@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import pickle
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -17,6 +18,7 @@ from nmt.data.batching import (
     make_src_batch,
     pad_efficiency,
     prepare_data,
+    write_pairs,
     write_split,
 )
 from nmt.data.corpus import CorpusError
@@ -165,8 +167,8 @@ def test_prepare_data_cache_hit_and_invalidation(tiny_cfg, tiny_corpus, tmp_path
         raise AssertionError("cache miss: the corpus was read or tokenized again")
 
     with monkeypatch.context() as m:
-        m.setattr(batching, "write_split", forbidden)
-        m.setattr(batching, "read_parallel", forbidden)
+        m.setattr(batching, "write_pairs", forbidden)
+        m.setattr(batching, "iter_parallel", forbidden)
         second = prepare_data(data_cfg)
     assert second.train.path == first.train.path and second.valid.path == first.valid.path
     assert np.array_equal(second.train.src_lens, first.train.src_lens)
@@ -211,3 +213,59 @@ def test_multi30k_pad_efficiency(multi30k_root):
     batches = TokenBatchSampler(src_lens, tgt_lens, 4096, seed=1).batches(0)
     assert pad_efficiency(batches, src_lens, tgt_lens) >= 0.9
     assert sum(len(b) for b in batches) == 29000
+
+
+# ------------------------------------------------------------------ streamed preparation
+def _split_contents(split):
+    return ([split.src_ids(i) for i in range(len(split))], [split.tgt_ids(i) for i in range(len(split))],
+            split.rows.tolist(), split.src_texts(), split.tgt_texts())
+
+
+def test_chunked_stream_writes_the_same_split_as_one_chunk(tmp_path):
+    src = ["a b c d e", "a", "a b", "", "b b", "a b c", "c", "a a a a a a", "b"]
+    tgt = ["x", "x y z w", "x y", "x", "", "y z", "w w w w w", "x y", "z"]
+    stream = ((10 + i, s, t) for i, (s, t) in enumerate(zip(src, tgt, strict=True)))
+    chunked = write_pairs(tmp_path / "c.arrow", stream, WordTokenizer(), max_len=5,
+                          max_len_ratio=3.0, chunk_rows=3)
+    whole = write_split(tmp_path / "w.arrow", src, tgt, WordTokenizer(), rows=range(10, 19),
+                        max_len=5, max_len_ratio=3.0, chunk_rows=100)
+    assert chunked == whole == {"pairs": 5, "too_long": 1, "bad_ratio": 3}
+    a, b = TokenizedSplit(tmp_path / "c.arrow"), TokenizedSplit(tmp_path / "w.arrow")
+    assert len(a._chunks) == 2 and len(b._chunks) == 1                # 3 + 2 kept pairs
+    assert _split_contents(a) == _split_contents(b)
+    assert a.rows.tolist() == [12, 13, 14, 15, 18]                 # a ratio of 2 passes
+    assert a.src_ids(4) == [11] and a.tgt_ids(0) == [13, 14] and a.src_ids(1) == []
+    with pytest.raises(ValueError, match="chunk_rows=0"):
+        write_pairs(tmp_path / "z.arrow", iter([]), WordTokenizer(), chunk_rows=0)
+
+
+def test_stream_error_leaves_no_file(tmp_path):
+    def broken():
+        yield from ((i, "a", "x") for i in range(7))
+        raise CorpusError("train.de, line 8: invalid UTF-8")
+
+    (tmp_path / "old.arrow").write_bytes(b"kept")
+    with pytest.raises(CorpusError, match="line 8"):
+        write_pairs(tmp_path / "old.arrow", broken(), WordTokenizer(), chunk_rows=3)
+    assert [p.name for p in tmp_path.iterdir()] == ["old.arrow"]      # no temp file left
+    assert (tmp_path / "old.arrow").read_bytes() == b"kept"
+
+
+def test_prepare_data_in_chunks_of_3_equals_one_chunk(tiny_overrides, tmp_path, monkeypatch):
+    one = prepare_data(compose_config(tiny_overrides).data)
+    monkeypatch.setattr(batching, "_CHUNK_ROWS", 3)
+    cfg = compose_config(tiny_overrides + [f"data.cache_dir={tmp_path / 'chunked'}"])
+    many = prepare_data(cfg.data)
+    assert len(many.train._chunks) == 67 and len(one.train._chunks) == 1     # 200 pairs
+    assert many.tokenizer.fingerprint == one.tokenizer.fingerprint
+    for a, b in ((one.train, many.train), (one.valid, many.valid)):
+        assert _split_contents(a) == _split_contents(b)
+
+
+def test_capped_training_split_still_checks_the_whole_corpus(tiny_overrides, tiny_corpus):
+    with open(tiny_corpus / "train.en", "a", encoding="utf-8") as f:
+        f.write("one line too many\n")
+    with pytest.raises(CorpusError, match=r"train\.de has 200 lines but .*train\.en has 201"):
+        prepare_data(compose_config(tiny_overrides + ["data.max_train_pairs=50"]).data)
+    cache = Path(compose_config(tiny_overrides).data.cache_dir)
+    assert not list(cache.glob("tokenized/*")) and not list(cache.glob("tokenizers/*"))

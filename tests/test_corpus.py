@@ -10,6 +10,10 @@ from omegaconf import OmegaConf
 from nmt.data.corpus import (
     CorpusError,
     drop_empty_pairs,
+    iter_hf,
+    iter_lines,
+    iter_nonempty_pairs,
+    iter_parallel,
     read_lines,
     read_parallel,
     read_text_pair,
@@ -141,10 +145,10 @@ def test_directory_unreadable_file_and_bom(tmp_path, monkeypatch):
     locked = tmp_path / "locked.de"
     locked.write_text("x\n", encoding="utf-8")
 
-    def denied(self):
+    def denied(self, *args, **kwargs):
         raise PermissionError(13, "Permission denied", str(self))
 
-    monkeypatch.setattr(type(locked), "read_bytes", denied)
+    monkeypatch.setattr(type(locked), "open", denied)  # the readers stream through Path.open
     with pytest.raises(CorpusError, match=r"locked\.de: cannot be read \(Permission denied\)") as err:
         read_lines(locked)
     _no_chained_traceback(err)
@@ -172,3 +176,69 @@ def test_fingerprint_follows_content(tiny_corpus):
     assert split_fingerprint(cfg, "train") == before
     (tiny_corpus / "train.en").write_text("changed\n" * 200, encoding="utf-8")
     assert split_fingerprint(cfg, "train") != before
+
+
+# ------------------------------------------------------------------ streaming
+def test_streaming_yields_lines_before_the_error_that_names_file_and_line(tmp_path):
+    path = tmp_path / "bad.de"
+    path.write_bytes(b"\xef\xbb\xbfeins\r\nzwei\ndr\xc3\xa4i \xff\nvier\n")
+    lines = iter_lines(path)
+    assert [next(lines), next(lines)] == ["eins", "zwei"]     # BOM and \r\n removed
+    with pytest.raises(CorpusError) as err:
+        next(lines)
+    assert str(err.value) == (f"{path}, line 3: invalid UTF-8 (byte 0xff at offset 20); "
+                              "re-encode the file as UTF-8.")
+    _no_chained_traceback(err)
+    # A BOM alone is an empty file; a BOM and a line break one empty line; no \n at the end.
+    (tmp_path / "bom.de").write_bytes(b"\xef\xbb\xbf")
+    with pytest.raises(CorpusError, match=r"bom\.de: the file is empty"):
+        list(iter_lines(tmp_path / "bom.de"))
+    (tmp_path / "bomnl.de").write_bytes(b"\xef\xbb\xbf\n")
+    assert list(iter_lines(tmp_path / "bomnl.de")) == [""]
+    (tmp_path / "cr.de").write_bytes(b"\r\na\r\nb\r")
+    assert list(iter_lines(tmp_path / "cr.de")) == ["", "a", "b"]
+
+
+@pytest.mark.parametrize("n_de,n_en", [(5, 3), (3, 5)])
+def test_streamed_pairs_then_the_misalignment_with_both_counts(tmp_path, n_de, n_en):
+    (tmp_path / "train.de").write_text("".join(f"d{i}\n" for i in range(n_de)), encoding="utf-8")
+    (tmp_path / "train.en").write_text("".join(f"e{i}\n" for i in range(n_en)), encoding="utf-8")
+    pairs = iter_parallel(_data_cfg(tmp_path), "train")
+    assert [next(pairs) for _ in range(3)] == [("d0", "e0"), ("d1", "e1"), ("d2", "e2")]
+    with pytest.raises(CorpusError) as err:
+        next(pairs)
+    assert str(err.value) == (f"{tmp_path / 'train.de'} has {n_de} lines but "
+                              f"{tmp_path / 'train.en'} has {n_en}: parallel files must be "
+                              "line-aligned.")
+
+
+def test_streamed_tsv_and_nonempty_pairs(tmp_path, caplog):
+    (tmp_path / "train.tsv").write_text("a\tA\n \tB\nc\tC\nd D\n", encoding="utf-8")
+    kept = iter_nonempty_pairs(iter_parallel(_data_cfg(tmp_path, "tsv"), "train"))
+    assert [next(kept), next(kept)] == [(0, "a", "A"), (2, "c", "C")]   # rows count from 0
+    with pytest.raises(CorpusError, match=r"train\.tsv, line 4: expected 2 tab-separated"):
+        next(kept)
+    with caplog.at_level(logging.INFO, logger="nmt.data"):
+        assert list(iter_nonempty_pairs(iter([("a", ""), ("b", "B")]), "x")) == [(1, "b", "B")]
+        assert list(iter_nonempty_pairs(iter([("a", " "), ("b", "B")]), "y", report=False)) \
+            == [(1, "b", "B")]
+        with pytest.raises(CorpusError, match="z: the corpus is empty .all 1 pairs"):
+            list(iter_nonempty_pairs(iter([("", "")]), "z"))
+    assert "x: dropped 1 empty or whitespace-only pairs of 2" in caplog.text
+    assert "y: dropped" not in caplog.text
+
+
+def test_hf_streams_in_batches_and_names_the_row(tmp_path):
+    datasets = pytest.importorskip("datasets")
+    de, en = ["Hallo", "Größer .", None, "Ende"], ["Hello", "Bigger .", "x", "End"]
+    datasets.DatasetDict({"train": datasets.Dataset.from_dict({"de": de, "en": en}),
+                          "val": datasets.Dataset.from_dict({"de": de[:2], "en": en[:2]})}
+                         ).save_to_disk(str(tmp_path / "ds"))
+    root = str(tmp_path / "ds")
+    assert list(iter_hf(root, "val", "de", "en", batch_rows=1)) == [("Hallo", "Hello"),
+                                                                     ("Größer .", "Bigger .")]
+    pairs = iter_hf(root, "train", "de", "en", batch_rows=1)
+    assert [next(pairs), next(pairs)] == [("Hallo", "Hello"), ("Größer .", "Bigger .")]
+    with pytest.raises(CorpusError, match=r"split train\), row 2: expected two strings, got "
+                                          "NoneType and str"):
+        next(pairs)

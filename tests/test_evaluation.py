@@ -139,7 +139,7 @@ def test_evaluate_split_and_write_outputs(tmp_path):
     cfg = compose_config(["model=rnn", "model.emb_dim=8", "model.encoder_hidden=8",
                           "model.decoder_hidden=16", "model.attention_dim=16", "model.output_dim=16"])
     tok = train_or_load_tokenizer({"type": "unigram", "vocab_size": 80, "character_coverage": 1.0,
-                                   "joint": True}, "de", "en", src, ref, tmp_path / "cache")
+                                   "joint": True, "input_sentence_size": 1000}, "de", "en", src, ref, tmp_path / "cache")
     torch.manual_seed(0)
     model = build_model(cfg.model, tok.src_vocab_size, tok.tgt_vocab_size).eval()
     from nmt.inference.translator import Translator
@@ -189,7 +189,7 @@ def test_learnt_translations_score_bleu_100_through_the_whole_path(tmp_path):
 
     pairs = make_pairs(60, 0)
     tok = train_or_load_tokenizer({"type": "unigram", "vocab_size": 80, "character_coverage": 1.0,
-                                   "joint": True}, "de", "en", [p[0] for p in pairs],
+                                   "joint": True, "input_sentence_size": 1000}, "de", "en", [p[0] for p in pairs],
                                   [p[1] for p in pairs], tmp_path / "cache")
     src, ref = [p[0] for p in pairs[:6]], [p[1] for p in pairs[:6]]
     assert len(set(ref)) == 6 and any("ü" in s or "ß" in s or "ä" in s for s in src)

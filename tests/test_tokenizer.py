@@ -22,7 +22,8 @@ from nmt.data.tokenizer import (
 
 
 def _cfg(**kw):
-    base = {"type": "unigram", "vocab_size": 120, "character_coverage": 1.0, "joint": True}
+    base = {"type": "unigram", "vocab_size": 120, "character_coverage": 1.0, "joint": True,
+            "input_sentence_size": 1000}
     return OmegaConf.create({**base, **kw})
 
 
@@ -127,3 +128,84 @@ def test_too_small_vocab_is_one_config_error_naming_the_key(tmp_path, train_text
     assert need > 5                                              # the advice works:
     tok = train_or_load_tokenizer(_cfg(vocab_size=need), "de", "en", src, tgt, tmp_path)
     assert tok.src_vocab_size >= need
+
+
+# ------------------------------------------------------------------ bounded sample
+def test_sample_is_bounded_deterministic_and_in_stream_order():
+    pairs = [(f"s{i}", f"t{i}") for i in range(1000)]
+    sample, total = tok_mod.sample_pairs(iter(pairs), 10, seed=0)
+    assert total == 1000 and len(sample) == 10
+    assert tok_mod.sample_pairs(iter(pairs), 10, seed=0) == (sample, 1000)
+    assert tok_mod.sample_pairs(iter(pairs), 10, seed=1)[0] != sample
+    positions = [int(s[1:]) for s, _ in sample]
+    assert positions == sorted(positions) and all(pairs[p] == (f"s{p}", f"t{p}") for p in positions)
+    # golden values (Algorithm L with random.Random(0)): a change of the sampler changes models
+    assert [int(s[1:]) for s, _ in tok_mod.sample_pairs(iter(pairs[:20]), 3, seed=0)[0]] == [2, 12, 18]
+    # a stream that fits is kept whole, in order
+    assert tok_mod.sample_pairs(iter(pairs[:10]), 10) == (pairs[:10], 10)
+    assert tok_mod.sample_pairs(iter(pairs[:4]), 10) == (pairs[:4], 4)
+    assert tok_mod.sample_pairs(iter([]), 3) == ([], 0)
+    with pytest.raises(ValueError, match="at least 1"):
+        tok_mod.sample_pairs(iter(pairs), 0)
+
+
+def test_sample_is_uniform_and_reads_the_whole_stream():
+    n, k, trials = 20, 5, 2000
+    counts = [0] * n
+    for seed in range(trials):
+        for s, _ in tok_mod.sample_pairs(((str(i), "") for i in range(n)), k, seed=seed)[0]:
+            counts[int(s)] += 1
+    expected = trials * k / n                                   # 500, sd about 19
+    assert all(abs(c - expected) < 80 for c in counts), counts
+
+    def broken_at_the_end():
+        yield from (("a", "b") for _ in range(50))
+        raise CorpusError("train.de, line 51: invalid UTF-8")
+
+    with pytest.raises(CorpusError, match="line 51"):
+        tok_mod.sample_pairs(broken_at_the_end(), 5)
+
+
+@pytest.mark.parametrize("joint", [True, False])
+def test_tokenizer_trains_on_a_bounded_sample(tmp_path, train_texts, monkeypatch, caplog, joint):
+    src, tgt = train_texts                                      # 200 pairs
+    seen = []
+    real = tok_mod.train_sentencepiece
+
+    def spy(texts, *args):
+        seen.append(list(texts))
+        return real(texts, *args)
+
+    monkeypatch.setattr(tok_mod, "train_sentencepiece", spy)
+    with caplog.at_level(logging.INFO, logger="nmt.data"):
+        small = train_or_load_tokenizer(_cfg(joint=joint, input_sentence_size=60), "de", "en",
+                                        src, tgt, tmp_path / "a")
+    assert "training on a sample of" in caplog.text
+    if joint:                                                   # 30 pairs, both sides
+        assert [len(x) for x in seen] == [60]
+        assert set(zip(seen[0][:30], seen[0][30:], strict=True)) <= set(zip(src, tgt, strict=True))
+    else:                                                       # 60 pairs per side
+        assert [len(x) for x in seen] == [60, 60]
+    # deterministic: another cache directory trains the same model from the same sample
+    first, seen[:] = list(seen), []
+    again = train_or_load_tokenizer(_cfg(joint=joint, input_sentence_size=60), "de", "en",
+                                    src, tgt, tmp_path / "b")
+    assert again.fingerprint == small.fingerprint and seen == first
+    # the bound is part of the cache key; a bound above the corpus size trains on all of it
+    seen[:] = []
+    whole = train_or_load_tokenizer(_cfg(joint=joint, input_sentence_size=400), "de", "en",
+                                    src, tgt, tmp_path / "a")
+    assert seen == ([src + tgt] if joint else [src, tgt])
+    assert len(list((tmp_path / "a" / "tokenizers").iterdir())) == 2
+    assert whole.fingerprint != small.fingerprint
+
+
+def test_streamed_pairs_give_the_same_tokenizer_and_cache_key(tmp_path, train_texts):
+    src, tgt = train_texts
+    first = train_or_load_tokenizer(_cfg(), "de", "en", src, tgt, tmp_path)
+    streamed = tok_mod.tokenizer_from_pairs(_cfg(), "de", "en", lambda: zip(src, tgt, strict=True),
+                                            tmp_path)
+    assert streamed.fingerprint == first.fingerprint
+    assert len(list((tmp_path / "tokenizers").iterdir())) == 1    # a cache hit
+    with pytest.raises(ValueError, match="input_sentence_size=0 must be at least 1"):
+        train_or_load_tokenizer(_cfg(input_sentence_size=0), "de", "en", src, tgt, tmp_path)

@@ -23,7 +23,7 @@ import json
 import logging
 import os
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import Any
@@ -33,13 +33,14 @@ import pyarrow as pa
 import torch
 
 from nmt.config import cfg_get
-from nmt.data.corpus import CorpusError, drop_empty_pairs, read_parallel, split_fingerprint
-from nmt.data.tokenizer import BOS_ID, EOS_ID, PAD_ID, Tokenizer, train_or_load_tokenizer
+from nmt.data.corpus import CorpusError, iter_nonempty_pairs, iter_parallel, split_fingerprint
+from nmt.data.tokenizer import BOS_ID, EOS_ID, PAD_ID, Tokenizer, tokenizer_from_pairs
 
 log = logging.getLogger("nmt.data")
 
 CACHE_VERSION = 1
-_CHUNK_ROWS = 100_000  # pairs per Arrow record batch (bounds memory while tokenizing)
+_CHUNK_ROWS = 100_000  # pairs per Arrow record batch of a token cache
+_ENCODE_ROWS = 10_000  # pairs read and tokenized at a time (bounds the Python objects)
 _SCHEMA = pa.schema([("src_ids", pa.list_(pa.int32())), ("tgt_ids", pa.list_(pa.int32())),
                      ("src_text", pa.large_string()), ("tgt_text", pa.large_string()),
                      ("row", pa.int64())])
@@ -143,7 +144,7 @@ class TokenizedSplit:
         src_lens: [N] int64, source lengths *including* EOS (= S of a batch of one).
         tgt_lens: [N] int64, ``tgt_out`` lengths *including* EOS (= T of a batch of one).
         rows: [N] int64, the line number of each pair in the raw split (differs from the
-            position only in a filtered training split).
+            position only in a filtered training split; read on access, not kept in memory).
     """
 
     def __init__(self, path: str | Path):
@@ -158,22 +159,26 @@ class TokenizedSplit:
     def _open(self, path: Path) -> None:
         self.path = path
         self._reader = pa.ipc.open_file(pa.memory_map(str(self.path), "r"))
+        batches = [self._reader.get_batch(i) for i in range(self._reader.num_record_batches)]
+        self._starts = np.cumsum([0] + [rb.num_rows for rb in batches])
+        n = int(self._starts[-1])
+        self.src_lens, self.tgt_lens = np.empty(n, np.int64), np.empty(n, np.int64)
         self._chunks: list[tuple[np.ndarray, ...]] = []
-        src_lens, tgt_lens, rows = [], [], []
-        for i in range(self._reader.num_record_batches):
-            rb = self._reader.get_batch(i)
+        for rb, a, b in zip(batches, self._starts[:-1], self._starts[1:], strict=True):
             src, tgt = rb.column("src_ids"), rb.column("tgt_ids")
             s_off, t_off = src.offsets.to_numpy(), tgt.offsets.to_numpy()  # int32, zero-copy
             self._chunks.append((src.values.to_numpy(zero_copy_only=True), s_off,
                                  tgt.values.to_numpy(zero_copy_only=True), t_off))
-            src_lens.append(np.diff(s_off).astype(np.int64) + 1)
-            tgt_lens.append(np.diff(t_off).astype(np.int64) + 1)
-            rows.append(rb.column("row").to_numpy())
-        empty = np.zeros(0, np.int64)
-        self.src_lens = np.concatenate(src_lens) if src_lens else empty
-        self.tgt_lens = np.concatenate(tgt_lens) if tgt_lens else empty
-        self.rows = np.concatenate(rows).astype(np.int64) if rows else empty
-        self._starts = np.cumsum([0] + [len(x) for x in src_lens])
+            np.subtract(s_off[1:], s_off[:-1] - 1, out=self.src_lens[a:b])  # + EOS
+            np.subtract(t_off[1:], t_off[:-1] - 1, out=self.tgt_lens[a:b])
+
+    @property
+    def rows(self) -> np.ndarray:
+        """[N] int64, the line number of each pair in the raw split (differs from the position
+        only in a filtered training split); read from the file on each access."""
+        rows = [self._reader.get_batch(i).column("row").to_numpy()
+                for i in range(self._reader.num_record_batches)]
+        return np.concatenate(rows).astype(np.int64) if rows else np.zeros(0, np.int64)
 
     def __len__(self) -> int:
         return len(self.src_lens)
@@ -247,65 +252,126 @@ class TokenizedSplit:
                      n_src_tokens=int(s_lens.sum()), n_tgt_tokens=int(t_lens.sum()))
 
 
-def _list_array(ids: list[list[int]]) -> pa.Array:
-    lens = np.fromiter((len(x) for x in ids), dtype=np.int64, count=len(ids))
-    offsets = np.zeros(len(ids) + 1, np.int32)
-    np.cumsum(lens, out=offsets[1:])
-    values = np.fromiter(itertools.chain.from_iterable(ids), dtype=np.int32, count=int(offsets[-1]))
-    return pa.ListArray.from_arrays(pa.array(offsets), pa.array(values))
+def _flat_ids(ids: list[list[int]]) -> tuple[np.ndarray, np.ndarray]:
+    """Id lists as (lengths [N] int64, all ids concatenated [sum] int32)."""
+    lens = np.fromiter(map(len, ids), np.int64, count=len(ids))
+    return lens, np.fromiter(itertools.chain.from_iterable(ids), np.int32, count=int(lens.sum()))
+
+
+def _list_array(lens: np.ndarray, values: np.ndarray, keep: np.ndarray) -> pa.Array:
+    """The rows ``keep`` (bool [N]) of a flat id table (see :func:`_flat_ids`) as an Arrow
+    ``list<int32>`` array."""
+    offsets = np.zeros(int(keep.sum()) + 1, np.int32)
+    np.cumsum(lens[keep], out=offsets[1:])
+    return pa.ListArray.from_arrays(pa.array(offsets), pa.array(values[np.repeat(keep, lens)]))
+
+
+def _tokenize_piece(piece: list[tuple[int, str, str]], tokenizer: Tokenizer,
+                    max_len: int | None, max_len_ratio: float | None,
+                    stats: dict[str, int]) -> pa.RecordBatch:
+    """Tokenize and filter (see :func:`write_pairs`) a few pairs into a compact record batch;
+    adds the counts to ``stats``."""
+    rows, src_t, tgt_t = zip(*piece, strict=True)
+    ls, s_ids = _flat_ids(tokenizer.encode_src_batch(src_t))
+    lt, t_ids = _flat_ids(tokenizer.encode_tgt_batch(tgt_t))
+    keep = np.ones(len(ls), bool)
+    if max_len is not None:
+        too_long = (ls > max_len) | (lt > max_len)
+        stats["too_long"] += int(too_long.sum())
+        keep &= ~too_long
+    if max_len_ratio is not None:
+        ratio = np.maximum(ls, lt) / np.maximum(np.minimum(ls, lt), 1)
+        bad = keep & (ratio > max_len_ratio)
+        stats["bad_ratio"] += int(bad.sum())
+        keep &= ~bad
+    stats["pairs"] += int(keep.sum())
+    mask = pa.array(keep)
+    return pa.record_batch(
+        [_list_array(ls, s_ids, keep), _list_array(lt, t_ids, keep),
+         pa.array(src_t, pa.large_string()).filter(mask),
+         pa.array(tgt_t, pa.large_string()).filter(mask),
+         pa.array(np.asarray(rows, np.int64)[keep])], schema=_SCHEMA)
 
 
 def write_split(path: str | Path, src_texts: Sequence[str], tgt_texts: Sequence[str],
                 tokenizer: Tokenizer, rows: Sequence[int] | None = None,
-                max_len: int | None = None, max_len_ratio: float | None = None) -> dict[str, int]:
-    """Tokenize pairs and write them as an Arrow IPC file (atomically: temp file + rename).
+                max_len: int | None = None, max_len_ratio: float | None = None,
+                chunk_rows: int | None = None) -> dict[str, int]:
+    """:func:`write_pairs` for pairs given as two lists.
 
     Args:
         rows: original line numbers (default ``0..N-1``).
+        path, tokenizer, max_len, max_len_ratio, chunk_rows: see :func:`write_pairs`.
+
+    Raises:
+        ValueError: the lists (and ``rows``) differ in length.
+        OSError: see :func:`write_pairs`.
+    """
+    rows = range(len(src_texts)) if rows is None else rows
+    return write_pairs(path, zip(rows, src_texts, tgt_texts, strict=True), tokenizer, max_len,
+                       max_len_ratio, chunk_rows)
+
+
+def write_pairs(path: str | Path, pairs: Iterable[tuple[int, str, str]], tokenizer: Tokenizer,
+                max_len: int | None = None, max_len_ratio: float | None = None,
+                chunk_rows: int | None = None) -> dict[str, int]:
+    """Tokenize a stream of pairs and write them as an Arrow IPC file, chunk by chunk.
+
+    Reads 10,000 pairs at a time (fewer when ``chunk_rows`` is smaller), tokenizes and
+    filters them into compact Arrow arrays and lets the Python strings and id lists go;
+    every ``chunk_rows`` kept pairs are written as one Arrow record batch. Memory is bounded
+    by one chunk however long the stream is, and the ids, texts and rows written do not
+    depend on ``chunk_rows`` (only the file's record batches do). The file appears
+    atomically (temp file + rename) once the stream has ended without error.
+
+    Args:
+        path: the Arrow file to write.
+        pairs: ``(row, source text, target text)``; ``row`` is the pair's line number in the
+            raw split (kept in the file, see :attr:`TokenizedSplit.rows`).
+        tokenizer: gives the ids (``encode_src_batch`` / ``encode_tgt_batch``).
         max_len, max_len_ratio: training filters, in subword tokens without EOS: pairs with
             a side longer than ``max_len`` or ``max(len) / max(min(len), 1) > max_len_ratio``
             are dropped. ``None`` keeps every pair (validation and test).
+        chunk_rows: kept pairs per record batch (default 100,000: about 60 MB for Multi30k-
+            like sentences, and few record batches for :meth:`TokenizedSplit.collate`,
+            whose time per batch grows with the number of record batches it touches).
 
     Returns:
         ``{"pairs": kept, "too_long": n, "bad_ratio": n}``.
 
     Raises:
+        ValueError: ``chunk_rows`` < 1.
         OSError: the directory of ``path`` cannot be created or written (the temporary
-            file is removed; an existing ``path`` is left as it was).
+            file is removed; an existing ``path`` is left as it was). Errors of the stream
+            (e.g. :class:`CorpusError`) propagate the same way: no file is left behind.
     """
+    chunk_rows = _CHUNK_ROWS if chunk_rows is None else int(chunk_rows)
+    if chunk_rows < 1:
+        raise ValueError(f"chunk_rows={chunk_rows} must be at least 1.")
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    rows = np.arange(len(src_texts)) if rows is None else np.asarray(rows, np.int64)
     stats = {"pairs": 0, "too_long": 0, "bad_ratio": 0}
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     os.close(fd)
+    stream, read = iter(pairs), min(chunk_rows, _ENCODE_ROWS)
     try:
         with pa.OSFile(tmp, "wb") as sink, pa.ipc.new_file(sink, _SCHEMA) as writer:
-            for a in range(0, len(src_texts), _CHUNK_ROWS):
-                src_t, tgt_t = src_texts[a: a + _CHUNK_ROWS], tgt_texts[a: a + _CHUNK_ROWS]
-                s_ids, t_ids = tokenizer.encode_src_batch(src_t), tokenizer.encode_tgt_batch(tgt_t)
-                keep = np.ones(len(s_ids), bool)
-                if max_len is not None or max_len_ratio is not None:
-                    ls = np.fromiter(map(len, s_ids), np.int64, count=len(s_ids))
-                    lt = np.fromiter(map(len, t_ids), np.int64, count=len(t_ids))
-                    if max_len is not None:
-                        too_long = (ls > max_len) | (lt > max_len)
-                        stats["too_long"] += int(too_long.sum())
-                        keep &= ~too_long
-                    if max_len_ratio is not None:
-                        ratio = np.maximum(ls, lt) / np.maximum(np.minimum(ls, lt), 1)
-                        bad = keep & (ratio > max_len_ratio)
-                        stats["bad_ratio"] += int(bad.sum())
-                        keep &= ~bad
-                sel = np.nonzero(keep)[0].tolist()
-                if len(sel) < len(s_ids):
-                    s_ids, t_ids = [s_ids[i] for i in sel], [t_ids[i] for i in sel]
-                    src_t, tgt_t = [src_t[i] for i in sel], [tgt_t[i] for i in sel]
-                stats["pairs"] += len(sel)
-                writer.write_batch(pa.record_batch(
-                    [_list_array(s_ids), _list_array(t_ids), pa.array(list(src_t), pa.large_string()),
-                     pa.array(list(tgt_t), pa.large_string()), pa.array(rows[a: a + _CHUNK_ROWS][keep])],
-                    schema=_SCHEMA))
+            pending: list[pa.RecordBatch] = []  # tokenized pairs not yet written
+            n_pending, ended = 0, False
+            while not ended:
+                piece = list(itertools.islice(stream, read))
+                ended = len(piece) < read
+                if piece:
+                    pending.append(_tokenize_piece(piece, tokenizer, max_len, max_len_ratio,
+                                                   stats))
+                    n_pending += pending[-1].num_rows
+                    del piece
+                while n_pending >= chunk_rows or (ended and n_pending):
+                    table = pa.Table.from_batches(pending, schema=_SCHEMA)
+                    writer.write_table(table.slice(0, chunk_rows).combine_chunks())
+                    rest = table.slice(chunk_rows)
+                    pending, n_pending = rest.to_batches(), rest.num_rows
+                    del table, rest
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
@@ -397,19 +463,51 @@ def _key(*parts: Any) -> str:
 def load_split(data_cfg: Any, split: str, tokenizer: Tokenizer) -> TokenizedSplit:
     """A split tokenized without any filtering (validation / test), cached like training.
 
+    The split is streamed into the cache (:func:`write_pairs`), never held as lists.
+
     Raises:
         CorpusError: the split's files are missing, unreadable, not UTF-8, empty or
-            misaligned (see :func:`nmt.data.corpus.read_parallel`).
+            misaligned (see :func:`nmt.data.corpus.iter_parallel`).
     """
     path = Path(str(cfg_get(data_cfg, "cache_dir"))) / "tokenized" / \
         f"{split}-{_key(split_fingerprint(data_cfg, split), tokenizer.fingerprint)}.arrow"
     if path.is_file():
         log.info("%s: token cache hit %s", split, path)
     else:
-        src, tgt = read_parallel(data_cfg, split)
-        write_split(path, src, tgt, tokenizer)
-        log.info("%s: tokenized %d pairs -> %s", split, len(src), path)
+        pairs = ((row, s, t) for row, (s, t) in enumerate(iter_parallel(data_cfg, split)))
+        stats = write_pairs(path, pairs, tokenizer)
+        log.info("%s: tokenized %d pairs -> %s", split, stats["pairs"], path)
     return TokenizedSplit(path)
+
+
+def training_pairs(data_cfg: Any, report: bool = True) -> Iterator[tuple[int, str, str]]:
+    """``(row, source, target)`` of the training pairs, streamed: the first
+    ``data.max_train_pairs`` pairs of ``data.train_split`` without the empty ones.
+
+    The pairs beyond ``max_train_pairs`` are still read (not kept), so a misaligned or
+    broken corpus is an error whatever the cap.
+
+    Args:
+        data_cfg: the ``data`` config section.
+        report: log the number of dropped empty pairs (once per preparation, not per pass).
+
+    Raises:
+        CorpusError: see :func:`nmt.data.corpus.iter_parallel` and
+            :func:`nmt.data.corpus.iter_nonempty_pairs` (no pair left).
+    """
+    split = str(cfg_get(data_cfg, "train_split"))
+    max_pairs = cfg_get(data_cfg, "max_train_pairs")
+    pairs = iter_parallel(data_cfg, split)
+    if max_pairs is not None:
+        pairs = _first(pairs, int(max_pairs))
+    return iter_nonempty_pairs(pairs, where=split, report=report)
+
+
+def _first(stream: Iterator[tuple[str, str]], n: int) -> Iterator[tuple[str, str]]:
+    """The first ``n`` items of ``stream``; then reads (and so checks) the rest, unused."""
+    yield from itertools.islice(stream, n)
+    for _ in stream:
+        pass
 
 
 def prepare_data(data_cfg: Any, run_dir: str | Path | None = None,
@@ -419,11 +517,15 @@ def prepare_data(data_cfg: Any, run_dir: str | Path | None = None,
     ``tokenizer`` (a fine-tuning run's, or ``data.tokenizer.model``'s) is used as it is;
     without one, a tokenizer is trained on the training split (or found in the cache).
 
-    Training split: first ``max_train_pairs`` pairs, empty pairs dropped (count logged), the
-    tokenizer trained on what is left, then pairs beyond ``max_len`` / ``max_len_ratio``
-    dropped (count logged). Validation split: every pair, unfiltered. When ``run_dir`` is
-    given the tokenizer model(s) are copied to ``run_dir/tokenizer/``.
+    Training split (:func:`training_pairs`): first ``max_train_pairs`` pairs, empty pairs
+    dropped (count logged), the tokenizer trained on a sample of what is left
+    (``data.tokenizer.input_sentence_size``), then pairs beyond ``max_len`` /
+    ``max_len_ratio`` dropped (count logged). Validation split: every pair, unfiltered. When
+    ``run_dir`` is given the tokenizer model(s) are copied to ``run_dir/tokenizer/``.
 
+    The corpus is streamed, never held in memory: one pass hashes its bytes (the cache key),
+    one samples the tokenizer's training sentences, one tokenizes it into the cache chunk by
+    chunk, so preparing a corpus larger than memory needs about as much memory as Multi30k.
     On a cache hit neither the corpus texts nor the tokenizer training run: only the
     corpus bytes are hashed.
 
@@ -436,29 +538,18 @@ def prepare_data(data_cfg: Any, run_dir: str | Path | None = None,
     split = str(cfg_get(data_cfg, "train_split"))
     max_pairs = cfg_get(data_cfg, "max_train_pairs")
     train_id = _key(split_fingerprint(data_cfg, split), max_pairs)
-    loaded: dict[str, list] = {}
-
-    def texts() -> dict[str, list]:
-        if not loaded:
-            src, tgt = read_parallel(data_cfg, split)
-            if max_pairs is not None:
-                src, tgt = src[: int(max_pairs)], tgt[: int(max_pairs)]
-            src, tgt, rows = drop_empty_pairs(src, tgt, where=split)
-            loaded.update(src=src, tgt=tgt, rows=rows)
-        return loaded
-
     if tokenizer is None:
-        tokenizer = train_or_load_tokenizer(
+        tokenizer = tokenizer_from_pairs(
             cfg_get(data_cfg, "tokenizer"), str(cfg_get(data_cfg, "src_lang")),
             str(cfg_get(data_cfg, "tgt_lang")),
-            lambda: texts()["src"], lambda: texts()["tgt"], cache, data_hash=train_id)
+            lambda: ((s, t) for _, s, t in training_pairs(data_cfg, report=False)), cache,
+            data_hash=train_id)
     max_len, ratio = int(cfg_get(data_cfg, "max_len")), float(cfg_get(data_cfg, "max_len_ratio"))
     path = cache / "tokenized" / f"{split}-{_key(train_id, tokenizer.fingerprint, max_len, ratio)}.arrow"
     if path.is_file():
         log.info("%s: token cache hit %s", split, path)
     else:
-        t = texts()
-        stats = write_split(path, t["src"], t["tgt"], tokenizer, t["rows"], max_len, ratio)
+        stats = write_pairs(path, training_pairs(data_cfg), tokenizer, max_len, ratio)
         log.info("%s: %d pairs kept; dropped %d longer than max_len=%d and %d with length ratio "
                  "> %g -> %s", split, stats["pairs"], stats["too_long"], max_len,
                  stats["bad_ratio"], ratio, path)
@@ -466,7 +557,6 @@ def prepare_data(data_cfg: Any, run_dir: str | Path | None = None,
             path.unlink()
             raise CorpusError(f"{split}: no training pair is left after the length filters "
                               f"(data.max_len={max_len}, data.max_len_ratio={ratio}).")
-    loaded.clear()
     train = TokenizedSplit(path)
     valid = load_split(data_cfg, str(cfg_get(data_cfg, "valid_split")), tokenizer)
     if run_dir is not None:

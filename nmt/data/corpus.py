@@ -8,17 +8,21 @@ Formats (``data.format``):
           (read with ``datasets.load_from_disk``) or a hub name (``datasets.load_dataset``).
           Rows carry ``translation: {src_lang: ..., tgt_lang: ...}`` or one column per language.
 
+Every reader streams: ``iter_*`` yield one line or pair at a time, so memory does not grow
+with the corpus (:func:`iter_parallel` is what data preparation uses); ``read_*`` collect the
+same stream into lists for inputs that fit in memory (evaluation, forced alignment).
 Everything returned here is raw and unfiltered, one string per line with the line break
 removed. Bad input raises :class:`CorpusError` with one sentence that names the file, the
-line and the problem. Training-only cleaning (empty pairs, length filters) happens in
-:func:`drop_empty_pairs` and :func:`nmt.data.batching.prepare_data`; validation and test
-splits are never filtered.
+line and the problem, as soon as the stream reaches it. Training-only cleaning (empty pairs,
+length filters) happens in :func:`iter_nonempty_pairs` and
+:func:`nmt.data.batching.prepare_data`; validation and test splits are never filtered.
 """
 
 from __future__ import annotations
 
 import hashlib
 import logging
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +35,10 @@ class CorpusError(ValueError):
     """A corpus file is missing, unreadable, misaligned or empty (message names file and line)."""
 
 
+_BOM = b"\xef\xbb\xbf"  # the UTF-8 byte order mark
+_HF_BATCH_ROWS = 10_000  # rows per batch read from a Hugging Face dataset
+
+
 # ------------------------------------------------------------------ plain-text files
 def _check_file(path: Path) -> None:
     """Raise :class:`CorpusError` unless ``path`` is an existing regular file."""
@@ -41,37 +49,88 @@ def _check_file(path: Path) -> None:
         raise CorpusError(f"{path}: file not found.")
 
 
-def read_lines(path: str | Path) -> list[str]:
-    """All lines of a UTF-8 file, without line breaks (``\\n`` or ``\\r\\n``).
+def iter_lines(path: str | Path) -> Iterator[str]:
+    """The lines of a UTF-8 file one at a time, without line breaks (``\\n`` or ``\\r\\n``).
 
-    Only ``\\n`` separates lines (not the other Unicode line separators), so files stay
-    aligned with ``wc -l``. A leading UTF-8 byte order mark is removed (``utf-8-sig``).
+    Reads the file as a stream (memory does not grow with its size). Only ``\\n`` separates
+    lines (not the other Unicode line separators), so files stay aligned with ``wc -l``. A
+    leading UTF-8 byte order mark is removed. The checks run as the lines are read: an error
+    in line ``k`` is raised after lines ``1..k-1`` were yielded.
 
     Raises:
         CorpusError: the path is missing, is a directory, cannot be read (permissions or
-            another OS error), is not valid UTF-8 (names the line), or is empty.
+            another OS error), is not valid UTF-8 (names the line and the byte offset in the
+            file), or is empty.
     """
     path = Path(path)
     _check_file(path)
     try:
-        data = path.read_bytes()
+        f = path.open("rb")
     except OSError as err:  # PermissionError and friends
-        raise CorpusError(f"{path}: cannot be read ({err.strerror or err}); check the file's "
-                          "permissions.") from None
-    try:
-        text = data.decode("utf-8-sig")
-    except UnicodeDecodeError as err:
-        raw = err.object  # the bytes after a BOM, which utf-8-sig's offsets refer to
-        offset = err.start + len(data) - len(raw)
-        line = raw.count(b"\n", 0, err.start) + 1
-        raise CorpusError(f"{path}, line {line}: invalid UTF-8 (byte 0x{raw[err.start]:02x} "
-                          f"at offset {offset}); re-encode the file as UTF-8.") from None
-    if not text:
+        raise CorpusError(_unreadable(path, err)) from None
+    with f:
+        offset, number = 0, 0  # bytes before the current line; lines read so far
+        try:
+            for raw in f:
+                start, end = 0, len(raw)
+                if number == 0 and raw.startswith(_BOM):
+                    start = len(_BOM)
+                    if end == start:  # a BOM and nothing else
+                        break
+                number += 1
+                if raw.endswith(b"\n"):
+                    end -= 1
+                if end > start and raw[end - 1: end] == b"\r":
+                    end -= 1
+                try:
+                    line = raw[start:end].decode("utf-8")
+                except UnicodeDecodeError as err:
+                    bad = start + err.start
+                    raise CorpusError(f"{path}, line {number}: invalid UTF-8 (byte "
+                                      f"0x{raw[bad]:02x} at offset {offset + bad}); re-encode "
+                                      "the file as UTF-8.") from None
+                offset += len(raw)
+                yield line
+        except OSError as err:
+            raise CorpusError(_unreadable(path, err)) from None
+    if number == 0:
         raise CorpusError(f"{path}: the file is empty; a corpus needs at least one line.")
-    lines = text.split("\n")
-    if lines[-1] == "":
-        lines.pop()
-    return [line[:-1] if line.endswith("\r") else line for line in lines]
+
+
+def read_lines(path: str | Path) -> list[str]:
+    """All lines of a UTF-8 file as a list (:func:`iter_lines`, for files that fit in memory).
+
+    Raises:
+        CorpusError: see :func:`iter_lines`.
+    """
+    return list(iter_lines(path))
+
+
+def iter_text_pair(src_path: str | Path, tgt_path: str | Path) -> Iterator[tuple[str, str]]:
+    """``(source line, target line)`` of two line-aligned files, streamed.
+
+    Raises:
+        CorpusError: a file is missing / not UTF-8 / empty (see :func:`iter_lines`), or the
+            line counts differ (raised when the shorter file ends, after counting the rest of
+            the longer one; the message names both files and both counts).
+    """
+    src_lines, tgt_lines = iter_lines(src_path), iter_lines(tgt_path)
+    n = 0
+    for s in src_lines:
+        t = next(tgt_lines, None)
+        if t is None:
+            n_src = n + 1 + sum(1 for _ in src_lines)
+            raise CorpusError(_misaligned(src_path, n_src, tgt_path, n))
+        n += 1
+        yield s, t
+    rest = sum(1 for _ in tgt_lines)
+    if rest:
+        raise CorpusError(_misaligned(src_path, n, tgt_path, n + rest))
+
+
+def _misaligned(src_path: str | Path, n_src: int, tgt_path: str | Path, n_tgt: int) -> str:
+    return (f"{src_path} has {n_src} lines but {tgt_path} has {n_tgt}: parallel files must be "
+            "line-aligned.")
 
 
 def read_text_pair(src_path: str | Path, tgt_path: str | Path) -> tuple[list[str], list[str]]:
@@ -81,31 +140,44 @@ def read_text_pair(src_path: str | Path, tgt_path: str | Path) -> tuple[list[str
         (source lines, target lines), equally long.
 
     Raises:
-        CorpusError: a file is missing / not UTF-8 / empty, or the line counts differ
-            (the message names both files and both counts).
+        CorpusError: see :func:`iter_text_pair`.
     """
-    src, tgt = read_lines(src_path), read_lines(tgt_path)
-    if len(src) != len(tgt):
-        raise CorpusError(f"{src_path} has {len(src)} lines but {tgt_path} has {len(tgt)}: "
-                          "parallel files must be line-aligned.")
-    return src, tgt
+    return _unzip(iter_text_pair(src_path, tgt_path))
 
 
-def read_tsv(path: str | Path) -> tuple[list[str], list[str]]:
-    """Read ``source<TAB>target`` lines.
+def iter_tsv(path: str | Path) -> Iterator[tuple[str, str]]:
+    """``(source, target)`` of each ``source<TAB>target`` line, streamed.
 
     Raises:
         CorpusError: missing / not UTF-8 / empty file, or a line without exactly one tab.
     """
-    src, tgt = [], []
-    for number, line in enumerate(read_lines(path), start=1):
+    for number, line in enumerate(iter_lines(path), start=1):
         fields = line.split("\t")
         if len(fields) != 2:
             raise CorpusError(f"{path}, line {number}: expected 2 tab-separated fields "
                               f"(source<TAB>target), found {len(fields)}.")
-        src.append(fields[0])
-        tgt.append(fields[1])
+        yield fields[0], fields[1]
+
+
+def read_tsv(path: str | Path) -> tuple[list[str], list[str]]:
+    """Read ``source<TAB>target`` lines into two lists.
+
+    Raises:
+        CorpusError: see :func:`iter_tsv`.
+    """
+    return _unzip(iter_tsv(path))
+
+
+def _unzip(pairs: Iterable[tuple[str, str]]) -> tuple[list[str], list[str]]:
+    src, tgt = [], []
+    for s, t in pairs:
+        src.append(s)
+        tgt.append(t)
     return src, tgt
+
+
+def _unreadable(path: Path, err: OSError) -> str:
+    return f"{path}: cannot be read ({err.strerror or err}); check the file's permissions."
 
 
 # ------------------------------------------------------------------ Hugging Face
@@ -134,41 +206,62 @@ def _load_hf(root: str, split: str):
     return loaded[split]
 
 
-def read_hf(root: str, split: str, src_lang: str, tgt_lang: str) -> tuple[list[str], list[str]]:
-    """Read a split of a Hugging Face dataset (local ``save_to_disk`` dir or hub name).
+def iter_hf(root: str, split: str, src_lang: str, tgt_lang: str,
+            batch_rows: int = _HF_BATCH_ROWS) -> Iterator[tuple[str, str]]:
+    """``(source, target)`` of each row of a Hugging Face dataset split, streamed.
 
-    Rows need ``translation: {src_lang: str, tgt_lang: str}`` or columns named after the
-    two languages. The dataset must be a ``DatasetDict`` (named splits): a single saved
-    ``Dataset`` is refused rather than used for every split.
+    The split (a local ``save_to_disk`` dir or a hub name) is memory-mapped Arrow; it is read
+    ``batch_rows`` rows at a time, never as one list. Rows need
+    ``translation: {src_lang: str, tgt_lang: str}`` or columns named after the two languages.
+    The dataset must be a ``DatasetDict`` (named splits): a single saved ``Dataset`` is refused
+    rather than used for every split.
 
     Raises:
         CorpusError: the dataset cannot be loaded, is not a ``DatasetDict``, lacks the split
-            or the language fields, or the split is empty.
+            or the language fields, the split is empty, or a row holds a non-string (names
+            the row, counted from 0).
     """
     ds = _load_hf(root, split)
     where = f"{root} (split {split})"
     if len(ds) == 0:
         raise CorpusError(f"{where}: the dataset split is empty.")
     if "translation" in ds.column_names:
-        rows = ds["translation"]
-        rows = rows[:] if not isinstance(rows, list) else rows
-        first = rows[0]
+        first = ds[0]["translation"]
         for lang in (src_lang, tgt_lang):
             if lang not in first:
                 raise CorpusError(f"{where}: translation has no {lang!r} field "
                                   f"(it has {', '.join(first)}); set data.src_lang/tgt_lang.")
-        src = [r[src_lang] for r in rows]
-        tgt = [r[tgt_lang] for r in rows]
+
+        def columns(batch: dict) -> tuple[list, list]:
+            rows = batch["translation"]
+            return [r[src_lang] for r in rows], [r[tgt_lang] for r in rows]
+
+        ds = ds.select_columns(["translation"])
     elif src_lang in ds.column_names and tgt_lang in ds.column_names:
-        src, tgt = list(ds[src_lang]), list(ds[tgt_lang])
+        def columns(batch: dict) -> tuple[list, list]:
+            return batch[src_lang], batch[tgt_lang]
+
+        ds = ds.select_columns([src_lang, tgt_lang])
     else:
         raise CorpusError(f"{where}: no 'translation' column and no {src_lang!r}/{tgt_lang!r} "
                           f"columns (it has {', '.join(ds.column_names)}).")
-    for i, (s, t) in enumerate(zip(src, tgt, strict=True)):
-        if not isinstance(s, str) or not isinstance(t, str):
-            raise CorpusError(f"{where}, row {i}: expected two strings, got "
-                              f"{type(s).__name__} and {type(t).__name__}.")
-    return src, tgt
+    i = 0
+    for batch in ds.iter(batch_size=batch_rows):
+        for s, t in zip(*columns(batch), strict=True):
+            if not isinstance(s, str) or not isinstance(t, str):
+                raise CorpusError(f"{where}, row {i}: expected two strings, got "
+                                  f"{type(s).__name__} and {type(t).__name__}.")
+            i += 1
+            yield s, t
+
+
+def read_hf(root: str, split: str, src_lang: str, tgt_lang: str) -> tuple[list[str], list[str]]:
+    """Read a split of a Hugging Face dataset into two lists (see :func:`iter_hf`).
+
+    Raises:
+        CorpusError: see :func:`iter_hf`.
+    """
+    return _unzip(iter_hf(root, split, src_lang, tgt_lang))
 
 
 # ------------------------------------------------------------------ dispatch
@@ -201,8 +294,33 @@ def check_split_files(data_cfg: Any, split: str) -> list[Path]:
     return paths
 
 
+def iter_parallel(data_cfg: Any, split: str) -> Iterator[tuple[str, str]]:
+    """``(source, target)`` of each pair of one split of the configured corpus, raw and
+    unfiltered, streamed: memory does not grow with the corpus.
+
+    Args:
+        data_cfg: the ``data`` config section (format, root, src_lang, tgt_lang).
+        split: split name, e.g. ``data.train_split`` (``train``) or ``test_2016_flickr``.
+
+    Raises:
+        CorpusError: ``data.format`` is unknown, or a file is missing (both at the call);
+            see :func:`iter_text_pair`, :func:`iter_tsv`, :func:`iter_hf` for the errors
+            raised while reading.
+    """
+    fmt = cfg_get(data_cfg, "format")
+    if fmt == "text":
+        return iter_text_pair(*check_split_files(data_cfg, split))
+    if fmt == "tsv":
+        return iter_tsv(check_split_files(data_cfg, split)[0])
+    if fmt == "hf":
+        return iter_hf(str(cfg_get(data_cfg, "root")), split, cfg_get(data_cfg, "src_lang"),
+                       cfg_get(data_cfg, "tgt_lang"))
+    raise CorpusError(f"data.format={fmt!r} is not one of text, tsv, hf.")
+
+
 def read_parallel(data_cfg: Any, split: str) -> tuple[list[str], list[str]]:
-    """Read one split of the configured corpus, raw and unfiltered.
+    """Read one split of the configured corpus into two lists, raw and unfiltered (for
+    splits that fit in memory: evaluation; training streams with :func:`iter_parallel`).
 
     Args:
         data_cfg: the ``data`` config section (format, root, src_lang, tgt_lang).
@@ -212,17 +330,9 @@ def read_parallel(data_cfg: Any, split: str) -> tuple[list[str], list[str]]:
         (source sentences, target sentences), equally long.
 
     Raises:
-        CorpusError: see :func:`read_text_pair`, :func:`read_tsv`, :func:`read_hf`.
+        CorpusError: see :func:`iter_parallel`.
     """
-    fmt = cfg_get(data_cfg, "format")
-    if fmt == "text":
-        return read_text_pair(*check_split_files(data_cfg, split))
-    if fmt == "tsv":
-        return read_tsv(check_split_files(data_cfg, split)[0])
-    if fmt == "hf":
-        return read_hf(str(cfg_get(data_cfg, "root")), split, cfg_get(data_cfg, "src_lang"),
-                       cfg_get(data_cfg, "tgt_lang"))
-    raise CorpusError(f"data.format={fmt!r} is not one of text, tsv, hf.")
+    return _unzip(iter_parallel(data_cfg, split))
 
 
 def split_fingerprint(data_cfg: Any, split: str) -> str:
@@ -254,9 +364,35 @@ def split_fingerprint(data_cfg: Any, split: str) -> str:
     return h.hexdigest()
 
 
+def iter_nonempty_pairs(pairs: Iterable[tuple[str, str]], where: str = "train",
+                        report: bool = True) -> Iterator[tuple[int, str, str]]:
+    """``(row, source, target)`` of the pairs whose sides are both non-blank (training only).
+
+    Streams: ``row`` is the pair's position in ``pairs`` (its line number minus one in a
+    text corpus). Pairs with an empty or white-space-only side are skipped; their number is
+    logged on the ``nmt.data`` logger when the stream ends (``report=False``: not logged, for
+    a second pass over the same corpus).
+
+    Raises:
+        CorpusError: the stream ends and no pair was kept (raised at its end).
+    """
+    kept = total = 0
+    for total, (s, t) in enumerate(pairs, start=1):
+        if s.strip() and t.strip():
+            kept += 1
+            yield total - 1, s, t
+    dropped = total - kept
+    if dropped and report:
+        log.info("%s: dropped %d empty or whitespace-only pairs of %d", where, dropped, total)
+    if not kept:
+        raise CorpusError(f"{where}: the corpus is empty (all {total} pairs are empty or "
+                          "whitespace-only).")
+
+
 def drop_empty_pairs(src: list[str], tgt: list[str], where: str = "train"
                      ) -> tuple[list[str], list[str], list[int]]:
-    """Remove pairs whose source or target is empty or white space only (training only).
+    """Remove pairs whose source or target is empty or white space only (training only;
+    lists: see :func:`iter_nonempty_pairs` for the streamed form).
 
     Returns:
         (kept sources, kept targets, kept row numbers); the number dropped is logged on the
@@ -265,13 +401,9 @@ def drop_empty_pairs(src: list[str], tgt: list[str], where: str = "train"
     Raises:
         CorpusError: nothing is left.
     """
-    keep = [i for i, (s, t) in enumerate(zip(src, tgt, strict=True)) if s.strip() and t.strip()]
-    dropped = len(src) - len(keep)
-    if dropped:
-        log.info("%s: dropped %d empty or whitespace-only pairs of %d", where, dropped, len(src))
-    if not keep:
-        raise CorpusError(f"{where}: the corpus is empty (all {len(src)} pairs are empty or "
-                          "whitespace-only).")
-    if dropped:
-        return [src[i] for i in keep], [tgt[i] for i in keep], keep
-    return src, tgt, keep
+    rows, src_kept, tgt_kept = [], [], []
+    for row, s, t in iter_nonempty_pairs(zip(src, tgt, strict=True), where):
+        rows.append(row)
+        src_kept.append(s)
+        tgt_kept.append(t)
+    return src_kept, tgt_kept, rows
