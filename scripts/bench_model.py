@@ -195,6 +195,8 @@ def main(argv: list[str] | None = None) -> dict:
         result[f"{'compile' if args.compile else 'bf16'}_speedup"] = round(statistics.median(ratios), 3)
         result["pairs"] = len(ratios)
     result.update(extra)
+    if compiled is not None:  # a graph built during the timed steps would show here
+        result["graphs_after_timing"] = compile_stats()["graphs"]
     fwd, half = variants[main_name]
     if args.profile:
         from torch.profiler import ProfilerActivity, profile
