@@ -145,6 +145,7 @@ class TrainSchema:
     prefetch: bool = MISSING
     early_stopping_patience: int | None = MISSING
     keep_last: int = MISSING
+    ema_decay: float | None = MISSING
     resume: str = MISSING
     init_from: str | None = MISSING
 
@@ -459,6 +460,12 @@ def validate(cfg: DictConfig) -> DictConfig:
     if not 0.0 < out.train.plateau_factor < 1.0:
         raise ConfigError(f"train.plateau_factor={out.train.plateau_factor} must lie in (0, 1): "
                           "the learning rate is multiplied by it on a plateau.")
+    ema = out.train.ema_decay
+    if ema is not None and not 0.0 < ema < 1.0:
+        raise ConfigError(f"train.ema_decay={ema} must lie in (0, 1): each step the average keeps "
+                          "this share of itself and takes the rest from the new weights, so it "
+                          "spans about 1 / (1 - decay) steps (0.999: the last ~1,000). Use e.g. "
+                          "train.ema_decay=0.999, or null to train without an average.")
     if out.train.init_from and out.data.tokenizer.model:
         raise ConfigError("train.init_from and data.tokenizer.model both name a tokenizer: a "
                           "fine-tuning run uses its checkpoint's tokenizer, so drop data.tokenizer.model.")

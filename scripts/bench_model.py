@@ -35,6 +35,9 @@ Reported (last line, ``key=value``):
     Embedding lookups are not counted, neither are attention score FLOPs.
   * ``params`` (distinct trainable parameters), ``step_ms`` (median), ``peak_gflops``,
     ``model_gflops`` (achieved), ``batches``, ``threads``.
+  * ``ema_update_ms``: median of 20 updates of the weight average that ``train.ema_decay``
+    adds after every step (:class:`nmt.training.ema.WeightAverage`, timed after the steps),
+    and ``ema_step_share`` = ``ema_update_ms / step_ms``.
 """
 
 from __future__ import annotations
@@ -53,6 +56,7 @@ from nmt.config import compose_config  # noqa: E402
 from nmt.data import PAD_ID, TokenBatchSampler, prepare_data  # noqa: E402
 from nmt.models import build_model  # noqa: E402
 from nmt.runtime import tune_malloc  # noqa: E402
+from nmt.training.ema import WeightAverage  # noqa: E402
 from nmt.training.loss import label_smoothed_nll  # noqa: E402
 from nmt.training.trainer import build_optimizer  # noqa: E402
 
@@ -126,6 +130,13 @@ def main(argv: list[str] | None = None) -> dict:
         print(f"  step {len(times)}: {1e3 * times[-1]:.0f} ms  B={len(b)} S={b.src.shape[1]} "
               f"T={b.tgt_in.shape[1]} tgt_tokens={b.n_tgt_tokens} loss={loss:.3f}", flush=True)
     wall = sum(times)
+    ema = WeightAverage(model, cfg.train.ema_decay or 0.999)
+    ema_times = []
+    for t in range(20):
+        t0 = time.perf_counter()
+        ema.update(t + 1)
+        ema_times.append(time.perf_counter() - t0)
+    ema_ms = 1e3 * statistics.median(ema_times)
     result = {
         "model": cfg.model.name, "params": params, "tgt_tokens_per_s": round(tgt_tokens / wall, 1),
         "mfu": round(flops / wall / 1e9 / peak, 3), "step_ms": round(1e3 * statistics.median(times), 1),
@@ -133,6 +144,8 @@ def main(argv: list[str] | None = None) -> dict:
         "batches": len(times), "threads": args.threads,
         "optimizer": f"{cfg.train.optimizer}{'-fused' if opt.defaults.get('fused') else ''}",
         "compile": bool(args.compile or cfg.train.compile), "malloc_tuned": malloc_tuned,
+        "ema_update_ms": round(ema_ms, 2),
+        "ema_step_share": round(ema_ms / statistics.median(times) / 1e3, 4),
     }
     if args.profile:
         from torch.profiler import ProfilerActivity, profile

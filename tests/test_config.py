@@ -44,6 +44,8 @@ def test_data_root_comes_from_the_environment(monkeypatch):
         (["train.label_smoothing=1.5"], "train.label_smoothing=1.5 must lie in [0, 1)"),
         (["search.n_best=3"], "search.n_best=3 exceeds search.beam_size=1"),
         (["train.nokey=1"], "train.nokey"),
+        (["train.ema_decay=1.0"], "train.ema_decay=1.0 must lie in (0, 1)"),
+        (["train.ema_decay=0"], "train.ema_decay=0.0 must lie in (0, 1)"),
     ],
 )
 def test_bad_values_name_the_key(overrides, message):

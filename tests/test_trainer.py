@@ -50,10 +50,6 @@ def _run_cli(args: list[str], env: dict | None = None) -> subprocess.CompletedPr
                           capture_output=True, text=True, timeout=120)
 
 
-def _params(path: Path) -> dict[str, torch.Tensor]:
-    return load_checkpoint(path)["model"]
-
-
 def test_end_to_end_cli_writes_every_artefact(overrides, tmp_path):
     run = tmp_path / "run"
     args = overrides + TINY_MODEL + TINY_TRAIN + [
@@ -73,6 +69,7 @@ def test_end_to_end_cli_writes_every_artefact(overrides, tmp_path):
     for key in ("model", "optimizer", "scheduler", "rng", "config", "tokenizer", "trainer",
                 "epoch", "batch_in_epoch"):
         assert key in last
+    assert "train_model" not in last                     # no weight average: one set of weights
     assert set(last["rng"][0]) >= {"python", "numpy", "torch"}
     model, tokenizer, _ = load_for_inference(ckpts / "best.pt")
     assert model.num_parameters() > 0 and tokenizer.tgt_vocab_size == 120
@@ -99,13 +96,15 @@ def test_end_to_end_cli_writes_every_artefact(overrides, tmp_path):
     assert [e.step for e in events.Images("valid/attention")] == [3, 6, 8]
 
 
-def test_sigkill_between_checkpoints_then_resume_equals_uninterrupted_run(overrides, tmp_path):
+@pytest.mark.parametrize("extra", [[], ["train.ema_decay=0.9"]], ids=["plain", "ema"])
+def test_sigkill_between_checkpoints_then_resume_equals_uninterrupted_run(overrides, tmp_path,
+                                                                          extra):
     # 200 pairs at 1024 tokens make 7 batches per epoch: the resumed part crosses epochs.
     # Killed after step 6, two steps past the checkpoint of step 4: the resumed run redoes
-    # steps 5 and 6 from that checkpoint.
+    # steps 5 and 6 from that checkpoint. With a weight average, the average is exact too.
     base = overrides[:-1] + TINY_MODEL + TINY_TRAIN + [
         "train.batch_tokens=1024", "train.max_steps=12", "train.eval_every_steps=4",
-        "train.keep_last=1", "device=cpu"]
+        "train.keep_last=1", "device=cpu", *extra]
     full_dir, killed_dir = tmp_path / "full", tmp_path / "killed"
 
     train(compose_config(base + [f"run_dir={full_dir}"]))
@@ -117,12 +116,18 @@ def test_sigkill_between_checkpoints_then_resume_equals_uninterrupted_run(overri
     assert (killed["step"], killed["epoch"]) == (4, 0)
 
     assert main(base + [f"run_dir={killed_dir}"]) == 0          # the same command resumes
-    full, resumed = _params(full_dir / "checkpoints" / "last.pt"), \
-        _params(killed_dir / "checkpoints" / "last.pt")
-    assert full.keys() == resumed.keys()
-    for name in full:
-        torch.testing.assert_close(resumed[name], full[name], atol=1e-6, rtol=0, msg=name)
-    assert load_checkpoint(killed_dir / "checkpoints" / "last.pt")["epoch"] == 1
+    full = load_checkpoint(full_dir / "checkpoints" / "last.pt")
+    resumed = load_checkpoint(killed_dir / "checkpoints" / "last.pt")
+    weights = ["model", "train_model"] if extra else ["model"]
+    assert [k for k in ("model", "train_model") if k in full] == weights
+    for key in weights:
+        assert full[key].keys() == resumed[key].keys()
+        for name in full[key]:
+            torch.testing.assert_close(resumed[key][name], full[key][name], atol=1e-6, rtol=0,
+                                       msg=f"{key}: {name}")
+    assert resumed["epoch"] == 1
+    assert [h["loss"] for h in resumed["trainer"]["history"]] == \
+        pytest.approx([h["loss"] for h in full["trainer"]["history"]], rel=1e-6)
 
 
 @pytest.mark.parametrize(("override", "words"), [
@@ -304,3 +309,54 @@ def test_fp16_loss_scaling_path_and_its_checkpointed_state(overrides, tmp_path, 
     assert resumed["scaler"] == ckpt["scaler"]
     for name, value in ckpt["model"].items():
         torch.testing.assert_close(resumed["model"][name], value, atol=1e-6, rtol=0, msg=name)
+
+
+def _valid_nll(weights: dict, cfg) -> float:
+    """Per-token NLL of the validation split under ``weights`` (one batch, fp32)."""
+    from nmt.data import PAD_ID, prepare_data
+    from nmt.models import build_model
+    from nmt.training.loss import label_smoothed_nll
+
+    data = prepare_data(cfg.data)
+    model = build_model(cfg.model, data.tokenizer.src_vocab_size, data.tokenizer.tgt_vocab_size)
+    model.load_state_dict(weights)
+    model.eval()
+    batch = data.valid.collate(range(len(data.valid)))
+    with torch.no_grad():
+        logits, _ = model(batch.src, batch.src_mask, batch.tgt_in, need_alignment=False)
+        _, nll_sum = label_smoothed_nll(logits, batch.tgt_out, 0.1, PAD_ID)
+    return nll_sum.item() / batch.n_tgt_tokens
+
+
+def test_the_weight_average_is_validated_checkpointed_translated_and_fine_tuned_from(
+        overrides, tmp_path):
+    from nmt.runtime import resolve_device
+    from nmt.training.distributed import DistInfo
+    from nmt.training.trainer import Trainer
+
+    args = overrides[:-1] + TINY_MODEL + TINY_TRAIN + [
+        "train.max_steps=4", "train.eval_every_steps=2", "train.ema_decay=0.5", "device=cpu"]
+    cfg = compose_config(args + [f"run_dir={tmp_path / 'ema'}"])
+    train(cfg)
+    last = load_checkpoint(tmp_path / "ema" / "checkpoints" / "last.pt")
+    ema, trained = last["model"], last["train_model"]
+    assert any(not torch.equal(ema[k], trained[k]) for k in ema)
+    # Validation scored the average ("model"), not the trained weights.
+    nll = last["trainer"]["history"][-1]["nll"]
+    assert _valid_nll(ema, cfg) == pytest.approx(nll, rel=1e-5)
+    assert _valid_nll(trained, cfg) != pytest.approx(nll, rel=1e-3)
+    # Inference and fine-tuning take the average.
+    model, _, _ = load_for_inference(tmp_path / "ema" / "checkpoints" / "best.pt")
+    best = load_checkpoint(tmp_path / "ema" / "checkpoints" / "best.pt")["model"]
+    for name, value in model.state_dict().items():
+        assert torch.equal(value, best[name]), name
+    init_from = tmp_path / "ema" / "checkpoints" / "last.pt"
+    tuned = compose_config(args + [f"train.init_from={init_from}", f"run_dir={tmp_path / 'tuned'}"])
+    trainer = Trainer(tuned, DistInfo(), resolve_device("cpu"))
+    try:
+        trainer.setup()
+        for name, value in trainer.model.state_dict().items():
+            assert torch.equal(value, ema[name]), name
+            assert torch.equal(trainer.ema.model.state_dict()[name], ema[name]), name
+    finally:
+        trainer.close()

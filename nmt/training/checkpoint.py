@@ -7,7 +7,10 @@ opening a checkpoint never runs code from it.
 ==================  ==========================================================
 ``version``         file format version (int, currently 1)
 ``config_version``  layout version of ``config`` (:data:`nmt.config.CONFIG_VERSION`)
-``model``           ``model.state_dict()``
+``model``           the weights to translate with: ``model.state_dict()``, or with
+                    ``train.ema_decay`` the moving average's (:mod:`nmt.training.ema`)
+``train_model``     with ``train.ema_decay`` only: the trained (not averaged) weights, which
+                    a resumed run goes on from
 ``config``          resolved config as a plain dict (``OmegaConf.to_container``)
 ``tokenizer``       ``Tokenizer.state_dict()`` (SentencePiece model bytes + settings)
 ``step``            optimizer steps done (int)
@@ -19,7 +22,9 @@ opening a checkpoint never runs code from it.
 :func:`load_checkpoint` returns ``config`` upgraded to this version of nmt
 (:func:`nmt.config.upgrade_config`), so checkpoints stay loadable when keys are added. A
 checkpoint alone is enough to translate: :func:`nmt.inference.loader.load_for_inference`
-rebuilds the model from its config and the tokenizer from its bytes.
+rebuilds the model from its config and the tokenizer from its bytes. Every reader of
+weights -- inference, averaging, ``train.init_from`` -- takes ``model``; only resuming reads
+``train_model``. Checkpoints written before ``train_model`` existed load unchanged (no average).
 """
 
 from __future__ import annotations
@@ -313,7 +318,9 @@ def average_checkpoints(paths: list[str | Path]) -> dict:
     The Transformer paper's base models "used a single model obtained by averaging the last 5
     checkpoints"; fairseq and JoeyNMT ship the same tool. Every floating-point tensor of
     ``model`` is the element-wise mean of the inputs' (accumulated in float64, stored in the
-    input dtype); other tensors (integer buffers) must be equal in all inputs.
+    input dtype); other tensors (integer buffers) must be equal in all inputs. ``model`` is
+    the weights each checkpoint translates with, so checkpoints of a ``train.ema_decay`` run
+    average their moving averages.
 
     Args:
         paths: two or more checkpoint files written by ``nmt-train`` for the same model and

@@ -16,9 +16,15 @@ Order of one optimizer step (``s`` = steps done so far)::
     group  = epoch_batches[b : b + world * accum]        # b = batch_in_epoch
     mine   = group[rank::world]                          # this rank's micro-batches
     for each micro-batch: loss_sum * world / tokens(group) -> backward (DDP sync on the last)
-    clip grad norm; lr = schedule(s + 1); optimizer.step(); s += 1; b += len(group)
+    clip grad norm; lr = schedule(s + 1); optimizer.step(); ema.update(s + 1) (if on)
+    s += 1; b += len(group)
     epoch end -> epoch += 1, b = 0
     every eval_every_steps and at epoch end: validate (loss, ppl, greedy BLEU), checkpoint
+
+With ``train.ema_decay`` an exponential moving average of the weights (:mod:`nmt.training.ema`)
+is updated after every optimizer step; validation (hence ``best.pt``) scores it, and the
+checkpoints' ``model`` entry holds it (the weights to translate with), next to the trained
+weights in ``train_model`` (what a resumed run goes on from).
 
 Checkpoints are written only at step boundaries and hold the RNG states, so a run killed
 at any point and resumed redoes the steps after its last checkpoint and takes exactly the
@@ -209,6 +215,7 @@ class Trainer:
                        else None)
         self.writer = None
         self.stop_reason = ""
+        self.ema = None               # WeightAverage when train.ema_decay is set (after setup)
         self._epoch_cache: dict[int, list[np.ndarray]] = {}
         self._start = time.perf_counter()
         self._mark = time.perf_counter()   # start of the training time not yet in state.train_s
@@ -338,7 +345,7 @@ class Trainer:
         if ckpt is not None:
             check_compatible(self.manager.last, ckpt, cfg, self.model)
             self._restore(ckpt)
-        elif self.init_ckpt is not None:
+        elif self.init_ckpt is not None:     # its "model": the weights it translates with
             try:
                 self.model.load_state_dict(self.init_ckpt["model"])
             except RuntimeError as err:
@@ -347,6 +354,12 @@ class Trainer:
             self.init_ckpt = None
             log.info("fine-tuning: weights and tokenizer from %s (fresh optimizer, schedule and "
                      "step count)", self.tcfg.init_from)
+        if self.tcfg.ema_decay is not None:
+            from nmt.training.ema import WeightAverage
+
+            self.ema = WeightAverage(self.model, float(self.tcfg.ema_decay))
+            if ckpt is not None and "train_model" in ckpt:   # its "model" is the average
+                self.ema.load_state_dict(ckpt["model"])
         if self.plan.changes:
             log.warning("train.resume=force: continuing %s with changed settings: %s",
                         self.run_dir, "; ".join(self.plan.changes))
@@ -416,7 +429,8 @@ class Trainer:
                         ckpt.get("batch_in_epoch", 0), ckpt.get("epoch", 0))
 
     def _restore(self, ckpt: dict) -> None:
-        self.model.load_state_dict(ckpt["model"])
+        # With an average, "model" holds it and "train_model" the weights training goes on from.
+        self.model.load_state_dict(ckpt.get("train_model", ckpt["model"]))
         self.optimizer.load_state_dict(ckpt["optimizer"])
         self.schedule.load_state_dict(ckpt["scheduler"])
         if self.scaler is not None and ckpt.get("scaler"):
@@ -466,7 +480,8 @@ class Trainer:
     # ------------------------------------------------------------------ one step
     def train_step(self, group: list[np.ndarray], collated: list | None = None
                    ) -> tuple[torch.Tensor, torch.Tensor, int]:
-        """One optimizer step over the global ``group`` of batches.
+        """One optimizer step over the global ``group`` of batches, then the update of the
+        weight average (``train.ema_decay``).
 
         ``collated`` is this rank's share of ``group`` already collated
         (:meth:`_collate_share`, e.g. by the prefetcher); None collates it here.
@@ -512,12 +527,21 @@ class Trainer:
             self.scaler.step(self.optimizer)
             self.scaler.update()
         self.optimizer.zero_grad(set_to_none=True)
+        if self.ema is not None:
+            self.ema.update(self.state.step + 1)
         return sums, grad_norm, tokens
 
     # ------------------------------------------------------------------ validation
+    @property
+    def eval_model(self) -> torch.nn.Module:
+        """The weights that validation scores and checkpoints translate with: the average
+        when ``train.ema_decay`` is set, else the trained model."""
+        return self.model if self.ema is None else self.ema.model
+
     @torch.no_grad()
     def validate(self) -> dict[str, float]:
-        """Loss, perplexity and greedy BLEU on the whole validation split (rank 0 computes).
+        """Loss, perplexity and greedy BLEU of :attr:`eval_model` on the whole validation
+        split (rank 0 computes).
 
         Returns the same dict on every rank: ``loss``, ``nll``, ``ppl`` (per target token)
         and ``bleu`` (sacreBLEU, detokenized, cased).
@@ -529,7 +553,8 @@ class Trainer:
             from nmt.evaluation.metrics import corpus_scores
             from nmt.inference.search import translate
 
-            model = self.model
+            model = self.eval_model
+            was_training = model.training
             model.eval()
             sums = torch.zeros(2, device=self.device)
             tokens = 0
@@ -543,7 +568,7 @@ class Trainer:
                     tokens += batch.n_tgt_tokens
             # Searched in fp32, as nmt-evaluate does, so that the two BLEU figures agree.
             hyps = translate(model, self.valid_src_ids, self.cfg.search, self.device)
-            model.train()
+            model.train(was_training)
             texts = [self.tokenizer.decode_tgt(h[0].tokens) if h else "" for h in hyps]
             scores = corpus_scores(texts, self.valid_refs)
             loss, nll = (sums / max(tokens, 1)).tolist()
@@ -572,13 +597,14 @@ class Trainer:
         tgt_labels = self.tokenizer.tgt_pieces(list(hyp.tokens) + [eos_id])
         fig = plot_alignment(np.asarray(hyp.alignment), src_labels, tgt_labels)
         self.writer.add_figure("valid/alignment", fig, self.state.step, close=False)
-        was_training = self.model.training
-        self.model.eval()
+        model = self.eval_model
+        was_training = model.training
+        model.eval()
         try:
-            attention = capture_attention(self.model, [self.valid_src_ids[i]], [hyp.tokens],
+            attention = capture_attention(model, [self.valid_src_ids[i]], [hyp.tokens],
                                           self.device)[0]
         finally:
-            self.model.train(was_training)
+            model.train(was_training)
         fig = plot_attention(attention["cross"], src_labels, tgt_labels, "cross", dpi=80,
                              title=f"validation sentence {i}, step {self.state.step}")
         self.writer.add_figure("valid/attention", fig, self.state.step, close=False)
@@ -621,7 +647,8 @@ class Trainer:
             ckpt = {
                 "version": 1,
                 "config_version": CONFIG_VERSION,
-                "model": self.model.state_dict(),
+                "model": self.eval_model.state_dict(),
+                **({} if self.ema is None else {"train_model": self.model.state_dict()}),
                 "config": OmegaConf.to_container(self.cfg, resolve=True),
                 "tokenizer": self.tokenizer.state_dict(),
                 "step": st.step, "epoch": st.epoch, "batch_in_epoch": st.batch_in_epoch,
