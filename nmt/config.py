@@ -145,6 +145,7 @@ class TrainSchema:
     prefetch: bool = MISSING
     early_stopping_patience: int | None = MISSING
     keep_last: int = MISSING
+    keep_best: int = MISSING
     ema_decay: float | None = MISSING
     resume: str = MISSING
     init_from: str | None = MISSING
@@ -226,6 +227,7 @@ class PlotConfig:
 class AverageConfig:
     run_dir: str | None = MISSING
     last: int = MISSING
+    best: int | None = MISSING
     checkpoints: list[str] | None = MISSING
     out: str | None = MISSING
 
@@ -450,7 +452,7 @@ def validate(cfg: DictConfig) -> DictConfig:
               "train.max_minutes", "train.eval_every_steps", "train.log_every_steps", "train.lr",
               "train.plateau_patience", "train.early_stopping_patience")
     _positive(out, "train.warmup_steps", "train.clip_grad_norm", "train.weight_decay",
-              "train.keep_last", "train.min_lr", allow_zero=True)
+              "train.keep_last", "train.keep_best", "train.min_lr", allow_zero=True)
     _unit_interval(out, "train.label_smoothing")
     _choice(out, "train.resume", ("auto", "force"))
     if len(out.train.betas) != 2 or not all(0.0 <= b < 1.0 for b in out.train.betas):

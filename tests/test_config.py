@@ -46,6 +46,7 @@ def test_data_root_comes_from_the_environment(monkeypatch):
         (["train.nokey=1"], "train.nokey"),
         (["train.ema_decay=1.0"], "train.ema_decay=1.0 must lie in (0, 1)"),
         (["train.ema_decay=0"], "train.ema_decay=0.0 must lie in (0, 1)"),
+        (["train.keep_best=-1"], "train.keep_best=-1 is impossible"),
     ],
 )
 def test_bad_values_name_the_key(overrides, message):

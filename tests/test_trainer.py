@@ -53,12 +53,13 @@ def _run_cli(args: list[str], env: dict | None = None) -> subprocess.CompletedPr
 def test_end_to_end_cli_writes_every_artefact(overrides, tmp_path):
     run = tmp_path / "run"
     args = overrides + TINY_MODEL + TINY_TRAIN + [
-        "train.max_steps=8", "train.eval_every_steps=3", "train.keep_last=2"]
+        "train.max_steps=8", "train.eval_every_steps=3", "train.keep_last=2", "train.keep_best=0"]
     proc = _run_cli(args)
     assert proc.returncode == 0, proc.stderr
     assert "Traceback" not in proc.stderr
 
-    # Resolved config, tokenizer, checkpoints (step files rotated to keep_last=2).
+    # Resolved config, tokenizer, checkpoints (step files rotated to keep_last=2, none kept
+    # for their BLEU).
     cfg = OmegaConf.load(run / "config.yaml")
     assert cfg.train.max_steps == 8 and cfg.model.d_model == 16 and cfg.run_dir == str(run)
     assert (run / "tokenizer" / "tokenizer.json").is_file()
@@ -67,9 +68,10 @@ def test_end_to_end_cli_writes_every_artefact(overrides, tmp_path):
     last = load_checkpoint(ckpts / "last.pt")
     assert (last["step"], last["scaler"]) == (8, None)
     for key in ("model", "optimizer", "scheduler", "rng", "config", "tokenizer", "trainer",
-                "epoch", "batch_in_epoch"):
+                "epoch", "batch_in_epoch", "valid_bleu"):
         assert key in last
     assert "train_model" not in last                     # no weight average: one set of weights
+    assert last["valid_bleu"] == last["trainer"]["history"][-1]["bleu"]
     assert set(last["rng"][0]) >= {"python", "numpy", "torch"}
     model, tokenizer, _ = load_for_inference(ckpts / "best.pt")
     assert model.num_parameters() > 0 and tokenizer.tgt_vocab_size == 120
@@ -360,3 +362,42 @@ def test_the_weight_average_is_validated_checkpointed_translated_and_fine_tuned_
             assert torch.equal(trainer.ema.model.state_dict()[name], ema[name]), name
     finally:
         trainer.close()
+
+
+def test_kept_step_checkpoints_and_averaging_the_best(overrides, tmp_path, monkeypatch, capsys):
+    """200 pairs at 1024 tokens: 7 batches per epoch. eval_every_steps=4 and max_steps=15
+    validate at steps 4, 7 (epoch end), 8, 12, 14 (epoch end) and 15 (the end); the scripted
+    validation BLEU below decides which step files stay. Half the validation interval
+    (min(4, 7) // 2 = 2 steps) keeps 14 and 15 from both counting among the keep_last=3
+    newest (15, 12, 8); keep_best=2 adds the best two, 7 and 12 (6.0 each); best.pt is step 7,
+    the first to reach 6.0."""
+    import nmt.training.trainer as trainer_mod
+    from nmt.cli import average as cli_average
+
+    bleu = {4: 1.0, 7: 6.0, 8: 2.0, 12: 6.0, 14: 5.0, 15: 4.0}
+
+    def scripted(self):
+        return {"loss": 1.0, "nll": 1.0, "ppl": 2.718, "bleu": bleu[self.state.step]}
+
+    monkeypatch.setattr(trainer_mod.Trainer, "validate", scripted)
+    run = tmp_path / "run"
+    train(compose_config(overrides[:-1] + TINY_MODEL + TINY_TRAIN + [
+        "train.batch_tokens=1024", "train.eval_every_steps=4", "train.max_steps=15",
+        "train.keep_last=3", "train.keep_best=2", "device=cpu", f"run_dir={run}"]))
+    ckpts = run / "checkpoints"
+    last = load_checkpoint(ckpts / "last.pt")
+    assert [h["step"] for h in last["trainer"]["history"]] == [4, 7, 8, 12, 14, 15]
+    assert sorted(p.name for p in ckpts.iterdir()) == [
+        "best.pt", "last.pt", "step_12.pt", "step_15.pt", "step_7.pt", "step_8.pt"]
+    assert load_checkpoint(ckpts / "best.pt")["step"] == 7
+    assert {s: load_checkpoint(ckpts / f"step_{s}.pt")["valid_bleu"] for s in (7, 8, 12, 15)} \
+        == {7: 6.0, 8: 2.0, 12: 6.0, 15: 4.0}
+
+    assert cli_average.main([f"run_dir={run}", "best=2"]) == 0
+    assert "step_7.pt, step_12.pt" in capsys.readouterr().out
+    averaged = load_checkpoint(ckpts / "avg_best2.pt")["model"]
+    a, b = (load_checkpoint(ckpts / f"step_{s}.pt")["model"] for s in (7, 12))
+    for name, value in averaged.items():
+        torch.testing.assert_close(value, (a[name] + b[name]) / 2, atol=1e-7, rtol=0, msg=name)
+    assert cli_average.main([f"run_dir={run}", "last=3"]) == 0
+    assert "step_8.pt, step_12.pt, step_15.pt" in capsys.readouterr().out

@@ -207,7 +207,7 @@ class Trainer:
         self.device = device
         self.run_dir = Path(cfg.run_dir)
         self.ckpt_dir = self.run_dir / "checkpoints"
-        self.manager = CheckpointManager(self.ckpt_dir, cfg.train.keep_last)
+        self.manager = CheckpointManager(self.ckpt_dir, cfg.train.keep_last, cfg.train.keep_best)
         self.state = TrainState()
         self.amp_dtype = autocast_dtype(cfg.train.precision, device)
         # fp16 needs loss scaling (Micikevicius et al. 2018); bf16 has fp32's exponent range.
@@ -360,6 +360,10 @@ class Trainer:
             self.ema = WeightAverage(self.model, float(self.tcfg.ema_decay))
             if ckpt is not None and "train_model" in ckpt:   # its "model" is the average
                 self.ema.load_state_dict(ckpt["model"])
+        # Step checkpoints closer than half a validation interval are not both kept as "last".
+        group_size = info.world_size * int(self.tcfg.accum_steps)
+        steps_per_epoch = -(-len(self.epoch_batches(0)) // group_size)
+        self.manager.min_gap = max(1, min(int(self.tcfg.eval_every_steps), steps_per_epoch) // 2)
         if self.plan.changes:
             log.warning("train.resume=force: continuing %s with changed settings: %s",
                         self.run_dir, "; ".join(self.plan.changes))
@@ -644,11 +648,13 @@ class Trainer:
         st.peak_rss_mb = max(st.peak_rss_mb, _peak_rss_mb())
         st.segments[-1].update(ended=_now(), end_step=st.step)
         if self.info.is_main:
+            bleu = {h["step"]: h["bleu"] for h in st.history}
             ckpt = {
                 "version": 1,
                 "config_version": CONFIG_VERSION,
                 "model": self.eval_model.state_dict(),
                 **({} if self.ema is None else {"train_model": self.model.state_dict()}),
+                "valid_bleu": bleu.get(st.step),
                 "config": OmegaConf.to_container(self.cfg, resolve=True),
                 "tokenizer": self.tokenizer.state_dict(),
                 "step": st.step, "epoch": st.epoch, "batch_in_epoch": st.batch_in_epoch,
@@ -658,7 +664,7 @@ class Trainer:
                 "rng": rngs,
                 "trainer": asdict(st),
             }
-            self.manager.save(ckpt, st.step, is_best=is_best)
+            self.manager.save(ckpt, st.step, is_best=is_best, scores=bleu)
 
     def _validate_and_save(self, epoch_end: bool, stop_reason: str = "") -> str:
         """Validate, record the stop condition (``stop_reason``, or early stopping decided by
