@@ -99,6 +99,8 @@ class TokenizerSchema:
     character_coverage: float = MISSING
     joint: bool = MISSING
     model: str | None = MISSING
+    sampling_alpha: float | None = MISSING
+    nbest_size: int = MISSING
 
 
 @dataclass
@@ -345,6 +347,26 @@ def _unit_interval(cfg: DictConfig, *keys: str) -> None:
             raise ConfigError(f"{key}={value} must lie in [0, 1).")
 
 
+def _check_sampling(tok: DictConfig) -> None:
+    """Range checks of subword regularisation (``data.tokenizer.sampling_alpha``, ``nbest_size``).
+
+    Raises:
+        ConfigError: a negative alpha, a BPE dropout rate of 1 or more, or an ``nbest_size``
+            that samples nothing (0 or 1) or is below -1.
+    """
+    alpha, nbest = tok.sampling_alpha, tok.nbest_size
+    if alpha is not None and alpha < 0:
+        raise ConfigError(f"data.tokenizer.sampling_alpha={alpha} is impossible: it must be >= 0 "
+                          "(null or 0 = no subword sampling).")
+    if alpha and tok.type == "bpe" and alpha >= 1.0:
+        raise ConfigError(f"data.tokenizer.sampling_alpha={alpha} must lie in [0, 1) with "
+                          "data.tokenizer.type=bpe: it is the probability of dropping a merge "
+                          "(BPE-dropout, Provilkov et al. 2020; they use 0.1).")
+    if not (nbest == -1 or nbest >= 2):
+        raise ConfigError(f"data.tokenizer.nbest_size={nbest} samples nothing: use -1 (sample from "
+                          "all segmentations) or a number >= 2 (sample from the n best).")
+
+
 def validate_model(model: DictConfig) -> DictConfig:
     """Type-check and range-check a ``model`` section; returns the typed section.
 
@@ -468,6 +490,7 @@ def validate(cfg: DictConfig) -> DictConfig:
                           "this share of itself and takes the rest from the new weights, so it "
                           "spans about 1 / (1 - decay) steps (0.999: the last ~1,000). Use e.g. "
                           "train.ema_decay=0.999, or null to train without an average.")
+    _check_sampling(out.data.tokenizer)
     if out.train.init_from and out.data.tokenizer.model:
         raise ConfigError("train.init_from and data.tokenizer.model both name a tokenizer: a "
                           "fine-tuning run uses its checkpoint's tokenizer, so drop data.tokenizer.model.")

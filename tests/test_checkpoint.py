@@ -111,12 +111,16 @@ def test_incompatible_config_or_vocabulary_is_named():
         check_compatible("last.pt", saved, cfg, Tiny(12))
 
 
-def test_dropout_change_is_allowed_on_resume():
+def test_dropout_and_subword_sampling_changes_are_allowed_on_resume():
     from omegaconf import OmegaConf
 
     cfg = compose_config([])
     saved = {"version": 1, "config": OmegaConf.to_container(cfg)}
     check_compatible("last.pt", saved, compose_config(["model.dropout=0.3"]))
+    sampling = compose_config(["data.tokenizer.sampling_alpha=0.2", "data.tokenizer.nbest_size=8"])
+    check_compatible("last.pt", saved, sampling)               # regularisation, not vocabulary
+    assert [c.split(":")[0] for c in batch_order_changes(saved, sampling)] == [
+        "data.tokenizer.sampling_alpha", "data.tokenizer.nbest_size"]
 
 
 @pytest.mark.parametrize("tokenizer", [{"version": 99}, None,

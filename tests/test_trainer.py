@@ -10,6 +10,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 from omegaconf import OmegaConf
@@ -98,12 +99,15 @@ def test_end_to_end_cli_writes_every_artefact(overrides, tmp_path):
     assert [e.step for e in events.Images("valid/attention")] == [3, 6, 8]
 
 
-@pytest.mark.parametrize("extra", [[], ["train.ema_decay=0.9"]], ids=["plain", "ema"])
+@pytest.mark.parametrize("extra", [
+    [], ["train.ema_decay=0.9", "data.tokenizer.sampling_alpha=0.5"]],
+    ids=["plain", "ema_sampling"])
 def test_sigkill_between_checkpoints_then_resume_equals_uninterrupted_run(overrides, tmp_path,
                                                                           extra):
-    # 200 pairs at 1024 tokens make 7 batches per epoch: the resumed part crosses epochs.
-    # Killed after step 6, two steps past the checkpoint of step 4: the resumed run redoes
-    # steps 5 and 6 from that checkpoint. With a weight average, the average is exact too.
+    # 200 pairs at 1024 tokens make 7 batches per epoch (8 with sampled segmentations): the
+    # resumed part crosses epochs. Killed after step 6, two steps past the checkpoint of step
+    # 4: the resumed run redoes steps 5 and 6 from that checkpoint. With a weight average and
+    # subword sampling, the average and the second epoch's segmentation are exact too.
     base = overrides[:-1] + TINY_MODEL + TINY_TRAIN + [
         "train.batch_tokens=1024", "train.max_steps=12", "train.eval_every_steps=4",
         "train.keep_last=1", "device=cpu", *extra]
@@ -360,6 +364,38 @@ def test_the_weight_average_is_validated_checkpointed_translated_and_fine_tuned_
         for name, value in trainer.model.state_dict().items():
             assert torch.equal(value, ema[name]), name
             assert torch.equal(trainer.ema.model.state_dict()[name], ema[name]), name
+    finally:
+        trainer.close()
+
+
+def test_subword_sampling_draws_each_training_epoch_and_leaves_validation_alone(overrides,
+                                                                                tmp_path):
+    from nmt.data import load_split
+    from nmt.runtime import resolve_device
+    from nmt.training.distributed import DistInfo
+    from nmt.training.trainer import Trainer
+
+    cfg = compose_config(overrides[:-1] + TINY_MODEL + TINY_TRAIN + [
+        "data.tokenizer.sampling_alpha=0.5", "device=cpu", f"run_dir={tmp_path / 'run'}"])
+    trainer = Trainer(cfg, DistInfo(), resolve_device("cpu"))
+    try:
+        trainer.setup()
+        tok, best = trainer.tokenizer, trainer.train_split
+        epochs = [trainer.epoch_split(e) for e in (0, 1)]
+        n = len(best)
+        for e, split in enumerate(epochs):
+            assert sum(split.src_ids(i) != best.src_ids(i) for i in range(n)) > n // 2
+            assert [tok.decode_src(split.src_ids(i)) for i in range(n)] == best.src_texts()
+            rows = np.sort(np.concatenate(trainer.epoch_batches(e)))
+            assert rows.tolist() == list(range(n))       # each pair once, by sampled lengths
+            widths = [max(split.src_lens[b].max(), split.tgt_lens[b].max()) * len(b)
+                      for b in trainer.epoch_batches(e)]
+            assert max(widths) <= cfg.train.batch_tokens
+        assert sum(epochs[0].src_ids(i) != epochs[1].src_ids(i) for i in range(n)) > n // 2
+        # Validation (and test) keep the best segmentation.
+        for split in (trainer.valid_split, load_split(cfg.data, "test", tok)):
+            assert [split.src_ids(i) for i in range(len(split))] == \
+                tok.encode_src_batch(split.src_texts())
     finally:
         trainer.close()
 

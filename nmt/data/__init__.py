@@ -15,6 +15,7 @@ from nmt.data.batching import (
     make_tgt_batch,
     pad_efficiency,
     prepare_data,
+    sample_split,
     write_split,
 )
 from nmt.data.corpus import (
@@ -41,6 +42,6 @@ __all__ = [
     "BOS_ID", "EOS_ID", "PAD_ID", "UNK_ID", "Batch", "CorpusError", "PreparedData",
     "TokenBatchSampler", "TokenizedSplit", "Tokenizer", "drop_empty_pairs", "load_split",
     "make_src_batch", "make_tgt_batch", "pad_efficiency", "prepare_data", "read_hf", "read_lines",
-    "read_parallel", "read_text_pair", "read_tsv", "split_fingerprint", "train_or_load_tokenizer",
-    "train_sentencepiece", "write_split",
+    "read_parallel", "read_text_pair", "read_tsv", "sample_split", "split_fingerprint",
+    "train_or_load_tokenizer", "train_sentencepiece", "write_split",
 ]

@@ -279,11 +279,19 @@ def _diff(a: Any, b: Any, prefix: str) -> list[str]:
 
 
 # Keys whose change makes a saved model/optimizer unusable for the current run. Dropout rates
-# (any model key containing "dropout") are regularisation, not architecture: they may change.
+# (any model key containing "dropout") and subword sampling are regularisation, not
+# architecture or vocabulary: they may change (:func:`_regularisation`).
 COMPATIBILITY_KEYS = ("model", "data.src_lang", "data.tgt_lang", "data.tokenizer")
+SAMPLING_KEYS = ("data.tokenizer.sampling_alpha", "data.tokenizer.nbest_size")
 # Keys that fix the batch order of an epoch: a change is allowed on resume, but the saved
 # position ``batch_in_epoch`` then points into a different batch list (warned, not refused).
-BATCH_ORDER_KEYS = ("train.batch_tokens", "train.seed", "train.accum_steps")
+BATCH_ORDER_KEYS = ("train.batch_tokens", "train.seed", "train.accum_steps", *SAMPLING_KEYS)
+
+
+def _regularisation(problem: str) -> bool:
+    """Whether a :func:`_diff` line names a key that may change between runs of one model."""
+    key = problem.split(":")[0]
+    return "dropout" in key or key in SAMPLING_KEYS
 
 
 def _at(tree: Any, key: str) -> Any:
@@ -335,7 +343,7 @@ def check_compatible(path: str | Path, ckpt: dict, cfg: DictConfig,
     problems: list[str] = []
     for key in COMPATIBILITY_KEYS:
         a, b = _at(saved, key), _at(now, key)
-        problems += [p for p in _diff(a, b, key) if "dropout" not in p.split(":")[0]]
+        problems += [p for p in _diff(a, b, key) if not _regularisation(p)]
     if model is not None and not problems:
         saved_w, now_w = ckpt.get("model") or {}, model.state_dict()
         for name in sorted(set(saved_w) | set(now_w)):

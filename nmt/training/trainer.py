@@ -18,13 +18,16 @@ Order of one optimizer step (``s`` = steps done so far)::
     for each micro-batch: loss_sum * world / tokens(group) -> backward (DDP sync on the last)
     clip grad norm; lr = schedule(s + 1); optimizer.step(); ema.update(s + 1) (if on)
     s += 1; b += len(group)
-    epoch end -> epoch += 1, b = 0
+    epoch end -> epoch += 1, b = 0 (the next epoch's batches: resampled segmentation, if on)
     every eval_every_steps and at epoch end: validate (loss, ppl, greedy BLEU), checkpoint
 
 With ``train.ema_decay`` an exponential moving average of the weights (:mod:`nmt.training.ema`)
 is updated after every optimizer step; validation (hence ``best.pt``) scores it, and the
 checkpoints' ``model`` entry holds it (the weights to translate with), next to the trained
-weights in ``train_model`` (what a resumed run goes on from).
+weights in ``train_model`` (what a resumed run goes on from). With
+``data.tokenizer.sampling_alpha`` each epoch trains on its own sampled segmentation of the
+training split (:func:`nmt.data.batching.sample_split`, drawn once per (seed, epoch) and
+cached, so a resumed run and every DDP rank train on the same draw).
 
 Checkpoints are written only at step boundaries and hold the RNG states, so a run killed
 at any point and resumed redoes the steps after its last checkpoint and takes exactly the
@@ -216,7 +219,7 @@ class Trainer:
         self.writer = None
         self.stop_reason = ""
         self.ema = None               # WeightAverage when train.ema_decay is set (after setup)
-        self._epoch_cache: dict[int, list[np.ndarray]] = {}
+        self._epoch_cache: dict[int, tuple[Any, list[np.ndarray]]] = {}  # epoch: (split, batches)
         self._start = time.perf_counter()
         self._mark = time.perf_counter()   # start of the training time not yet in state.train_s
         self._pause = 0.0             # validation/checkpoint seconds since the last log line
@@ -452,15 +455,49 @@ class Trainer:
                  self.manager.last, self.state.step, self.state.epoch, self.state.batch_in_epoch)
 
     # ------------------------------------------------------------------ batches
-    def epoch_batches(self, epoch: int) -> list[np.ndarray]:
-        """The epoch's batch list (same on every rank), truncated to a multiple of world size.
+    def _epoch(self, epoch: int) -> tuple[Any, list[np.ndarray]]:
+        """``(split, batches)`` of an epoch: the training split (resampled for this epoch with
+        ``data.tokenizer.sampling_alpha``) and its batch list (same on every rank), truncated
+        to a multiple of world size.
 
         The current and the next epoch are cached (the prefetcher looks one step ahead)."""
         if epoch not in self._epoch_cache:
-            batches = truncate_to_multiple(self.sampler.batches(epoch), self.info.world_size)
+            split, sampler = self.train_split, self.sampler
+            tok = self.cfg.data.tokenizer
+            if tok.sampling_alpha:
+                from nmt.data import TokenBatchSampler, TokenizedSplit, sample_split
+
+                t0 = time.perf_counter()
+                # Rank 0 draws (or finds in the cache) the epoch's segmentation and sends it to
+                # the others: every rank must cut the same batches from its lengths.
+                if self.info.is_main:
+                    split = sample_split(self.train_split, self.tokenizer,
+                                         float(tok.sampling_alpha), int(tok.nbest_size),
+                                         seed=(int(self.tcfg.seed), epoch))
+                if self.info.enabled:
+                    data = broadcast_object(split.ipc_bytes() if self.info.is_main else None,
+                                            self.info)
+                    if not self.info.is_main:
+                        split = TokenizedSplit.from_bytes(data)
+                sampler = TokenBatchSampler(split.src_lens, split.tgt_lens,
+                                            self.tcfg.batch_tokens, shuffle=True,
+                                            seed=self.tcfg.seed)
+                log.info("epoch %d: sampled segmentation of the %d training pairs (%.1f s): "
+                         "%.1f source, %.1f target tokens per pair", epoch, len(split),
+                         time.perf_counter() - t0, split.src_lens.mean() - 1,
+                         split.tgt_lens.mean() - 1)
+            batches = truncate_to_multiple(sampler.batches(epoch), self.info.world_size)
             self._epoch_cache = {k: v for k, v in self._epoch_cache.items() if k == epoch - 1}
-            self._epoch_cache[epoch] = batches
+            self._epoch_cache[epoch] = (split, batches)
         return self._epoch_cache[epoch]
+
+    def epoch_batches(self, epoch: int) -> list[np.ndarray]:
+        """The epoch's batch list (row indices into :meth:`epoch_split`); see :meth:`_epoch`."""
+        return self._epoch(epoch)[1]
+
+    def epoch_split(self, epoch: int):
+        """The :class:`~nmt.data.TokenizedSplit` the epoch's batches index; see :meth:`_epoch`."""
+        return self._epoch(epoch)[0]
 
     def _next_group(self, epoch: int, start: int, group_size: int) -> tuple[int, int, list]:
         """``(epoch, start, group)`` of the step that follows a step taken at ``(epoch, start)``."""
@@ -470,10 +507,10 @@ class Trainer:
             epoch, start = epoch + 1, 0
         return epoch, start, self.epoch_batches(epoch)[start: start + group_size]
 
-    def _collate_share(self, group: list[np.ndarray]) -> list:
-        """This rank's micro-batches of ``group`` as padded :class:`Batch` objects (pinned
-        for CUDA). Pure: no random numbers, so prefetching it changes no result."""
-        batches = [self.train_split.collate(idx) for idx in local_share(group, self.info)]
+    def _collate_share(self, split, group: list[np.ndarray]) -> list:
+        """This rank's micro-batches of ``group`` (rows of ``split``) as padded :class:`Batch`
+        objects (pinned for CUDA). Pure: no random numbers, so prefetching it changes no result."""
+        batches = [split.collate(idx) for idx in local_share(group, self.info)]
         return [b.pin_memory() for b in batches] if self.device.type == "cuda" else batches
 
     def _autocast(self):
@@ -482,10 +519,11 @@ class Trainer:
         return torch.autocast(device_type=self.device.type, dtype=self.amp_dtype)
 
     # ------------------------------------------------------------------ one step
-    def train_step(self, group: list[np.ndarray], collated: list | None = None
-                   ) -> tuple[torch.Tensor, torch.Tensor, int]:
-        """One optimizer step over the global ``group`` of batches, then the update of the
-        weight average (``train.ema_decay``).
+    def train_step(self, group: list[np.ndarray], collated: list | None = None,
+                   split=None) -> tuple[torch.Tensor, torch.Tensor, int]:
+        """One optimizer step over the global ``group`` of batches (rows of ``split``, the
+        current epoch's :meth:`epoch_split`; default: the training split), then the update of
+        the weight average (``train.ema_decay``).
 
         ``collated`` is this rank's share of ``group`` already collated
         (:meth:`_collate_share`, e.g. by the prefetcher); None collates it here.
@@ -496,10 +534,11 @@ class Trainer:
         """
         from nmt.data.tokenizer import PAD_ID
 
-        tgt_lens = self.train_split.tgt_lens
+        split = self.train_split if split is None else split
+        tgt_lens = split.tgt_lens
         tokens = int(sum(int(tgt_lens[idx].sum()) for idx in group))
         scale = self.info.world_size / max(tokens, 1)
-        mine = collated if collated is not None else self._collate_share(group)
+        mine = collated if collated is not None else self._collate_share(split, group)
         sums = torch.zeros(2, device=self.device)
         eps = self.label_smoothing
         non_blocking = self.device.type == "cuda"
@@ -740,7 +779,7 @@ class Trainer:
                 st.stop_reason = self.stop_reason
                 self.checkpoint(is_best=False)
         while not self.stop_reason:
-            batches = self.epoch_batches(st.epoch)
+            split, batches = self._epoch(st.epoch)
             group = batches[st.batch_in_epoch: st.batch_in_epoch + group_size]
             collated = None
             if prefetch is not None:
@@ -748,8 +787,9 @@ class Trainer:
                     collated = ahead[1].result()
                 nxt_epoch, nxt_start, nxt_group = self._next_group(st.epoch, st.batch_in_epoch,
                                                                    group_size)
-                ahead = ((nxt_epoch, nxt_start), prefetch.submit(self._collate_share, nxt_group))
-            sums, grad_norm, tokens = self.train_step(group, collated)
+                ahead = ((nxt_epoch, nxt_start), prefetch.submit(
+                    self._collate_share, self.epoch_split(nxt_epoch), nxt_group))
+            sums, grad_norm, tokens = self.train_step(group, collated, split)
             acc += sums
             acc_tokens += tokens
             st.train_tokens += tokens
