@@ -100,6 +100,8 @@ class TokenizerSchema:
     joint: bool = MISSING
     input_sentence_size: int = MISSING
     model: str | None = MISSING
+    sampling_alpha: float | None = MISSING
+    nbest_size: int = MISSING
 
 
 @dataclass
@@ -146,6 +148,8 @@ class TrainSchema:
     prefetch: bool = MISSING
     early_stopping_patience: int | None = MISSING
     keep_last: int = MISSING
+    keep_best: int = MISSING
+    ema_decay: float | None = MISSING
     resume: str = MISSING
     init_from: str | None = MISSING
 
@@ -232,6 +236,7 @@ class PlotConfig:
 class AverageConfig:
     run_dir: str | None = MISSING
     last: int = MISSING
+    best: int | None = MISSING
     checkpoints: list[str] | None = MISSING
     out: str | None = MISSING
 
@@ -359,6 +364,26 @@ def _unit_interval(cfg: DictConfig, *keys: str) -> None:
             raise ConfigError(f"{key}={value} must lie in [0, 1).")
 
 
+def _check_sampling(tok: DictConfig) -> None:
+    """Range checks of subword regularisation (``data.tokenizer.sampling_alpha``, ``nbest_size``).
+
+    Raises:
+        ConfigError: a negative alpha, a BPE dropout rate of 1 or more, or an ``nbest_size``
+            that samples nothing (0 or 1) or is below -1.
+    """
+    alpha, nbest = tok.sampling_alpha, tok.nbest_size
+    if alpha is not None and alpha < 0:
+        raise ConfigError(f"data.tokenizer.sampling_alpha={alpha} is impossible: it must be >= 0 "
+                          "(null or 0 = no subword sampling).")
+    if alpha and tok.type == "bpe" and alpha >= 1.0:
+        raise ConfigError(f"data.tokenizer.sampling_alpha={alpha} must lie in [0, 1) with "
+                          "data.tokenizer.type=bpe: it is the probability of dropping a merge "
+                          "(BPE-dropout, Provilkov et al. 2020; they use 0.1).")
+    if not (nbest == -1 or nbest >= 2):
+        raise ConfigError(f"data.tokenizer.nbest_size={nbest} samples nothing: use -1 (sample from "
+                          "all segmentations) or a number >= 2 (sample from the n best).")
+
+
 def validate_model(model: DictConfig) -> DictConfig:
     """Type-check and range-check a ``model`` section; returns the typed section.
 
@@ -466,7 +491,7 @@ def validate(cfg: DictConfig) -> DictConfig:
               "train.max_minutes", "train.eval_every_steps", "train.log_every_steps", "train.lr",
               "train.plateau_patience", "train.early_stopping_patience")
     _positive(out, "train.warmup_steps", "train.clip_grad_norm", "train.weight_decay",
-              "train.keep_last", "train.min_lr", allow_zero=True)
+              "train.keep_last", "train.keep_best", "train.min_lr", allow_zero=True)
     _unit_interval(out, "train.label_smoothing")
     _choice(out, "train.resume", ("auto", "force"))
     if len(out.train.betas) != 2 or not all(0.0 <= b < 1.0 for b in out.train.betas):
@@ -476,6 +501,13 @@ def validate(cfg: DictConfig) -> DictConfig:
     if not 0.0 < out.train.plateau_factor < 1.0:
         raise ConfigError(f"train.plateau_factor={out.train.plateau_factor} must lie in (0, 1): "
                           "the learning rate is multiplied by it on a plateau.")
+    ema = out.train.ema_decay
+    if ema is not None and not 0.0 < ema < 1.0:
+        raise ConfigError(f"train.ema_decay={ema} must lie in (0, 1): each step the average keeps "
+                          "this share of itself and takes the rest from the new weights, so it "
+                          "spans about 1 / (1 - decay) steps (0.999: the last ~1,000). Use e.g. "
+                          "train.ema_decay=0.999, or null to train without an average.")
+    _check_sampling(out.data.tokenizer)
     if out.train.init_from and out.data.tokenizer.model:
         raise ConfigError("train.init_from and data.tokenizer.model both name a tokenizer: a "
                           "fine-tuning run uses its checkpoint's tokenizer, so drop data.tokenizer.model.")

@@ -8,6 +8,7 @@ Usage::
     python scripts/bench_data.py                                     # cached run
     python scripts/bench_data.py --fresh-cache --replicate 10        # + 290k-pair corpus
     python scripts/bench_data.py data=multi30k_en_de data.root=/path/to/multi30k
+    python scripts/bench_data.py data.tokenizer.sampling_alpha=0.2   # + one subword-sampling draw
 
 Each measurement runs in its own process, so ``peak_rss_mb`` is that process's peak resident
 memory (``anon_rss_mb`` / ``file_rss_mb``: heap vs memory-mapped pages at the end of the epoch;
@@ -17,7 +18,10 @@ splits (with ``--fresh-cache`` the whole first preparation: ``prepare_s`` and
 ``prepare_peak_rss_mb`` cover corpus hashing, sampling and tokenizer training
 (``tokenizer_train_s``: SentencePiece alone), tokenizing and writing the cache;
 ``tokenize_s``: reading, tokenizing and writing the training split); phase ``iterate`` opens
-the cache (memory-mapped Arrow) and collates every batch of one epoch into tensors. With
+the cache (memory-mapped Arrow) and collates every batch of one epoch into tensors; with
+``data.tokenizer.sampling_alpha`` set it also times one draw of the training split's
+sampled segmentation (``resample_s``, uncached: what each epoch of such a run adds;
+``sampled_tokens_per_pair`` against ``tokens_per_pair``, source + target). With
 ``--replicate N`` both phases run again on the training split repeated N times (written in
 a temporary directory, one copy at a time) with their own cache, and their figures get the
 suffix ``_xN``; ``prepare_rss_ratio``, ``tokenize_time_ratio`` and ``prepare_time_ratio``
@@ -117,7 +121,19 @@ def phase_iterate(overrides: list[str], batch_tokens: int) -> dict[str, str]:
         padded += batch.src.numel() + batch.tgt_out.numel()
     epoch_s = time.perf_counter() - t0
     assert abs(real / padded - pad_efficiency(batches, split.src_lens, split.tgt_lens)) < 1e-9
-    return {"open_cache_s": f"{open_s:.2f}", "epoch_iter_s": f"{epoch_s:.2f}",
+    sampling = {}
+    tok = cfg.data.tokenizer
+    if tok.sampling_alpha:
+        from nmt.data import sample_split
+
+        t0 = time.perf_counter()
+        sampled = sample_split(split, data.tokenizer, float(tok.sampling_alpha),
+                               int(tok.nbest_size), seed=(int(cfg.train.seed), 1), cache=False)
+        sampling = {"resample_s": f"{time.perf_counter() - t0:.2f}",
+                    "tokens_per_pair": f"{(split.src_lens + split.tgt_lens).mean() - 2:.2f}",
+                    "sampled_tokens_per_pair":
+                        f"{(sampled.src_lens + sampled.tgt_lens).mean() - 2:.2f}"}
+    return {**sampling, "open_cache_s": f"{open_s:.2f}", "epoch_iter_s": f"{epoch_s:.2f}",
             "pad_efficiency": f"{real / padded:.4f}", "n_batches": str(len(batches)),
             "n_pairs": str(len(split)), "rss_before_data_mb": f"{rss_before:.0f}",
             "peak_rss_mb": f"{_peak_rss_mb():.0f}", **_rss_parts_mb()}

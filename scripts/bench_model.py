@@ -46,6 +46,9 @@ Reported (last line, ``key=value``; with an A/B option also ``eager_``/``compile
     Embedding lookups are not counted, neither are attention score FLOPs.
   * ``params`` (distinct trainable parameters), ``step_ms`` (median), ``peak_gflops``,
     ``model_gflops`` (achieved), ``batches``, ``threads``.
+  * ``ema_update_ms``: median of 20 updates of the weight average that ``train.ema_decay``
+    adds after every step (:class:`nmt.training.ema.WeightAverage`, timed after the steps),
+    and ``ema_step_share`` = ``ema_update_ms / step_ms``.
 """
 
 from __future__ import annotations
@@ -64,6 +67,7 @@ from nmt.config import compose_config  # noqa: E402
 from nmt.data import PAD_ID, TokenBatchSampler, prepare_data  # noqa: E402
 from nmt.models import build_model  # noqa: E402
 from nmt.runtime import tune_malloc  # noqa: E402
+from nmt.training.ema import WeightAverage  # noqa: E402
 from nmt.training.loss import label_smoothed_nll  # noqa: E402
 from nmt.training.trainer import build_optimizer, compile_model, compile_stats  # noqa: E402
 
@@ -177,6 +181,13 @@ def main(argv: list[str] | None = None) -> dict:
     names = list(variants)
     main_name = names[-1]
     wall = sum(times[main_name])
+    ema = WeightAverage(model, cfg.train.ema_decay or 0.999)
+    ema_times = []
+    for t in range(20):
+        t0 = time.perf_counter()
+        ema.update(t + 1)
+        ema_times.append(time.perf_counter() - t0)
+    ema_ms = 1e3 * statistics.median(ema_times)
     result = {
         "model": cfg.model.name, "params": params, "tgt_tokens_per_s": round(tgt_tokens / wall, 1),
         "mfu": round(flops / wall / 1e9 / peak, 3),
@@ -186,6 +197,8 @@ def main(argv: list[str] | None = None) -> dict:
         "optimizer": f"{cfg.train.optimizer}{'-fused' if opt.defaults.get('fused') else ''}",
         "compile": compiled is not None, "precision": "bf16" if variants[main_name][1] else "fp32",
         "malloc_tuned": malloc_tuned,
+        "ema_update_ms": round(ema_ms, 2),
+        "ema_step_share": round(ema_ms / statistics.median(times[main_name]) / 1e3, 4),
     }
     if len(names) == 2:
         a, b_ = names

@@ -22,16 +22,20 @@ from nmt.training.checkpoint import (
 @pytest.fixture(scope="module")
 def run_dir(tmp_path_factory) -> Path:
     """A run directory with step_1/2/3.pt of one tiny Transformer whose float weights are
-    the constants 1, 2 and 6 (integer buffers, if any, untouched)."""
+    the constants 1, 2 and 6 (integer buffers, if any, untouched) and whose validation BLEU
+    is 20, 30 and 20; step_3.pt records it as checkpoints written before ``valid_bleu``
+    existed do, in its trainer history only."""
     root = tmp_path_factory.mktemp("avg")
     cfg, tok, model = tiny_transformer(root, n_test=6)
-    for step, value in ((1, 1.0), (2, 2.0), (3, 6.0)):
+    for step, value, bleu in ((1, 1.0, 20.0), (2, 2.0, 30.0), (3, 6.0, 20.0)):
         weights = {k: torch.full_like(v, value) if v.is_floating_point() else v.clone()
                    for k, v in model.state_dict().items()}
+        score = {"valid_bleu": bleu} if step < 3 else \
+            {"trainer": {"history": [{"step": 2, "bleu": 30.0}, {"step": 3, "bleu": bleu}]}}
         save_atomic({"version": 1, "model": weights,
                      "config": OmegaConf.to_container(cfg, resolve=True),
                      "tokenizer": tok.state_dict(), "step": step, "epoch": step - 1,
-                     "batch_in_epoch": 0, "optimizer": {"dummy": step}},
+                     "batch_in_epoch": 0, "optimizer": {"dummy": step}, **score},
                     root / "run" / "checkpoints" / f"step_{step}.pt")
     return root / "run"
 
@@ -58,6 +62,14 @@ def test_cli_averages_the_newest_step_files_into_a_loadable_checkpoint(run_dir, 
     assert cfg.model.d_model == 16 and not model.training
 
 
+def test_cli_averages_the_best_by_validation_bleu_ties_going_to_the_earlier_step(run_dir, capsys):
+    assert cli_average.main([f"run_dir={run_dir}", "best=2"]) == 0
+    assert "step_1.pt, step_2.pt" in capsys.readouterr().out      # 30, then 20 at step 1 (not 3)
+    w = next(t for t in load_checkpoint(run_dir / "checkpoints" / "avg_best2.pt")["model"].values()
+             if t.is_floating_point())
+    assert torch.equal(w, torch.full_like(w, 1.5))                 # (1 + 2) / 2
+
+
 def test_cli_with_an_explicit_list(run_dir, tmp_path):
     ckpts = run_dir / "checkpoints"
     out = tmp_path / "avg.pt"
@@ -70,6 +82,9 @@ def test_cli_with_an_explicit_list(run_dir, tmp_path):
 @pytest.mark.parametrize("args, message", [
     (["last=5"], "holds 3 step checkpoints (step_1.pt, step_2.pt, step_3.pt)"),
     (["last=1"], "last=1 must be an integer >= 2"),
+    (["best=1"], "best=1 must be an integer >= 2"),
+    (["best=4"], "holds 3 step checkpoints with a validation BLEU (step_1.pt, step_2.pt, "
+                 "step_3.pt)"),
     (["last=2", "out={ckpts}/step_3.pt"], "is one of the inputs"),
 ])
 def test_cli_refuses_bad_selections_with_exit_2(run_dir, capsys, args, message):

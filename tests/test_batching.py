@@ -18,6 +18,7 @@ from nmt.data.batching import (
     make_src_batch,
     pad_efficiency,
     prepare_data,
+    sample_split,
     write_pairs,
     write_split,
 )
@@ -182,6 +183,55 @@ def test_prepare_data_cache_hit_and_invalidation(tiny_cfg, tiny_corpus, tmp_path
     assert len(third.train) == 201 and third.train.path != first.train.path
     assert third.tokenizer.fingerprint != first.tokenizer.fingerprint
     assert third.valid.path != first.valid.path  # valid cache follows the tokenizer
+
+
+class DoublingTokenizer(WordTokenizer):
+    """Test double of sampling: every word's id twice ("a b" -> 10 10 11 11), seed ignored."""
+
+    def encode_sampled(self, src_texts, tgt_texts, alpha, nbest_size, seed):
+        double = lambda t: [i for i in self._enc(t) for _ in range(2)]  # noqa: E731
+        return [double(t) for t in src_texts], [double(t) for t in tgt_texts]
+
+
+def test_sample_split_keeps_pairs_and_falls_back_beyond_the_longest_side(hand_split):
+    # The longest side of hand_split is "z w x y" (4 tokens): a pair with a longer sampled
+    # side keeps its best segmentation (pairs 0 and 1); the others take the sampled one.
+    split = sample_split(hand_split, DoublingTokenizer(), 0.5, -1, seed=(1, 0), cache=False)
+    assert split.path is None and len(split) == 4
+    assert [split.src_ids(i) for i in range(4)] == [[10, 11, 12], [10], [], [11, 11, 11, 11]]
+    assert [split.tgt_ids(i) for i in range(4)] == [[13, 14], [15, 16, 13, 14], [13, 13], []]
+    assert split.src_lens.tolist() == [4, 2, 1, 5] and split.tgt_lens.tolist() == [3, 5, 3, 1]
+    assert split.src_texts() == hand_split.src_texts() and split.rows.tolist() == [0, 1, 2, 3]
+    b = split.collate([3, 2])
+    assert b.src.tolist() == [[11, 11, 11, 11, EOS_ID], [EOS_ID, PAD_ID, PAD_ID, PAD_ID, PAD_ID]]
+    again = pickle.loads(pickle.dumps(split))                # in memory, picklable all the same
+    assert again.tgt_ids(2) == [13, 13] and again.path is None
+
+
+def test_sampled_epochs_of_a_real_tokenizer_are_cached_per_seed(tiny_cfg):
+    data = prepare_data(tiny_cfg.data)
+    tok, train = data.tokenizer, data.train
+    first = sample_split(train, tok, 0.5, -1, seed=(1234, 0))
+    assert first.path.parent == train.path.parent and first.path.name.startswith(train.path.stem)
+    n = len(train)
+
+    def ids(split):
+        return [split.src_ids(i) + [-1] + split.tgt_ids(i) for i in range(n)]
+
+    cached = sample_split(train, tok, 0.5, -1, seed=(1234, 0))          # read, not drawn
+    redrawn = sample_split(train, tok, 0.5, -1, seed=(1234, 0), cache=False)
+    other = sample_split(train, tok, 0.5, -1, seed=(1234, 1))
+    assert cached.path == first.path and ids(cached) == ids(first) == ids(redrawn)
+    assert other.path != first.path
+    assert sum(a != b for a, b in zip(ids(first), ids(other), strict=True)) > n // 2
+    assert sum(first.src_ids(i) != train.src_ids(i) for i in range(n)) > n // 2
+    assert [tok.decode_src(first.src_ids(i)) for i in range(n)] == train.src_texts()
+    assert [tok.decode_tgt(first.tgt_ids(i)) for i in range(n)] == train.tgt_texts()
+    assert first.rows.tolist() == train.rows.tolist()
+    assert max(first.src_lens.max(), first.tgt_lens.max()) <= max(train.src_lens.max(),
+                                                                  train.tgt_lens.max())
+    moved = TokenizedSplit.from_bytes(first.ipc_bytes())                 # what DDP ranks get
+    assert moved.path is None and ids(moved) == ids(first)
 
 
 def test_prepare_data_filters_train_only(tiny_overrides, tiny_corpus):

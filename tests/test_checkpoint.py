@@ -61,6 +61,28 @@ def test_manager_keeps_last_k_and_links_last_and_best(tmp_path):
     assert sorted(p.name for p in (tmp_path / "k0").iterdir()) == ["best.pt", "last.pt"]
 
 
+def test_kept_steps_space_the_newest_and_add_the_best():
+    manager = CheckpointManager("unused", keep_last=3, keep_best=2, min_gap=50)
+    steps = [100, 200, 266, 300, 400, 532, 600, 604]
+    # Newest first: 604, (600 is 4 before it), 532, 400 -> the 3 "last"; none of them is
+    # among the best two (200 and 300 tie at 9.0 with 532: the earlier steps win).
+    scores = {100: 1.0, 200: 9.0, 266: 3.0, 300: 9.0, 400: 2.0, 532: 9.0, 600: 8.0}
+    assert manager.kept_steps(steps, scores) == {604, 532, 400, 200, 300}
+    assert manager.kept_steps(steps) == {604, 532, 400}                 # no scores: last only
+    manager.keep_last, manager.min_gap = 2, 1
+    assert manager.kept_steps(steps, scores) == {604, 600, 200, 300}
+
+
+def test_manager_keeps_the_best_step_files_with_keep_last_0(tmp_path):
+    manager = CheckpointManager(tmp_path, keep_last=0, keep_best=1)
+    scores = {}
+    for step, bleu in ((1, 5.0), (2, 7.0), (3, 6.0)):
+        scores[step] = bleu
+        manager.save(_ckpt(step, valid_bleu=bleu), step, is_best=step == 2, scores=scores)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["best.pt", "last.pt", "step_2.pt"]
+    assert load_checkpoint(manager.last)["step"] == 3          # last.pt outlives its step file
+
+
 def test_rng_state_round_trip():
     state = rng_state()
     first = (random.random(), np.random.rand(), torch.rand(2))
@@ -89,12 +111,16 @@ def test_incompatible_config_or_vocabulary_is_named():
         check_compatible("last.pt", saved, cfg, Tiny(12))
 
 
-def test_dropout_change_is_allowed_on_resume():
+def test_dropout_and_subword_sampling_changes_are_allowed_on_resume():
     from omegaconf import OmegaConf
 
     cfg = compose_config([])
     saved = {"version": 1, "config": OmegaConf.to_container(cfg)}
     check_compatible("last.pt", saved, compose_config(["model.dropout=0.3"]))
+    sampling = compose_config(["data.tokenizer.sampling_alpha=0.2", "data.tokenizer.nbest_size=8"])
+    check_compatible("last.pt", saved, sampling)               # regularisation, not vocabulary
+    assert [c.split(":")[0] for c in batch_order_changes(saved, sampling)] == [
+        "data.tokenizer.sampling_alpha", "data.tokenizer.nbest_size"]
 
 
 @pytest.mark.parametrize("tokenizer", [{"version": 99}, None,

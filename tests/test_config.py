@@ -44,6 +44,14 @@ def test_data_root_comes_from_the_environment(monkeypatch):
         (["train.label_smoothing=1.5"], "train.label_smoothing=1.5 must lie in [0, 1)"),
         (["search.n_best=3"], "search.n_best=3 exceeds search.beam_size=1"),
         (["train.nokey=1"], "train.nokey"),
+        (["train.ema_decay=1.0"], "train.ema_decay=1.0 must lie in (0, 1)"),
+        (["train.ema_decay=0"], "train.ema_decay=0.0 must lie in (0, 1)"),
+        (["train.keep_best=-1"], "train.keep_best=-1 is impossible"),
+        (["data.tokenizer.sampling_alpha=-0.1"],
+         "data.tokenizer.sampling_alpha=-0.1 is impossible"),
+        (["data.tokenizer.type=bpe", "data.tokenizer.sampling_alpha=1.0"],
+         "must lie in [0, 1) with data.tokenizer.type=bpe"),
+        (["data.tokenizer.nbest_size=1"], "data.tokenizer.nbest_size=1 samples nothing"),
     ],
 )
 def test_bad_values_name_the_key(overrides, message):

@@ -159,3 +159,22 @@ def test_killed_two_process_run_resumes_to_the_uninterrupted_weights(root):
     for a, b in zip(resumed["rng"], full["rng"], strict=True):        # per rank
         assert torch.equal(a["torch"], b["torch"])
     assert not torch.equal(full["rng"][0]["torch"], full["rng"][1]["torch"])   # own streams
+
+
+def test_every_rank_trains_on_rank_0s_sampled_segmentation(root):
+    """Subword sampling under DDP: rank 0 draws each epoch's segmentation (or reads it from
+    the cache) and sends it to rank 1, so both cut the same batches from its lengths: the
+    first three steps (12 batches of epoch 0) are one process's steps with the same global
+    batch. (Later ones need not be: the last batch of an epoch with an odd number of them
+    is dropped under DDP.) The run goes on into epoch 1, which rank 0 sends again."""
+    args = _overrides(root) + NO_DROPOUT + ["data.tokenizer.sampling_alpha=0.5"]
+    single_dir, ddp_dir = root / "single_sampled", root / "ddp_sampled"
+    proc = _torchrun(args + ["train.accum_steps=2", f"run_dir={ddp_dir}"])
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    train(compose_config(args + ["train.accum_steps=4", "train.max_steps=3",
+                                 f"run_dir={single_dir}"]))
+    assert _loss_and_grad_norm(ddp_dir)[:3] == _loss_and_grad_norm(single_dir)
+    assert load_checkpoint(ddp_dir / "checkpoints" / "last.pt")["epoch"] == 1
+    log = (ddp_dir / "train.log").read_text()
+    assert [ln.split("INFO ")[1][:7] for ln in log.splitlines() if "sampled segmentation" in ln] \
+        == ["epoch 0", "epoch 1"]

@@ -185,8 +185,13 @@ def test_upgrade_config_fills_new_keys_and_runs_migrations(monkeypatch):
 
     saved = OmegaConf.to_container(compose_config(["model=rnn"]))
     del saved["model"]["maxout"], saved["train"]["init_from"]       # "older" checkpoint
+    for key in ("ema_decay", "keep_best"):                          # added later
+        del saved["train"][key]
+    del saved["data"]["tokenizer"]["sampling_alpha"], saved["data"]["tokenizer"]["nbest_size"]
     cfg = upgrade_config(saved)
     assert cfg.model.maxout is True and cfg.train.init_from is None
+    assert (cfg.train.ema_decay, cfg.train.keep_best) == (None, 5)
+    assert (cfg.data.tokenizer.sampling_alpha, cfg.data.tokenizer.nbest_size) == (None, -1)
     # A renamed key: version 1 -> 2 moves train.lr to train.peak_lr (simulated).
     monkeypatch.setattr(config, "CONFIG_VERSION", 2)
     monkeypatch.setitem(config.MIGRATIONS, 1, lambda t: {**t, "train": {

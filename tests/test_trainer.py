@@ -10,6 +10,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 from omegaconf import OmegaConf
@@ -50,19 +51,16 @@ def _run_cli(args: list[str], env: dict | None = None) -> subprocess.CompletedPr
                           capture_output=True, text=True, timeout=120)
 
 
-def _params(path: Path) -> dict[str, torch.Tensor]:
-    return load_checkpoint(path)["model"]
-
-
 def test_end_to_end_cli_writes_every_artefact(overrides, tmp_path):
     run = tmp_path / "run"
     args = overrides + TINY_MODEL + TINY_TRAIN + [
-        "train.max_steps=8", "train.eval_every_steps=3", "train.keep_last=2"]
+        "train.max_steps=8", "train.eval_every_steps=3", "train.keep_last=2", "train.keep_best=0"]
     proc = _run_cli(args)
     assert proc.returncode == 0, proc.stderr
     assert "Traceback" not in proc.stderr
 
-    # Resolved config, tokenizer, checkpoints (step files rotated to keep_last=2).
+    # Resolved config, tokenizer, checkpoints (step files rotated to keep_last=2, none kept
+    # for their BLEU).
     cfg = OmegaConf.load(run / "config.yaml")
     assert cfg.train.max_steps == 8 and cfg.model.d_model == 16 and cfg.run_dir == str(run)
     assert (run / "tokenizer" / "tokenizer.json").is_file()
@@ -71,8 +69,10 @@ def test_end_to_end_cli_writes_every_artefact(overrides, tmp_path):
     last = load_checkpoint(ckpts / "last.pt")
     assert (last["step"], last["scaler"]) == (8, None)
     for key in ("model", "optimizer", "scheduler", "rng", "config", "tokenizer", "trainer",
-                "epoch", "batch_in_epoch"):
+                "epoch", "batch_in_epoch", "valid_bleu"):
         assert key in last
+    assert "train_model" not in last                     # no weight average: one set of weights
+    assert last["valid_bleu"] == last["trainer"]["history"][-1]["bleu"]
     assert set(last["rng"][0]) >= {"python", "numpy", "torch"}
     model, tokenizer, _ = load_for_inference(ckpts / "best.pt")
     assert model.num_parameters() > 0 and tokenizer.tgt_vocab_size == 120
@@ -99,13 +99,18 @@ def test_end_to_end_cli_writes_every_artefact(overrides, tmp_path):
     assert [e.step for e in events.Images("valid/attention")] == [3, 6, 8]
 
 
-def test_sigkill_between_checkpoints_then_resume_equals_uninterrupted_run(overrides, tmp_path):
-    # 200 pairs at 1024 tokens make 7 batches per epoch: the resumed part crosses epochs.
-    # Killed after step 6, two steps past the checkpoint of step 4: the resumed run redoes
-    # steps 5 and 6 from that checkpoint.
+@pytest.mark.parametrize("extra", [
+    [], ["train.ema_decay=0.9", "data.tokenizer.sampling_alpha=0.5"]],
+    ids=["plain", "ema_sampling"])
+def test_sigkill_between_checkpoints_then_resume_equals_uninterrupted_run(overrides, tmp_path,
+                                                                          extra):
+    # 200 pairs at 1024 tokens make 7 batches per epoch (8 with sampled segmentations): the
+    # resumed part crosses epochs. Killed after step 6, two steps past the checkpoint of step
+    # 4: the resumed run redoes steps 5 and 6 from that checkpoint. With a weight average and
+    # subword sampling, the average and the second epoch's segmentation are exact too.
     base = overrides[:-1] + TINY_MODEL + TINY_TRAIN + [
         "train.batch_tokens=1024", "train.max_steps=12", "train.eval_every_steps=4",
-        "train.keep_last=1", "device=cpu"]
+        "train.keep_last=1", "device=cpu", *extra]
     full_dir, killed_dir = tmp_path / "full", tmp_path / "killed"
 
     train(compose_config(base + [f"run_dir={full_dir}"]))
@@ -117,12 +122,18 @@ def test_sigkill_between_checkpoints_then_resume_equals_uninterrupted_run(overri
     assert (killed["step"], killed["epoch"]) == (4, 0)
 
     assert main(base + [f"run_dir={killed_dir}"]) == 0          # the same command resumes
-    full, resumed = _params(full_dir / "checkpoints" / "last.pt"), \
-        _params(killed_dir / "checkpoints" / "last.pt")
-    assert full.keys() == resumed.keys()
-    for name in full:
-        torch.testing.assert_close(resumed[name], full[name], atol=1e-6, rtol=0, msg=name)
-    assert load_checkpoint(killed_dir / "checkpoints" / "last.pt")["epoch"] == 1
+    full = load_checkpoint(full_dir / "checkpoints" / "last.pt")
+    resumed = load_checkpoint(killed_dir / "checkpoints" / "last.pt")
+    weights = ["model", "train_model"] if extra else ["model"]
+    assert [k for k in ("model", "train_model") if k in full] == weights
+    for key in weights:
+        assert full[key].keys() == resumed[key].keys()
+        for name in full[key]:
+            torch.testing.assert_close(resumed[key][name], full[key][name], atol=1e-6, rtol=0,
+                                       msg=f"{key}: {name}")
+    assert resumed["epoch"] == 1
+    assert [h["loss"] for h in resumed["trainer"]["history"]] == \
+        pytest.approx([h["loss"] for h in full["trainer"]["history"]], rel=1e-6)
 
 
 @pytest.mark.parametrize(("override", "words"), [
@@ -320,9 +331,132 @@ def test_compiled_training_checkpoints_like_eager_and_resumes(overrides, tmp_pat
     comp = train(compose_config(base + ["train.compile=true", f"run_dir={tmp_path / 'comp'}"]))
     assert 1 <= comp["compile"]["graphs"] <= 8 and comp["compile"]["compile_s"] > 0
     assert comp["last"]["loss"] == pytest.approx(eager["last"]["loss"], rel=1e-2)
-    a, b = _params(tmp_path / "eager/checkpoints/last.pt"), _params(tmp_path / "comp/checkpoints/last.pt")
+    a, b = (load_checkpoint(tmp_path / f"{name}/checkpoints/last.pt")["model"]
+            for name in ("eager", "comp"))
     assert list(a) == list(b) and not any(k.startswith("_orig_mod") for k in b)
     resumed = train(compose_config(base[:-2] + ["train.max_steps=8", "train.eval_every_steps=6",
                                                  "train.compile=true", "train.resume=force",
                                                  f"run_dir={tmp_path / 'comp'}"]))
     assert resumed["steps"] == 8 and len(resumed["segments"]) == 2
+
+
+def _valid_nll(weights: dict, cfg) -> float:
+    """Per-token NLL of the validation split under ``weights`` (one batch, fp32)."""
+    from nmt.data import PAD_ID, prepare_data
+    from nmt.models import build_model
+    from nmt.training.loss import label_smoothed_nll
+
+    data = prepare_data(cfg.data)
+    model = build_model(cfg.model, data.tokenizer.src_vocab_size, data.tokenizer.tgt_vocab_size)
+    model.load_state_dict(weights)
+    model.eval()
+    batch = data.valid.collate(range(len(data.valid)))
+    with torch.no_grad():
+        logits, _ = model(batch.src, batch.src_mask, batch.tgt_in, need_alignment=False)
+        _, nll_sum = label_smoothed_nll(logits, batch.tgt_out, 0.1, PAD_ID)
+    return nll_sum.item() / batch.n_tgt_tokens
+
+
+def test_the_weight_average_is_validated_checkpointed_translated_and_fine_tuned_from(
+        overrides, tmp_path):
+    from nmt.runtime import resolve_device
+    from nmt.training.distributed import DistInfo
+    from nmt.training.trainer import Trainer
+
+    args = overrides[:-1] + TINY_MODEL + TINY_TRAIN + [
+        "train.max_steps=4", "train.eval_every_steps=2", "train.ema_decay=0.5", "device=cpu"]
+    cfg = compose_config(args + [f"run_dir={tmp_path / 'ema'}"])
+    train(cfg)
+    last = load_checkpoint(tmp_path / "ema" / "checkpoints" / "last.pt")
+    ema, trained = last["model"], last["train_model"]
+    assert any(not torch.equal(ema[k], trained[k]) for k in ema)
+    # Validation scored the average ("model"), not the trained weights.
+    nll = last["trainer"]["history"][-1]["nll"]
+    assert _valid_nll(ema, cfg) == pytest.approx(nll, rel=1e-5)
+    assert _valid_nll(trained, cfg) != pytest.approx(nll, rel=1e-3)
+    # Inference and fine-tuning take the average.
+    model, _, _ = load_for_inference(tmp_path / "ema" / "checkpoints" / "best.pt")
+    best = load_checkpoint(tmp_path / "ema" / "checkpoints" / "best.pt")["model"]
+    for name, value in model.state_dict().items():
+        assert torch.equal(value, best[name]), name
+    init_from = tmp_path / "ema" / "checkpoints" / "last.pt"
+    tuned = compose_config(args + [f"train.init_from={init_from}", f"run_dir={tmp_path / 'tuned'}"])
+    trainer = Trainer(tuned, DistInfo(), resolve_device("cpu"))
+    try:
+        trainer.setup()
+        for name, value in trainer.model.state_dict().items():
+            assert torch.equal(value, ema[name]), name
+            assert torch.equal(trainer.ema.model.state_dict()[name], ema[name]), name
+    finally:
+        trainer.close()
+
+
+def test_subword_sampling_draws_each_training_epoch_and_leaves_validation_alone(overrides,
+                                                                                tmp_path):
+    from nmt.data import load_split
+    from nmt.runtime import resolve_device
+    from nmt.training.distributed import DistInfo
+    from nmt.training.trainer import Trainer
+
+    cfg = compose_config(overrides[:-1] + TINY_MODEL + TINY_TRAIN + [
+        "data.tokenizer.sampling_alpha=0.5", "device=cpu", f"run_dir={tmp_path / 'run'}"])
+    trainer = Trainer(cfg, DistInfo(), resolve_device("cpu"))
+    try:
+        trainer.setup()
+        tok, best = trainer.tokenizer, trainer.train_split
+        epochs = [trainer.epoch_split(e) for e in (0, 1)]
+        n = len(best)
+        for e, split in enumerate(epochs):
+            assert sum(split.src_ids(i) != best.src_ids(i) for i in range(n)) > n // 2
+            assert [tok.decode_src(split.src_ids(i)) for i in range(n)] == best.src_texts()
+            rows = np.sort(np.concatenate(trainer.epoch_batches(e)))
+            assert rows.tolist() == list(range(n))       # each pair once, by sampled lengths
+            widths = [max(split.src_lens[b].max(), split.tgt_lens[b].max()) * len(b)
+                      for b in trainer.epoch_batches(e)]
+            assert max(widths) <= cfg.train.batch_tokens
+        assert sum(epochs[0].src_ids(i) != epochs[1].src_ids(i) for i in range(n)) > n // 2
+        # Validation (and test) keep the best segmentation.
+        for split in (trainer.valid_split, load_split(cfg.data, "test", tok)):
+            assert [split.src_ids(i) for i in range(len(split))] == \
+                tok.encode_src_batch(split.src_texts())
+    finally:
+        trainer.close()
+
+
+def test_kept_step_checkpoints_and_averaging_the_best(overrides, tmp_path, monkeypatch, capsys):
+    """200 pairs at 1024 tokens: 7 batches per epoch. eval_every_steps=4 and max_steps=15
+    validate at steps 4, 7 (epoch end), 8, 12, 14 (epoch end) and 15 (the end); the scripted
+    validation BLEU below decides which step files stay. Half the validation interval
+    (min(4, 7) // 2 = 2 steps) keeps 14 and 15 from both counting among the keep_last=3
+    newest (15, 12, 8); keep_best=2 adds the best two, 7 and 12 (6.0 each); best.pt is step 7,
+    the first to reach 6.0."""
+    import nmt.training.trainer as trainer_mod
+    from nmt.cli import average as cli_average
+
+    bleu = {4: 1.0, 7: 6.0, 8: 2.0, 12: 6.0, 14: 5.0, 15: 4.0}
+
+    def scripted(self):
+        return {"loss": 1.0, "nll": 1.0, "ppl": 2.718, "bleu": bleu[self.state.step]}
+
+    monkeypatch.setattr(trainer_mod.Trainer, "validate", scripted)
+    run = tmp_path / "run"
+    train(compose_config(overrides[:-1] + TINY_MODEL + TINY_TRAIN + [
+        "train.batch_tokens=1024", "train.eval_every_steps=4", "train.max_steps=15",
+        "train.keep_last=3", "train.keep_best=2", "device=cpu", f"run_dir={run}"]))
+    ckpts = run / "checkpoints"
+    last = load_checkpoint(ckpts / "last.pt")
+    assert [h["step"] for h in last["trainer"]["history"]] == [4, 7, 8, 12, 14, 15]
+    assert sorted(p.name for p in ckpts.iterdir()) == [
+        "best.pt", "last.pt", "step_12.pt", "step_15.pt", "step_7.pt", "step_8.pt"]
+    assert load_checkpoint(ckpts / "best.pt")["step"] == 7
+    assert {s: load_checkpoint(ckpts / f"step_{s}.pt")["valid_bleu"] for s in (7, 8, 12, 15)} \
+        == {7: 6.0, 8: 2.0, 12: 6.0, 15: 4.0}
+
+    assert cli_average.main([f"run_dir={run}", "best=2"]) == 0
+    assert "step_7.pt, step_12.pt" in capsys.readouterr().out
+    averaged = load_checkpoint(ckpts / "avg_best2.pt")["model"]
+    a, b = (load_checkpoint(ckpts / f"step_{s}.pt")["model"] for s in (7, 12))
+    for name, value in averaged.items():
+        torch.testing.assert_close(value, (a[name] + b[name]) / 2, atol=1e-7, rtol=0, msg=name)
+    assert cli_average.main([f"run_dir={run}", "last=3"]) == 0
+    assert "step_8.pt, step_12.pt, step_15.pt" in capsys.readouterr().out

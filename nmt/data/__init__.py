@@ -16,6 +16,7 @@ from nmt.data.batching import (
     make_tgt_batch,
     pad_efficiency,
     prepare_data,
+    sample_split,
     training_pairs,
     write_pairs,
     write_split,
@@ -54,6 +55,7 @@ __all__ = [
     "iter_lines", "iter_nonempty_pairs", "iter_parallel", "iter_text_pair", "iter_tsv",
     "load_split", "make_src_batch", "make_tgt_batch", "pad_efficiency", "prepare_data",
     "read_hf", "read_lines", "read_parallel", "read_text_pair", "read_tsv", "sample_pairs",
+    "sample_split",
     "split_fingerprint", "tokenizer_from_pairs", "train_or_load_tokenizer",
     "train_sentencepiece", "training_pairs", "write_pairs", "write_split",
 ]

@@ -13,6 +13,11 @@ RAM train too.
 positions (``B * max(S, T)``), grouping pairs of similar length so padding stays small
 (Vaswani et al. 2017, section 5.1: "sentence pairs were batched together by approximate
 sequence length"); batch order is shuffled per epoch, deterministically in (seed, epoch).
+
+:func:`sample_split` re-encodes a training split with sampled segmentations (subword
+regularisation, Kudo 2018; BPE-dropout, Provilkov et al. 2020) into a split of the same
+pairs, cached beside it: the trainer draws one per epoch and cuts that epoch's batches from
+its lengths.
 """
 
 from __future__ import annotations
@@ -140,7 +145,8 @@ class TokenizedSplit:
     """A tokenized split backed by a memory-mapped Arrow IPC file (see module docstring).
 
     Attributes:
-        path: the Arrow file.
+        path: the Arrow file (None for a split held in memory: :meth:`from_ids`,
+            :meth:`from_bytes`).
         src_lens: [N] int64, source lengths *including* EOS (= S of a batch of one).
         tgt_lens: [N] int64, ``tgt_out`` lengths *including* EOS (= T of a batch of one).
         rows: [N] int64, the line number of each pair in the raw split (differs from the
@@ -151,14 +157,39 @@ class TokenizedSplit:
         self._open(Path(path))
 
     def __getstate__(self) -> dict[str, Any]:  # picklable (DataLoader workers, spawn): path only
-        return {"path": str(self.path)}
+        return {"path": str(self.path)} if self.path is not None else {"buffer": self._buffer}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
-        self._open(Path(state["path"]))
+        self._open(Path(state["path"]) if "path" in state else None, state.get("buffer"))
 
-    def _open(self, path: Path) -> None:
-        self.path = path
-        self._reader = pa.ipc.open_file(pa.memory_map(str(self.path), "r"))
+    @classmethod
+    def from_ids(cls, src_ids: list[list[int]], tgt_ids: list[list[int]], src_texts: Sequence[str],
+                 tgt_texts: Sequence[str], rows: np.ndarray) -> TokenizedSplit:
+        """A split held in memory (an Arrow IPC buffer, same layout as the files): the given
+        id lists (no EOS/BOS), raw texts and original line numbers, unfiltered."""
+        sink = pa.BufferOutputStream()
+        with pa.ipc.new_file(sink, _SCHEMA) as writer:
+            for a in range(0, len(src_ids), _CHUNK_ROWS):
+                b = slice(a, a + _CHUNK_ROWS)
+                writer.write_batch(_record_batch(src_ids[b], tgt_ids[b], src_texts[b],
+                                                 tgt_texts[b], rows[b]))
+        return cls.from_bytes(sink.getvalue())
+
+    @classmethod
+    def from_bytes(cls, data: bytes | pa.Buffer) -> TokenizedSplit:
+        """A split held in memory from the bytes of an Arrow file (:meth:`ipc_bytes`)."""
+        split = cls.__new__(cls)
+        split._open(None, data if isinstance(data, pa.Buffer) else pa.py_buffer(data))
+        return split
+
+    def ipc_bytes(self) -> bytes:
+        """The Arrow IPC file of this split, as bytes (to send it to other processes)."""
+        return self.path.read_bytes() if self.path is not None else self._buffer.to_pybytes()
+
+    def _open(self, path: Path | None, buffer: pa.Buffer | None = None) -> None:
+        self.path, self._buffer = path, buffer
+        source = pa.memory_map(str(path), "r") if path is not None else pa.BufferReader(buffer)
+        self._reader = pa.ipc.open_file(source)
         batches = [self._reader.get_batch(i) for i in range(self._reader.num_record_batches)]
         self._starts = np.cumsum([0] + [rb.num_rows for rb in batches])
         n = int(self._starts[-1])
@@ -293,6 +324,16 @@ def _tokenize_piece(piece: list[tuple[int, str, str]], tokenizer: Tokenizer,
          pa.array(np.asarray(rows, np.int64)[keep])], schema=_SCHEMA)
 
 
+def _record_batch(s_ids: list[list[int]], t_ids: list[list[int]], src_t: Sequence[str],
+                  tgt_t: Sequence[str], rows: np.ndarray) -> pa.RecordBatch:
+    keep = np.ones(len(s_ids), bool)
+    return pa.record_batch([_list_array(*_flat_ids(s_ids), keep),
+                            _list_array(*_flat_ids(t_ids), keep),
+                            pa.array(list(src_t), pa.large_string()),
+                            pa.array(list(tgt_t), pa.large_string()),
+                            pa.array(np.asarray(rows, np.int64))], schema=_SCHEMA)
+
+
 def write_split(path: str | Path, src_texts: Sequence[str], tgt_texts: Sequence[str],
                 tokenizer: Tokenizer, rows: Sequence[int] | None = None,
                 max_len: int | None = None, max_len_ratio: float | None = None,
@@ -377,6 +418,63 @@ def write_pairs(path: str | Path, pairs: Iterable[tuple[int, str, str]], tokeniz
         Path(tmp).unlink(missing_ok=True)
         raise
     return stats
+
+
+def sample_split(split: TokenizedSplit, tokenizer: Tokenizer, alpha: float, nbest_size: int,
+                 seed: int | Sequence[int], cache: bool = True) -> TokenizedSplit:
+    """The pairs of a training split with sampled segmentations, drawn once per ``seed``.
+
+    Subword regularisation (Kudo 2018, "Subword Regularization"): every pair's raw texts are
+    re-encoded by :meth:`Tokenizer.encode_sampled` -- a unigram model samples a segmentation
+    with probability proportional to ``P(x)^alpha`` (from all of them with ``nbest_size=-1``,
+    else from the ``nbest_size`` best), a BPE model drops each merge with probability
+    ``alpha`` (BPE-dropout, Provilkov et al. 2020). The same pairs as ``split``, in the same
+    order, with the same ``rows``; the length filters are not applied again, but a pair whose
+    sampled segmentation has a side longer than the longest side in ``split`` keeps its
+    segmentation from ``split``, so no batch outgrows the ``train.batch_tokens`` check.
+
+    SentencePiece's sampling is reproducible for a seed within one process only (its
+    generator draws differently in another process, measured with sentencepiece 0.2.3), so
+    the draw is cached as an Arrow file beside ``split``'s, keyed by the settings and
+    ``seed``: a resumed run, and every later run with the same seed, reads the same ids.
+
+    Args:
+        split: the tokenized training split (best segmentation; its texts are re-encoded).
+        alpha, nbest_size: ``data.tokenizer.sampling_alpha`` (> 0), ``data.tokenizer.nbest_size``.
+        seed: the draw's identity, e.g. ``(train.seed, epoch)``.
+        cache: read / write the draw beside ``split`` (when ``split`` has a file).
+
+    Returns:
+        A :class:`TokenizedSplit`; ``decode`` of its ids gives the texts back.
+
+    Raises:
+        OSError: the cache directory cannot be written.
+    """
+    path = None
+    if cache and split.path is not None:
+        key = _key(split.path.name, float(alpha), int(nbest_size),
+                   [int(x) for x in np.atleast_1d(seed)])
+        path = split.path.with_name(f"{split.path.stem}.sampled-{key}.arrow")
+        if path.is_file():
+            return TokenizedSplit(path)
+    src_texts, tgt_texts = split.src_texts(), split.tgt_texts()
+    src_ids, tgt_ids = tokenizer.encode_sampled(src_texts, tgt_texts, alpha, nbest_size, seed)
+    limit = int(max(split.src_lens.max(initial=1), split.tgt_lens.max(initial=1))) - 1
+    for i, (s, t) in enumerate(zip(src_ids, tgt_ids, strict=True)):
+        if len(s) > limit or len(t) > limit:
+            src_ids[i], tgt_ids[i] = split.src_ids(i), split.tgt_ids(i)
+    sampled = TokenizedSplit.from_ids(src_ids, tgt_ids, src_texts, tgt_texts, split.rows)
+    if path is None:
+        return sampled
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(sampled.ipc_bytes())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return TokenizedSplit(path)
 
 
 # ------------------------------------------------------------------ sampler

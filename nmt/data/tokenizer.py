@@ -40,10 +40,12 @@ import re
 import shutil
 import sys
 import tempfile
+import threading
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import sentencepiece as spm
 
 from nmt.config import ConfigError, cfg_get
@@ -61,6 +63,9 @@ log = logging.getLogger("nmt.data")
 
 Texts = Sequence[str] | Callable[[], Sequence[str]]
 Pairs = Callable[[], Iterable[tuple[str, str]]]
+# SentencePiece's sampling generator is one per process (its seed) and per thread: see
+# Tokenizer.encode_sampled, which holds this lock while it seeds and samples.
+_SAMPLING_LOCK = threading.Lock()
 
 
 class Tokenizer:
@@ -117,6 +122,52 @@ class Tokenizer:
     def encode_tgt_batch(self, texts: Sequence[str]) -> list[list[int]]:
         """Many target texts at once (SentencePiece's threaded batch encoder)."""
         return self._tgt.encode(list(texts), out_type=int, num_threads=2)
+
+    def encode_sampled(self, src_texts: Sequence[str], tgt_texts: Sequence[str], alpha: float,
+                       nbest_size: int, seed: int | Sequence[int]
+                       ) -> tuple[list[list[int]], list[list[int]]]:
+        """Both sides with sampled segmentations (subword regularisation, Kudo 2018).
+
+        Unigram models sample a segmentation x with probability proportional to
+        ``P(x)^alpha`` (from all of them, forward-filtering backward-sampling, with
+        ``nbest_size=-1``; else from the ``nbest_size`` best); BPE models drop each merge with
+        probability ``alpha`` (BPE-dropout, Provilkov et al. 2020; ``nbest_size`` unused).
+        Every segmentation decodes to the same text as :meth:`encode_src` / :meth:`encode_tgt`'s.
+
+        ``seed``: ints, mixed by NumPy's ``SeedSequence`` into one SentencePiece seed per side.
+        SentencePiece's generator is seeded process-wide (``set_random_generator_seed``) and
+        lives per thread, and its multi-threaded batch encoder hands sentences to threads in
+        no fixed order; so each call seeds and encodes single-threaded in a new thread, one
+        call at a time: the same seed gives the same ids within a process. Another process
+        draws differently (sentencepiece 0.2.3, measured), which is why
+        :func:`nmt.data.batching.sample_split` caches its draws.
+
+        Returns:
+            ``(src_ids, tgt_ids)``: one id list per text (no BOS/EOS).
+        """
+        entropy = [int(x) for x in np.atleast_1d(seed)]
+        seeds = [int(np.random.SeedSequence([*entropy, side]).generate_state(1)[0]) & 0x7FFFFFFF
+                 for side in (0, 1)]   # 0xFFFFFFFF would mean "unseeded" to SentencePiece
+        kwargs = dict(out_type=int, num_threads=1, enable_sampling=True, alpha=float(alpha),
+                      nbest_size=int(nbest_size))
+        out: dict[str, Any] = {}
+
+        def work() -> None:
+            try:
+                spm.set_random_generator_seed(seeds[0])
+                out["src"] = self._src.encode(list(src_texts), **kwargs)
+                spm.set_random_generator_seed(seeds[1])
+                out["tgt"] = self._tgt.encode(list(tgt_texts), **kwargs)
+            except BaseException as err:  # re-raised in the caller's thread
+                out["error"] = err
+
+        with _SAMPLING_LOCK:
+            thread = threading.Thread(target=work, name="nmt-subword-sampling")
+            thread.start()
+            thread.join()
+        if "error" in out:
+            raise out["error"]
+        return out["src"], out["tgt"]
 
     @staticmethod
     def _clean(ids: Iterable[int]) -> list[int]:

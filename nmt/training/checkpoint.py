@@ -7,7 +7,12 @@ opening a checkpoint never runs code from it.
 ==================  ==========================================================
 ``version``         file format version (int, currently 1)
 ``config_version``  layout version of ``config`` (:data:`nmt.config.CONFIG_VERSION`)
-``model``           ``model.state_dict()``
+``model``           the weights to translate with: ``model.state_dict()``, or with
+                    ``train.ema_decay`` the moving average's (:mod:`nmt.training.ema`)
+``train_model``     with ``train.ema_decay`` only: the trained (not averaged) weights, which
+                    a resumed run goes on from
+``valid_bleu``      greedy validation BLEU of ``model`` at ``step`` (float; None when the
+                    step was not validated), which ``nmt-average best=N`` ranks by
 ``config``          resolved config as a plain dict (``OmegaConf.to_container``)
 ``tokenizer``       ``Tokenizer.state_dict()`` (SentencePiece model bytes + settings)
 ``step``            optimizer steps done (int)
@@ -19,7 +24,10 @@ opening a checkpoint never runs code from it.
 :func:`load_checkpoint` returns ``config`` upgraded to this version of nmt
 (:func:`nmt.config.upgrade_config`), so checkpoints stay loadable when keys are added. A
 checkpoint alone is enough to translate: :func:`nmt.inference.loader.load_for_inference`
-rebuilds the model from its config and the tokenizer from its bytes.
+rebuilds the model from its config and the tokenizer from its bytes. Every reader of
+weights -- inference, averaging, ``train.init_from`` -- takes ``model``; only resuming reads
+``train_model``. Checkpoints written before ``train_model`` and ``valid_bleu`` existed load
+unchanged (no average; BLEU from the ``trainer`` history, :func:`checkpoint_bleu`).
 """
 
 from __future__ import annotations
@@ -28,6 +36,7 @@ import os
 import pickle
 import re
 import tempfile
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -152,13 +161,25 @@ class CheckpointManager:
     """Step checkpoints ``step_<k>.pt`` plus ``last.pt`` and ``best.pt`` in one directory.
 
     :meth:`save` writes ``step_<k>.pt`` atomically and points ``last.pt`` (and ``best.pt``
-    when asked) at it; only the ``keep_last`` newest step files are kept (0 keeps none:
-    then ``last.pt`` is written directly).
+    when asked) at it. Step files kept (:meth:`kept_steps`): the ``keep_last`` newest, at
+    least ``min_gap`` steps apart, and the ``keep_best`` of the highest validation BLEU.
+    With ``keep_last = keep_best = 0`` there are none: ``last.pt`` is written directly.
+
+    Args:
+        directory: the run's ``checkpoints/``.
+        keep_last, keep_best: ``train.keep_last``, ``train.keep_best``.
+        min_gap: steps; the trainer sets half its validation interval (the smaller of
+            ``train.eval_every_steps`` and an epoch), so that a validation close to the one
+            before (an epoch end just after an ``eval_every_steps`` one, the final one of a
+            ``max_minutes`` run) replaces it among the newest instead of crowding them.
     """
 
-    def __init__(self, directory: str | Path, keep_last: int) -> None:
+    def __init__(self, directory: str | Path, keep_last: int, keep_best: int = 0,
+                 min_gap: int = 1) -> None:
         self.directory = Path(directory)
         self.keep_last = keep_last
+        self.keep_best = keep_best
+        self.min_gap = min_gap
 
     @property
     def last(self) -> Path:
@@ -173,9 +194,32 @@ class CheckpointManager:
         files = [p for p in self.directory.glob("step_*.pt") if p.stem[5:].isdigit()]
         return sorted(files, key=lambda p: int(p.stem[5:]))
 
-    def save(self, ckpt: dict, step: int, is_best: bool = False) -> Path:
-        """Write ``ckpt`` for optimizer step ``step``; returns the path of ``last.pt``."""
-        if self.keep_last > 0:
+    def kept_steps(self, steps: list[int], scores: Mapping[int, float] | None = None) -> set[int]:
+        """Which of ``steps`` (the step files there are) to keep.
+
+        Newest first, a step is one of the "last" unless it lies less than ``min_gap`` steps
+        before the previous one taken; the first ``keep_last`` taken are kept. The
+        ``keep_best`` steps of the highest ``scores`` (validation BLEU by step; ties: the
+        earlier step, as for ``best.pt``) are kept too; steps without a score never count.
+        """
+        last: list[int] = []
+        for step in sorted(steps, reverse=True):
+            if len(last) == self.keep_last:
+                break
+            if not last or step <= last[-1] - self.min_gap:
+                last.append(step)
+        scored = [s for s in steps if scores is not None and scores.get(s) is not None]
+        best = sorted(scored, key=lambda s: (-scores[s], s))[: self.keep_best]
+        return set(last) | set(best)
+
+    def save(self, ckpt: dict, step: int, is_best: bool = False,
+             scores: Mapping[int, float] | None = None) -> Path:
+        """Write ``ckpt`` for optimizer step ``step``; returns the path of ``last.pt``.
+
+        ``scores``: validation BLEU by step, of this step and earlier ones (for ``keep_best``).
+        """
+        step_files = self.keep_last + self.keep_best > 0
+        if step_files:
             step_path = self.directory / f"step_{step}.pt"
             save_atomic(ckpt, step_path)
             link_atomic(step_path, self.last)
@@ -183,9 +227,12 @@ class CheckpointManager:
             save_atomic(ckpt, self.last)
         if is_best:
             link_atomic(self.last, self.best)
-        if self.keep_last > 0:
-            for old in self.step_files()[: -self.keep_last]:
-                old.unlink(missing_ok=True)
+        if step_files:
+            files = {int(p.stem[5:]): p for p in self.step_files()}
+            keep = self.kept_steps(list(files), scores)
+            for old_step, old in files.items():
+                if old_step not in keep:
+                    old.unlink(missing_ok=True)
         return self.last
 
 
@@ -232,11 +279,19 @@ def _diff(a: Any, b: Any, prefix: str) -> list[str]:
 
 
 # Keys whose change makes a saved model/optimizer unusable for the current run. Dropout rates
-# (any model key containing "dropout") are regularisation, not architecture: they may change.
+# (any model key containing "dropout") and subword sampling are regularisation, not
+# architecture or vocabulary: they may change (:func:`_regularisation`).
 COMPATIBILITY_KEYS = ("model", "data.src_lang", "data.tgt_lang", "data.tokenizer")
+SAMPLING_KEYS = ("data.tokenizer.sampling_alpha", "data.tokenizer.nbest_size")
 # Keys that fix the batch order of an epoch: a change is allowed on resume, but the saved
 # position ``batch_in_epoch`` then points into a different batch list (warned, not refused).
-BATCH_ORDER_KEYS = ("train.batch_tokens", "train.seed", "train.accum_steps")
+BATCH_ORDER_KEYS = ("train.batch_tokens", "train.seed", "train.accum_steps", *SAMPLING_KEYS)
+
+
+def _regularisation(problem: str) -> bool:
+    """Whether a :func:`_diff` line names a key that may change between runs of one model."""
+    key = problem.split(":")[0]
+    return "dropout" in key or key in SAMPLING_KEYS
 
 
 def _at(tree: Any, key: str) -> Any:
@@ -288,7 +343,7 @@ def check_compatible(path: str | Path, ckpt: dict, cfg: DictConfig,
     problems: list[str] = []
     for key in COMPATIBILITY_KEYS:
         a, b = _at(saved, key), _at(now, key)
-        problems += [p for p in _diff(a, b, key) if "dropout" not in p.split(":")[0]]
+        problems += [p for p in _diff(a, b, key) if not _regularisation(p)]
     if model is not None and not problems:
         saved_w, now_w = ckpt.get("model") or {}, model.state_dict()
         for name in sorted(set(saved_w) | set(now_w)):
@@ -307,13 +362,26 @@ def check_compatible(path: str | Path, ckpt: dict, cfg: DictConfig,
 
 
 # ------------------------------------------------------------------ checkpoint averaging
+def checkpoint_bleu(ckpt: dict) -> float | None:
+    """The validation BLEU of a checkpoint's weights: its ``valid_bleu``, or for a checkpoint
+    written before that key existed the ``trainer`` history's entry of its step; None when
+    neither says (a checkpoint not written by ``nmt-train``, or an unvalidated step)."""
+    if ckpt.get("valid_bleu") is not None:
+        return float(ckpt["valid_bleu"])
+    history = (ckpt.get("trainer") or {}).get("history") or []
+    scores = [h.get("bleu") for h in history if h.get("step") == ckpt.get("step")]
+    return float(scores[-1]) if scores and scores[-1] is not None else None
+
+
 def average_checkpoints(paths: list[str | Path]) -> dict:
     """Average the weights of several checkpoints of one run (Vaswani et al. 2017, section 6.1).
 
     The Transformer paper's base models "used a single model obtained by averaging the last 5
     checkpoints"; fairseq and JoeyNMT ship the same tool. Every floating-point tensor of
     ``model`` is the element-wise mean of the inputs' (accumulated in float64, stored in the
-    input dtype); other tensors (integer buffers) must be equal in all inputs.
+    input dtype); other tensors (integer buffers) must be equal in all inputs. ``model`` is
+    the weights each checkpoint translates with, so checkpoints of a ``train.ema_decay`` run
+    average their moving averages.
 
     Args:
         paths: two or more checkpoint files written by ``nmt-train`` for the same model and

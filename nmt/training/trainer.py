@@ -16,9 +16,18 @@ Order of one optimizer step (``s`` = steps done so far)::
     group  = epoch_batches[b : b + world * accum]        # b = batch_in_epoch
     mine   = group[rank::world]                          # this rank's micro-batches
     for each micro-batch: loss_sum * world / tokens(group) -> backward (DDP sync on the last)
-    clip grad norm; lr = schedule(s + 1); optimizer.step(); s += 1; b += len(group)
-    epoch end -> epoch += 1, b = 0
+    clip grad norm; lr = schedule(s + 1); optimizer.step(); ema.update(s + 1) (if on)
+    s += 1; b += len(group)
+    epoch end -> epoch += 1, b = 0 (the next epoch's batches: resampled segmentation, if on)
     every eval_every_steps and at epoch end: validate (loss, ppl, greedy BLEU), checkpoint
+
+With ``train.ema_decay`` an exponential moving average of the weights (:mod:`nmt.training.ema`)
+is updated after every optimizer step; validation (hence ``best.pt``) scores it, and the
+checkpoints' ``model`` entry holds it (the weights to translate with), next to the trained
+weights in ``train_model`` (what a resumed run goes on from). With
+``data.tokenizer.sampling_alpha`` each epoch trains on its own sampled segmentation of the
+training split (:func:`nmt.data.batching.sample_split`, drawn once per (seed, epoch) and
+cached, so a resumed run and every DDP rank train on the same draw).
 
 Checkpoints are written only at step boundaries and hold the RNG states, so a run killed
 at any point and resumed redoes the steps after its last checkpoint and takes exactly the
@@ -228,7 +237,7 @@ class Trainer:
         self.device = device
         self.run_dir = Path(cfg.run_dir)
         self.ckpt_dir = self.run_dir / "checkpoints"
-        self.manager = CheckpointManager(self.ckpt_dir, cfg.train.keep_last)
+        self.manager = CheckpointManager(self.ckpt_dir, cfg.train.keep_last, cfg.train.keep_best)
         self.state = TrainState()
         self.amp_dtype = autocast_dtype(cfg.train.precision, device)
         # fp16 needs loss scaling (Micikevicius et al. 2018); bf16 has fp32's exponent range.
@@ -236,7 +245,8 @@ class Trainer:
                        else None)
         self.writer = None
         self.stop_reason = ""
-        self._epoch_cache: dict[int, list[np.ndarray]] = {}
+        self.ema = None               # WeightAverage when train.ema_decay is set (after setup)
+        self._epoch_cache: dict[int, tuple[Any, list[np.ndarray]]] = {}  # epoch: (split, batches)
         self._start = time.perf_counter()
         self._mark = time.perf_counter()   # start of the training time not yet in state.train_s
         self._pause = 0.0             # validation/checkpoint seconds since the last log line
@@ -365,7 +375,7 @@ class Trainer:
         if ckpt is not None:
             check_compatible(self.manager.last, ckpt, cfg, self.model)
             self._restore(ckpt)
-        elif self.init_ckpt is not None:
+        elif self.init_ckpt is not None:     # its "model": the weights it translates with
             try:
                 self.model.load_state_dict(self.init_ckpt["model"])
             except RuntimeError as err:
@@ -374,6 +384,16 @@ class Trainer:
             self.init_ckpt = None
             log.info("fine-tuning: weights and tokenizer from %s (fresh optimizer, schedule and "
                      "step count)", self.tcfg.init_from)
+        if self.tcfg.ema_decay is not None:
+            from nmt.training.ema import WeightAverage
+
+            self.ema = WeightAverage(self.model, float(self.tcfg.ema_decay))
+            if ckpt is not None and "train_model" in ckpt:   # its "model" is the average
+                self.ema.load_state_dict(ckpt["model"])
+        # Step checkpoints closer than half a validation interval are not both kept as "last".
+        group_size = info.world_size * int(self.tcfg.accum_steps)
+        steps_per_epoch = -(-len(self.epoch_batches(0)) // group_size)
+        self.manager.min_gap = max(1, min(int(self.tcfg.eval_every_steps), steps_per_epoch) // 2)
         if self.plan.changes:
             log.warning("train.resume=force: continuing %s with changed settings: %s",
                         self.run_dir, "; ".join(self.plan.changes))
@@ -443,7 +463,8 @@ class Trainer:
                         ckpt.get("batch_in_epoch", 0), ckpt.get("epoch", 0))
 
     def _restore(self, ckpt: dict) -> None:
-        self.model.load_state_dict(ckpt["model"])
+        # With an average, "model" holds it and "train_model" the weights training goes on from.
+        self.model.load_state_dict(ckpt.get("train_model", ckpt["model"]))
         self.optimizer.load_state_dict(ckpt["optimizer"])
         self.schedule.load_state_dict(ckpt["scheduler"])
         if self.scaler is not None and ckpt.get("scaler"):
@@ -461,15 +482,49 @@ class Trainer:
                  self.manager.last, self.state.step, self.state.epoch, self.state.batch_in_epoch)
 
     # ------------------------------------------------------------------ batches
-    def epoch_batches(self, epoch: int) -> list[np.ndarray]:
-        """The epoch's batch list (same on every rank), truncated to a multiple of world size.
+    def _epoch(self, epoch: int) -> tuple[Any, list[np.ndarray]]:
+        """``(split, batches)`` of an epoch: the training split (resampled for this epoch with
+        ``data.tokenizer.sampling_alpha``) and its batch list (same on every rank), truncated
+        to a multiple of world size.
 
         The current and the next epoch are cached (the prefetcher looks one step ahead)."""
         if epoch not in self._epoch_cache:
-            batches = truncate_to_multiple(self.sampler.batches(epoch), self.info.world_size)
+            split, sampler = self.train_split, self.sampler
+            tok = self.cfg.data.tokenizer
+            if tok.sampling_alpha:
+                from nmt.data import TokenBatchSampler, TokenizedSplit, sample_split
+
+                t0 = time.perf_counter()
+                # Rank 0 draws (or finds in the cache) the epoch's segmentation and sends it to
+                # the others: every rank must cut the same batches from its lengths.
+                if self.info.is_main:
+                    split = sample_split(self.train_split, self.tokenizer,
+                                         float(tok.sampling_alpha), int(tok.nbest_size),
+                                         seed=(int(self.tcfg.seed), epoch))
+                if self.info.enabled:
+                    data = broadcast_object(split.ipc_bytes() if self.info.is_main else None,
+                                            self.info)
+                    if not self.info.is_main:
+                        split = TokenizedSplit.from_bytes(data)
+                sampler = TokenBatchSampler(split.src_lens, split.tgt_lens,
+                                            self.tcfg.batch_tokens, shuffle=True,
+                                            seed=self.tcfg.seed)
+                log.info("epoch %d: sampled segmentation of the %d training pairs (%.1f s): "
+                         "%.1f source, %.1f target tokens per pair", epoch, len(split),
+                         time.perf_counter() - t0, split.src_lens.mean() - 1,
+                         split.tgt_lens.mean() - 1)
+            batches = truncate_to_multiple(sampler.batches(epoch), self.info.world_size)
             self._epoch_cache = {k: v for k, v in self._epoch_cache.items() if k == epoch - 1}
-            self._epoch_cache[epoch] = batches
+            self._epoch_cache[epoch] = (split, batches)
         return self._epoch_cache[epoch]
+
+    def epoch_batches(self, epoch: int) -> list[np.ndarray]:
+        """The epoch's batch list (row indices into :meth:`epoch_split`); see :meth:`_epoch`."""
+        return self._epoch(epoch)[1]
+
+    def epoch_split(self, epoch: int):
+        """The :class:`~nmt.data.TokenizedSplit` the epoch's batches index; see :meth:`_epoch`."""
+        return self._epoch(epoch)[0]
 
     def _next_group(self, epoch: int, start: int, group_size: int) -> tuple[int, int, list]:
         """``(epoch, start, group)`` of the step that follows a step taken at ``(epoch, start)``."""
@@ -479,10 +534,10 @@ class Trainer:
             epoch, start = epoch + 1, 0
         return epoch, start, self.epoch_batches(epoch)[start: start + group_size]
 
-    def _collate_share(self, group: list[np.ndarray]) -> list:
-        """This rank's micro-batches of ``group`` as padded :class:`Batch` objects (pinned
-        for CUDA). Pure: no random numbers, so prefetching it changes no result."""
-        batches = [self.train_split.collate(idx) for idx in local_share(group, self.info)]
+    def _collate_share(self, split, group: list[np.ndarray]) -> list:
+        """This rank's micro-batches of ``group`` (rows of ``split``) as padded :class:`Batch`
+        objects (pinned for CUDA). Pure: no random numbers, so prefetching it changes no result."""
+        batches = [split.collate(idx) for idx in local_share(group, self.info)]
         return [b.pin_memory() for b in batches] if self.device.type == "cuda" else batches
 
     def _autocast(self):
@@ -491,9 +546,11 @@ class Trainer:
         return torch.autocast(device_type=self.device.type, dtype=self.amp_dtype)
 
     # ------------------------------------------------------------------ one step
-    def train_step(self, group: list[np.ndarray], collated: list | None = None
-                   ) -> tuple[torch.Tensor, torch.Tensor, int]:
-        """One optimizer step over the global ``group`` of batches.
+    def train_step(self, group: list[np.ndarray], collated: list | None = None,
+                   split=None) -> tuple[torch.Tensor, torch.Tensor, int]:
+        """One optimizer step over the global ``group`` of batches (rows of ``split``, the
+        current epoch's :meth:`epoch_split`; default: the training split), then the update of
+        the weight average (``train.ema_decay``).
 
         ``collated`` is this rank's share of ``group`` already collated
         (:meth:`_collate_share`, e.g. by the prefetcher); None collates it here.
@@ -504,10 +561,11 @@ class Trainer:
         """
         from nmt.data.tokenizer import PAD_ID
 
-        tgt_lens = self.train_split.tgt_lens
+        split = self.train_split if split is None else split
+        tgt_lens = split.tgt_lens
         tokens = int(sum(int(tgt_lens[idx].sum()) for idx in group))
         scale = self.info.world_size / max(tokens, 1)
-        mine = collated if collated is not None else self._collate_share(group)
+        mine = collated if collated is not None else self._collate_share(split, group)
         sums = torch.zeros(2, device=self.device)
         eps = self.label_smoothing
         non_blocking = self.device.type == "cuda"
@@ -539,12 +597,21 @@ class Trainer:
             self.scaler.step(self.optimizer)
             self.scaler.update()
         self.optimizer.zero_grad(set_to_none=True)
+        if self.ema is not None:
+            self.ema.update(self.state.step + 1)
         return sums, grad_norm, tokens
 
     # ------------------------------------------------------------------ validation
+    @property
+    def eval_model(self) -> torch.nn.Module:
+        """The weights that validation scores and checkpoints translate with: the average
+        when ``train.ema_decay`` is set, else the trained model."""
+        return self.model if self.ema is None else self.ema.model
+
     @torch.no_grad()
     def validate(self) -> dict[str, float]:
-        """Loss, perplexity and greedy BLEU on the whole validation split (rank 0 computes).
+        """Loss, perplexity and greedy BLEU of :attr:`eval_model` on the whole validation
+        split (rank 0 computes).
 
         Returns the same dict on every rank: ``loss``, ``nll``, ``ppl`` (per target token)
         and ``bleu`` (sacreBLEU, detokenized, cased).
@@ -556,7 +623,8 @@ class Trainer:
             from nmt.evaluation.metrics import corpus_scores
             from nmt.inference.search import translate
 
-            model = self.model
+            model = self.eval_model
+            was_training = model.training
             model.eval()
             sums = torch.zeros(2, device=self.device)
             tokens = 0
@@ -570,7 +638,7 @@ class Trainer:
                     tokens += batch.n_tgt_tokens
             # Searched in fp32, as nmt-evaluate does, so that the two BLEU figures agree.
             hyps = translate(model, self.valid_src_ids, self.cfg.search, self.device)
-            model.train()
+            model.train(was_training)
             texts = [self.tokenizer.decode_tgt(h[0].tokens) if h else "" for h in hyps]
             scores = corpus_scores(texts, self.valid_refs)
             loss, nll = (sums / max(tokens, 1)).tolist()
@@ -599,13 +667,14 @@ class Trainer:
         tgt_labels = self.tokenizer.tgt_pieces(list(hyp.tokens) + [eos_id])
         fig = plot_alignment(np.asarray(hyp.alignment), src_labels, tgt_labels)
         self.writer.add_figure("valid/alignment", fig, self.state.step, close=False)
-        was_training = self.model.training
-        self.model.eval()
+        model = self.eval_model
+        was_training = model.training
+        model.eval()
         try:
-            attention = capture_attention(self.model, [self.valid_src_ids[i]], [hyp.tokens],
+            attention = capture_attention(model, [self.valid_src_ids[i]], [hyp.tokens],
                                           self.device)[0]
         finally:
-            self.model.train(was_training)
+            model.train(was_training)
         fig = plot_attention(attention["cross"], src_labels, tgt_labels, "cross", dpi=80,
                              title=f"validation sentence {i}, step {self.state.step}")
         self.writer.add_figure("valid/attention", fig, self.state.step, close=False)
@@ -645,10 +714,13 @@ class Trainer:
         st.peak_rss_mb = max(st.peak_rss_mb, _peak_rss_mb())
         st.segments[-1].update(ended=_now(), end_step=st.step)
         if self.info.is_main:
+            bleu = {h["step"]: h["bleu"] for h in st.history}
             ckpt = {
                 "version": 1,
                 "config_version": CONFIG_VERSION,
-                "model": self.model.state_dict(),
+                "model": self.eval_model.state_dict(),
+                **({} if self.ema is None else {"train_model": self.model.state_dict()}),
+                "valid_bleu": bleu.get(st.step),
                 "config": OmegaConf.to_container(self.cfg, resolve=True),
                 "tokenizer": self.tokenizer.state_dict(),
                 "step": st.step, "epoch": st.epoch, "batch_in_epoch": st.batch_in_epoch,
@@ -658,7 +730,7 @@ class Trainer:
                 "rng": rngs,
                 "trainer": asdict(st),
             }
-            self.manager.save(ckpt, st.step, is_best=is_best)
+            self.manager.save(ckpt, st.step, is_best=is_best, scores=bleu)
 
     def _validate_and_save(self, epoch_end: bool, stop_reason: str = "") -> str:
         """Validate, record the stop condition (``stop_reason``, or early stopping decided by
@@ -734,7 +806,7 @@ class Trainer:
                 st.stop_reason = self.stop_reason
                 self.checkpoint(is_best=False)
         while not self.stop_reason:
-            batches = self.epoch_batches(st.epoch)
+            split, batches = self._epoch(st.epoch)
             group = batches[st.batch_in_epoch: st.batch_in_epoch + group_size]
             collated = None
             if prefetch is not None:
@@ -742,8 +814,9 @@ class Trainer:
                     collated = ahead[1].result()
                 nxt_epoch, nxt_start, nxt_group = self._next_group(st.epoch, st.batch_in_epoch,
                                                                    group_size)
-                ahead = ((nxt_epoch, nxt_start), prefetch.submit(self._collate_share, nxt_group))
-            sums, grad_norm, tokens = self.train_step(group, collated)
+                ahead = ((nxt_epoch, nxt_start), prefetch.submit(
+                    self._collate_share, self.epoch_split(nxt_epoch), nxt_group))
+            sums, grad_norm, tokens = self.train_step(group, collated, split)
             acc += sums
             acc_tokens += tokens
             st.train_tokens += tokens
