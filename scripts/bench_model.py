@@ -66,7 +66,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from nmt.config import compose_config  # noqa: E402
 from nmt.data import PAD_ID, TokenBatchSampler, prepare_data  # noqa: E402
 from nmt.models import build_model  # noqa: E402
-from nmt.runtime import tune_malloc  # noqa: E402
+from nmt.runtime import bound_onednn_cache, tune_malloc  # noqa: E402
 from nmt.training.ema import WeightAverage  # noqa: E402
 from nmt.training.loss import label_smoothed_nll  # noqa: E402
 from nmt.training.trainer import build_optimizer, compile_model, compile_stats  # noqa: E402
@@ -98,6 +98,7 @@ def main(argv: list[str] | None = None) -> dict:
                         help="leave glibc malloc at its defaults (see tune_malloc)")
     args = parser.parse_args(argv)
     malloc_tuned = False if args.no_malloc_tune else tune_malloc()
+    bound_onednn_cache()
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)
 

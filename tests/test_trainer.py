@@ -460,3 +460,14 @@ def test_kept_step_checkpoints_and_averaging_the_best(overrides, tmp_path, monke
         torch.testing.assert_close(value, (a[name] + b[name]) / 2, atol=1e-7, rtol=0, msg=name)
     assert cli_average.main([f"run_dir={run}", "last=3"]) == 0
     assert "step_8.pt, step_12.pt, step_15.pt" in capsys.readouterr().out
+
+
+def test_onednn_cache_bound_is_set_unless_the_user_set_it(monkeypatch):
+    """bf16 on CPU: oneDNN's primitive cache is bounded (flat RSS), a user's value wins."""
+    from nmt.runtime import ONEDNN_CACHE_CAPACITY, bound_onednn_cache
+
+    monkeypatch.delenv("ONEDNN_PRIMITIVE_CACHE_CAPACITY", raising=False)
+    assert bound_onednn_cache() is True
+    assert os.environ["ONEDNN_PRIMITIVE_CACHE_CAPACITY"] == str(ONEDNN_CACHE_CAPACITY)
+    monkeypatch.setenv("ONEDNN_PRIMITIVE_CACHE_CAPACITY", "256")
+    assert bound_onednn_cache() is False and os.environ["ONEDNN_PRIMITIVE_CACHE_CAPACITY"] == "256"

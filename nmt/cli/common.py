@@ -35,7 +35,7 @@ from pathlib import Path
 from omegaconf import DictConfig, OmegaConf
 
 from nmt.config import ConfigError, compose_config, finish_config, validate_search
-from nmt.runtime import tune_malloc
+from nmt.runtime import bound_onednn_cache, tune_malloc
 
 EXIT_USER_ERROR = 2
 Validator = Callable[[DictConfig], DictConfig] | None
@@ -99,6 +99,7 @@ def run_task(cfg: DictConfig, body: Callable[[DictConfig], int | None], *, prog:
     status from ``body`` ``SystemExit(status)``.
     """
     tune_malloc()
+    bound_onednn_cache()
     status = exit_on_user_error(prog, lambda: body(finish_config(cfg, validate_fn)))
     if status:
         raise SystemExit(status)

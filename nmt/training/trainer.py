@@ -59,7 +59,7 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 
 from nmt.config import CONFIG_VERSION, ConfigError
-from nmt.runtime import machine_info, resolve_device
+from nmt.runtime import bound_onednn_cache, machine_info, resolve_device
 from nmt.training.checkpoint import (
     CheckpointError,
     CheckpointManager,
@@ -240,6 +240,8 @@ class Trainer:
         self.manager = CheckpointManager(self.ckpt_dir, cfg.train.keep_last, cfg.train.keep_best)
         self.state = TrainState()
         self.amp_dtype = autocast_dtype(cfg.train.precision, device)
+        if self.amp_dtype is not None and device.type == "cpu":
+            bound_onednn_cache()  # nmt.train() from Python: the CLIs have set it already
         # fp16 needs loss scaling (Micikevicius et al. 2018); bf16 has fp32's exponent range.
         self.scaler = (torch.amp.GradScaler(device.type) if self.amp_dtype == torch.float16
                        else None)
