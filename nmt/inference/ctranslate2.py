@@ -221,26 +221,27 @@ def build_spec(model: torch.nn.Module, tokenizer: Tokenizer, model_cfg: DictConf
     if pre_norm:
         norm(enc.layer_norm, "encoder_norm")
         norm(dec.layer_norm, "decoder_norm")
+    def self_attention(spec_attn, p: str) -> None:
+        linear(spec_attn.linear[0], f"{p}.self_attn.qkv_proj")
+        linear(spec_attn.linear[1], f"{p}.self_attn.out_proj")
+        norm(spec_attn.layer_norm, f"{p}.res1.norm")
+
+    def feed_forward(spec_ffn, p: str, residual: str) -> None:
+        linear(spec_ffn.linear_0, f"{p}.ff.linear1")
+        linear(spec_ffn.linear_1, f"{p}.ff.linear2")
+        norm(spec_ffn.layer_norm, f"{p}.{residual}.norm")
+
     for i, layer in enumerate(enc.layer):
-        p = f"encoder.{i}"
-        linear(layer.self_attention.linear[0], f"{p}.self_attn.qkv_proj")
-        linear(layer.self_attention.linear[1], f"{p}.self_attn.out_proj")
-        norm(layer.self_attention.layer_norm, f"{p}.res1.norm")
-        linear(layer.ffn.linear_0, f"{p}.ff.linear1")
-        linear(layer.ffn.linear_1, f"{p}.ff.linear2")
-        norm(layer.ffn.layer_norm, f"{p}.res2.norm")
+        self_attention(layer.self_attention, f"encoder.{i}")
+        feed_forward(layer.ffn, f"encoder.{i}", "res2")
     for i, layer in enumerate(dec.layer):
         p = f"decoder.{i}"
-        linear(layer.self_attention.linear[0], f"{p}.self_attn.qkv_proj")
-        linear(layer.self_attention.linear[1], f"{p}.self_attn.out_proj")
-        norm(layer.self_attention.layer_norm, f"{p}.res1.norm")
+        self_attention(layer.self_attention, p)
         linear(layer.attention.linear[0], f"{p}.cross_attn.q_proj")
         linear(layer.attention.linear[1], f"{p}.cross_attn.kv_proj")
         linear(layer.attention.linear[2], f"{p}.cross_attn.out_proj")
         norm(layer.attention.layer_norm, f"{p}.res2.norm")
-        linear(layer.ffn.linear_0, f"{p}.ff.linear1")
-        linear(layer.ffn.linear_1, f"{p}.ff.linear2")
-        norm(layer.ffn.layer_norm, f"{p}.res3.norm")
+        feed_forward(layer.ffn, p, "res3")
     spec.register_source_vocabulary(tokenizer.src_pieces(range(tokenizer.src_vocab_size)))
     spec.register_target_vocabulary(tokenizer.tgt_pieces(range(tokenizer.tgt_vocab_size)))
     spec.validate()
