@@ -194,6 +194,7 @@ class SamplingSchema:
 class EngineSchema:
     engine: str = MISSING                # pytorch | ctranslate2
     model_dir: str | None = MISSING      # the nmt-export directory (engine=ctranslate2)
+    weights: str = MISSING               # inference | trained (engine=pytorch)
 
 
 @dataclass

@@ -307,6 +307,8 @@ def test_readme_commands_round_trip_to_the_same_files(tmp_path, capsys):
     (["engine=onnx", "model_dir=x"], "engine='onnx' is not one of pytorch, ctranslate2"),
     (["engine=ctranslate2", "model_dir=/nonexistent"], "not a directory written by nmt-export"),
     (["engine=ctranslate2", "model_dir=x", "attention=all"], "attention=all needs engine=pytorch"),
+    (["engine=ctranslate2", "model_dir=x", "weights=trained"], "weights=trained needs engine=pytorch"),
+    ([f"checkpoint={CKPT}", "weights=ema"], "weights='ema' is not one of inference, trained"),
 ])
 def test_evaluate_engine_errors(args, message, capsys):
     from nmt.cli import evaluate

@@ -16,7 +16,7 @@ import torch
 from omegaconf import OmegaConf
 
 from nmt.cli.train import main
-from nmt.config import compose_config
+from nmt.config import ConfigError, compose_config
 from nmt.inference.loader import load_for_inference
 from nmt.training.checkpoint import load_checkpoint
 from nmt.training.trainer import KILL_ENV, train
@@ -379,6 +379,12 @@ def test_the_weight_average_is_validated_checkpointed_translated_and_fine_tuned_
     best = load_checkpoint(tmp_path / "ema" / "checkpoints" / "best.pt")["model"]
     for name, value in model.state_dict().items():
         assert torch.equal(value, best[name]), name
+    # ... unless asked for the trained weights behind it (nmt-evaluate weights=trained).
+    raw, _, _ = load_for_inference(tmp_path / "ema" / "checkpoints" / "last.pt", weights="trained")
+    for name, value in raw.state_dict().items():
+        assert torch.equal(value, trained[name]), name
+    with pytest.raises(ConfigError, match="weights='ema'"):
+        load_for_inference(tmp_path / "ema" / "checkpoints" / "last.pt", weights="ema")
     init_from = tmp_path / "ema" / "checkpoints" / "last.pt"
     tuned = compose_config(args + [f"train.init_from={init_from}", f"run_dir={tmp_path / 'tuned'}"])
     trainer = Trainer(tuned, DistInfo(), resolve_device("cpu"))

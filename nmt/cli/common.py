@@ -248,8 +248,19 @@ def check_engine(cfg: DictConfig) -> DictConfig:
     ``nmt-export`` directory) and no checkpoint.
 
     Raises:
-        ConfigError: an unknown engine, the input of the other engine given, or none.
+        ConfigError: an unknown engine, the input of the other engine given, or none; an
+            unknown ``weights``, or ``weights=trained`` with CTranslate2 (which exported the
+            inference weights).
     """
+    from nmt.inference.loader import WEIGHTS
+
+    weights = cfg.get("weights", "inference")
+    if weights not in WEIGHTS:
+        raise ConfigError(f"weights={weights!r} is not one of {', '.join(WEIGHTS)}: inference "
+                          "(the moving average of a train.ema_decay run) or trained.")
+    if cfg.engine == "ctranslate2" and weights != "inference":
+        raise ConfigError("weights=trained needs engine=pytorch: nmt-export wrote the "
+                          "checkpoint's inference weights into model_dir.")
     if cfg.engine not in ENGINES:
         raise ConfigError(f"engine={cfg.engine!r} is not one of {', '.join(ENGINES)}: pytorch "
                           "translates checkpoint=PATH, ctranslate2 an nmt-export model_dir=DIR.")
@@ -288,7 +299,8 @@ def load_translator(cfg: DictConfig):
         return CTranslate2Translator.from_dir(cfg.model_dir, device)
     from nmt.inference.translator import Translator
 
-    return Translator.from_checkpoint(checkpoint_paths(cfg), device)
+    return Translator.from_checkpoint(checkpoint_paths(cfg), device,
+                                      weights=cfg.get("weights", "inference"))
 
 
 def search_settings(cfg: DictConfig) -> dict:

@@ -87,12 +87,13 @@ def _run(cfg: DictConfig) -> int:
     if cfg.engine == "ctranslate2":
         where, suffix = Path(cfg.model_dir).resolve().parent, "_ctranslate2"
         source = {"checkpoint": translator.info["checkpoint"], "engine": "ctranslate2",
-                  "model_dir": str(cfg.model_dir), "quantization": translator.info["quantization"]}
+                  "model_dir": str(cfg.model_dir), "quantization": translator.info["quantization"],
+                  "weights": "inference"}       # nmt-export converts the checkpoint's `model`
     else:
         first = checkpoint_paths(cfg)
         first = first[0] if isinstance(first, list) else first
         where, suffix = Path(first).parent, ""
-        source = {"checkpoint": checkpoint_paths(cfg)}
+        source = {"checkpoint": checkpoint_paths(cfg), "weights": cfg.weights}
     out_dir = Path(cfg.out_dir) if cfg.out_dir else (
         where / f"eval_{name}_beam{cfg.beam_size}{suffix}")
     ensure_writable_dir(out_dir, "out_dir")  # before translating: nothing is lost

@@ -13,11 +13,25 @@ from pathlib import Path
 import torch
 from omegaconf import DictConfig, OmegaConf
 
+from nmt.config import ConfigError
 from nmt.training.checkpoint import CheckpointError, load_checkpoint
 
 
-def load_for_inference(path: str | Path, device: str | torch.device = "cpu"):
+WEIGHTS = ("inference", "trained")
+
+
+def load_for_inference(path: str | Path, device: str | torch.device = "cpu",
+                       weights: str = "inference"):
     """Rebuild ``(model, tokenizer, cfg)`` from a checkpoint file, model in eval mode.
+
+    Args:
+        path: a checkpoint written by ``nmt-train`` or ``nmt-average``.
+        device: where the model goes.
+        weights: ``"inference"`` loads ``model``: the weights the run validated and translates
+            with, i.e. the exponential moving average when it trained with ``train.ema_decay``.
+            ``"trained"`` loads ``train_model``, the trained weights behind that average (to
+            measure what the average buys); a checkpoint without EMA has only one set, so both
+            choices load it.
 
     Returns:
         model (:class:`nmt.models.base.Seq2Seq` on ``device``), tokenizer
@@ -26,10 +40,13 @@ def load_for_inference(path: str | Path, device: str | torch.device = "cpu"):
     Raises:
         CheckpointError: unreadable file, a tokenizer state that cannot be rebuilt, or weights
             that do not fit the saved config (the message names the file).
+        ConfigError: ``weights`` is not one of :data:`WEIGHTS`.
     """
     from nmt.data.tokenizer import Tokenizer
     from nmt.models import build_model
 
+    if weights not in WEIGHTS:
+        raise ConfigError(f"weights={weights!r}: expected one of {', '.join(WEIGHTS)}.")
     ckpt = load_checkpoint(path)
     cfg: DictConfig = OmegaConf.create(ckpt["config"])
     try:
@@ -39,7 +56,8 @@ def load_for_inference(path: str | Path, device: str | torch.device = "cpu"):
                               "is damaged or was written by another program.") from None
     model = build_model(cfg.model, tokenizer.src_vocab_size, tokenizer.tgt_vocab_size)
     try:
-        model.load_state_dict(ckpt["model"])
+        model.load_state_dict(ckpt["train_model"] if weights == "trained" and "train_model" in ckpt
+                              else ckpt["model"])
     except RuntimeError as err:
         raise CheckpointError(f"{path}: weights do not fit the saved model config: {err}") from None
     model.to(device).eval()

@@ -129,7 +129,8 @@ class Translator:
 
     @classmethod
     def from_checkpoint(cls, path: str | Path | Sequence[str | Path],
-                        device: str | torch.device = "cpu") -> Translator:
+                        device: str | torch.device = "cpu",
+                        weights: str = "inference") -> Translator:
         """Load a checkpoint written by ``nmt-train`` (or ``nmt-average``).
 
         Args:
@@ -137,17 +138,20 @@ class Translator:
                 averaged at each step: :class:`nmt.models.Ensemble`); they must share one
                 tokenizer.
             device: ``"cpu"``, ``"cuda"``, ``"cuda:1"``, ...
+            weights: ``"inference"`` (the moving average of a ``train.ema_decay`` run) or
+                ``"trained"`` (its trained weights): :func:`~nmt.inference.loader.load_for_inference`.
 
         Raises:
             CheckpointError: unreadable or incompatible file (names it).
-            ConfigError: the members of an ensemble use different tokenizers.
+            ConfigError: the members of an ensemble use different tokenizers, or an unknown
+                ``weights``.
         """
         from nmt.inference.loader import load_for_inference
 
         paths = [path] if isinstance(path, str | Path) else list(path)
         if not paths:
             raise ConfigError("give at least one checkpoint.")
-        loaded = [load_for_inference(p, device) for p in paths]
+        loaded = [load_for_inference(p, device, weights) for p in paths]
         model, tokenizer, config = loaded[0]
         if len(loaded) > 1:
             from nmt.models import Ensemble

@@ -25,8 +25,8 @@ opening a checkpoint never runs code from it.
 (:func:`nmt.config.upgrade_config`), so checkpoints stay loadable when keys are added. A
 checkpoint alone is enough to translate: :func:`nmt.inference.loader.load_for_inference`
 rebuilds the model from its config and the tokenizer from its bytes. Every reader of
-weights -- inference, averaging, ``train.init_from`` -- takes ``model``; only resuming reads
-``train_model``. Checkpoints written before ``train_model`` and ``valid_bleu`` existed load
+weights -- inference, averaging, ``train.init_from`` -- takes ``model``; resuming reads
+``train_model``, and so does inference when asked for it (``weights=trained``). Checkpoints written before ``train_model`` and ``valid_bleu`` existed load
 unchanged (no average; BLEU from the ``trainer`` history, :func:`checkpoint_bleu`).
 """
 
