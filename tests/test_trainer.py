@@ -271,19 +271,27 @@ def test_adamw_decays_weights_decoupled_from_the_gradient(overrides, tmp_path):
     assert max(p.abs().max().item() for p in init.values()) > 0.1    # a visible decay
 
 
-def test_bf16_autocast_trains_on_cpu_and_fp16_needs_cuda(overrides, tmp_path, capsys):
-    """precision=bf16 runs the CPU autocast path (the one CUDA uses with bf16) end to end;
-    fp16 (loss scaling) is for CUDA and is refused elsewhere with one paragraph."""
+def test_bf16_autocast_trains_on_cpu_and_fp16_needs_cuda(overrides, tmp_path, capsys,
+                                                          monkeypatch):
+    """precision=bf16 runs the CPU autocast path (the one CUDA uses with bf16) end to end, and
+    warns on a CPU that only emulates bf16; fp16 (loss scaling) is for CUDA and is refused
+    elsewhere with one paragraph."""
     import math
 
+    from nmt.training import trainer as trainer_module
     from nmt.training.trainer import autocast_dtype
+
+    assert isinstance(trainer_module.cpu_has_bf16(), bool)
+    monkeypatch.setattr(trainer_module, "cpu_has_bf16", lambda: False)   # a CPU without it
 
     run = tmp_path / "bf16"
     args = overrides[:-1] + TINY_MODEL + TINY_TRAIN + ["train.max_steps=4", "train.eval_every_steps=2",
                                                        "train.precision=bf16", f"run_dir={run}"]
     summary = train(compose_config(args))
     assert summary["steps"] == 4 and math.isfinite(summary["last"]["loss"])
-    assert "bfloat16 autocast" in (run / "train.log").read_text()
+    log_text = " ".join((run / "train.log").read_text().split())
+    assert "bfloat16 autocast" in log_text
+    assert "CPU without native bf16 (AVX-512 BF16 or AMX)" in log_text
     ckpt = load_checkpoint(run / "checkpoints" / "last.pt")
     assert ckpt["scaler"] is None and all(v.dtype == torch.float32 for v in ckpt["model"].values()
                                           if v.is_floating_point())

@@ -160,6 +160,19 @@ def compile_stats() -> dict[str, Any]:
             "compile_s": float(spent.get("total_wall_time", 0.0))}
 
 
+def cpu_has_bf16() -> bool:
+    """Whether this CPU computes bf16 natively (AVX-512 BF16 or AMX), as oneDNN reports it.
+
+    Without it CPU autocast to bf16 still runs, emulated, and is usually slower than fp32; the
+    trainer warns. On the development machine (AMX) bf16 autocast is 1.4x fp32 for the
+    Transformer (docs/speed.md).
+    """
+    try:
+        return bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
+    except (AttributeError, RuntimeError):
+        return False
+
+
 def autocast_dtype(precision: str, device: torch.device) -> torch.dtype | None:
     """The autocast dtype of ``train.precision`` on ``device`` (None = fp32, no autocast).
 
@@ -435,6 +448,10 @@ class Trainer:
                  len(self.train_split), len(self.valid_split), self.device,
                  f"{str(self.amp_dtype).removeprefix('torch.')} autocast" if self.amp_dtype
                  else "fp32", info.world_size)
+        if self.amp_dtype == torch.bfloat16 and self.device.type == "cpu" and not cpu_has_bf16():
+            log.warning("train.precision=bf16 on a CPU without native bf16 (AVX-512 BF16 or AMX): "
+                        "autocast emulates it, which is usually slower than fp32; use "
+                        "train.precision=fp32 on this machine.")
 
     def _check_resume(self, ckpt: dict) -> None:
         """Refuse a checkpoint of another tokenizer; warn when the batch order changed.
