@@ -252,13 +252,9 @@ def check_engine(cfg: DictConfig) -> DictConfig:
             unknown ``weights``, or ``weights=trained`` with CTranslate2 (which exported the
             inference weights).
     """
-    from nmt.inference.loader import WEIGHTS
+    from nmt.inference.loader import check_weights
 
-    weights = cfg.get("weights", "inference")
-    if weights not in WEIGHTS:
-        raise ConfigError(f"weights={weights!r} is not one of {', '.join(WEIGHTS)}: inference "
-                          "(the moving average of a train.ema_decay run) or trained.")
-    if cfg.engine == "ctranslate2" and weights != "inference":
+    if check_weights(cfg.weights) != "inference" and cfg.engine == "ctranslate2":
         raise ConfigError("weights=trained needs engine=pytorch: nmt-export wrote the "
                           "checkpoint's inference weights into model_dir.")
     if cfg.engine not in ENGINES:
@@ -299,8 +295,7 @@ def load_translator(cfg: DictConfig):
         return CTranslate2Translator.from_dir(cfg.model_dir, device)
     from nmt.inference.translator import Translator
 
-    return Translator.from_checkpoint(checkpoint_paths(cfg), device,
-                                      weights=cfg.get("weights", "inference"))
+    return Translator.from_checkpoint(checkpoint_paths(cfg), device, weights=cfg.weights)
 
 
 def search_settings(cfg: DictConfig) -> dict:

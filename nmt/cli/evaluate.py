@@ -87,20 +87,19 @@ def _run(cfg: DictConfig) -> int:
     if cfg.engine == "ctranslate2":
         where, suffix = Path(cfg.model_dir).resolve().parent, "_ctranslate2"
         source = {"checkpoint": translator.info["checkpoint"], "engine": "ctranslate2",
-                  "model_dir": str(cfg.model_dir), "quantization": translator.info["quantization"],
-                  "weights": "inference"}       # nmt-export converts the checkpoint's `model`
+                  "model_dir": str(cfg.model_dir), "quantization": translator.info["quantization"]}
     else:
         first = checkpoint_paths(cfg)
         first = first[0] if isinstance(first, list) else first
         where, suffix = Path(first).parent, ""
-        source = {"checkpoint": checkpoint_paths(cfg), "weights": cfg.weights}
+        source = {"checkpoint": checkpoint_paths(cfg)}
     out_dir = Path(cfg.out_dir) if cfg.out_dir else (
         where / f"eval_{name}_beam{cfg.beam_size}{suffix}")
     ensure_writable_dir(out_dir, "out_dir")  # before translating: nothing is lost
     evaluation = evaluate_split(translator, src, ref, {**decode_settings(cfg),
                                                        "return_attention": cfg.attention == "all"})
     scores = evaluation.scores
-    scores.update(**source, split=name)
+    scores.update(**source, weights=cfg.weights, split=name)
     written = write_outputs(out_dir, evaluation, save_alignments_npz=bool(cfg.save_alignments))
     how = "sampling" if scores["sampling"] else f"beam_size={scores['beam_size']}"
     print(f"{name}: {scores['n_sentences']} sentences, {how}, "

@@ -16,8 +16,19 @@ from omegaconf import DictConfig, OmegaConf
 from nmt.config import ConfigError
 from nmt.training.checkpoint import CheckpointError, load_checkpoint
 
-
 WEIGHTS = ("inference", "trained")
+
+
+def check_weights(weights: str) -> str:
+    """Return ``weights`` if it names a set of a checkpoint's weights (:data:`WEIGHTS`).
+
+    Raises:
+        ConfigError: any other value.
+    """
+    if weights not in WEIGHTS:
+        raise ConfigError(f"weights={weights!r} is not one of {', '.join(WEIGHTS)}: inference "
+                          "(the moving average of a train.ema_decay run) or trained.")
+    return weights
 
 
 def load_for_inference(path: str | Path, device: str | torch.device = "cpu",
@@ -45,8 +56,7 @@ def load_for_inference(path: str | Path, device: str | torch.device = "cpu",
     from nmt.data.tokenizer import Tokenizer
     from nmt.models import build_model
 
-    if weights not in WEIGHTS:
-        raise ConfigError(f"weights={weights!r}: expected one of {', '.join(WEIGHTS)}.")
+    check_weights(weights)
     ckpt = load_checkpoint(path)
     cfg: DictConfig = OmegaConf.create(ckpt["config"])
     try:

@@ -59,7 +59,7 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 
 from nmt.config import CONFIG_VERSION, ConfigError
-from nmt.runtime import bound_onednn_cache, machine_info, resolve_device
+from nmt.runtime import bound_onednn_cache, cpu_has_bf16, machine_info, resolve_device
 from nmt.training.checkpoint import (
     CheckpointError,
     CheckpointManager,
@@ -158,19 +158,6 @@ def compile_stats() -> dict[str, Any]:
     spent = dynamo_utils.calculate_time_spent()
     return {"graphs": int(dynamo_utils.counters["stats"]["unique_graphs"]),
             "compile_s": float(spent.get("total_wall_time", 0.0))}
-
-
-def cpu_has_bf16() -> bool:
-    """Whether this CPU computes bf16 natively (AVX-512 BF16 or AMX), as oneDNN reports it.
-
-    Without it CPU autocast to bf16 still runs, emulated, and is usually slower than fp32; the
-    trainer warns. On the development machine (AMX) bf16 autocast is 1.4x fp32 for the
-    Transformer (docs/speed.md).
-    """
-    try:
-        return bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
-    except (AttributeError, RuntimeError):
-        return False
 
 
 def autocast_dtype(precision: str, device: torch.device) -> torch.dtype | None:
