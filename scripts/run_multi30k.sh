@@ -6,6 +6,10 @@
 #
 # Defaults: de->en from ../shared/data/multi30k (or $NMT_DATA_ROOT), 60 minutes of training
 # (train.max_minutes=60; later overrides win, e.g. train.max_minutes=5 data=multi30k_fr_en).
+# The beam's length penalty is chosen on the validation split: beam 5 at each alpha of
+# $LENGTH_PENALTIES (default "0.6 1.0 1.4 1.8 2.2 2.6 3.0"; LENGTH_PENALTIES=1.0 turns the
+# search off), the best val BLEU wins (scripts/best_length_penalty.py), and the test split is
+# translated once, with that alpha. The test split never takes part in a choice.
 # The split names come from the data config (data.valid_split, data.test_split), so the
 # Hugging Face route works too (data/README.md). Everything goes under the run directory
 # (runs/<model>_<src>_<tgt> unless run_dir=...). Works from any directory, with nmt installed.
@@ -24,9 +28,19 @@ ckpt="${run_dir}/checkpoints/best.pt"
 echo "== train: nmt-train ${overrides[*]}"
 nmt-train "${overrides[@]}"
 
+read -r -a alphas <<< "${LENGTH_PENALTIES:-0.6 1.0 1.4 1.8 2.2 2.6 3.0}"
+lp_dir="${run_dir}/eval/${valid_split}_length_penalty"
+echo "== length penalty: beam 5 on ${valid_split}, alpha in ${alphas[*]}"
+rm -rf "${lp_dir}"   # an earlier pick (of an earlier checkpoint, or another grid) must not count
+nmt-evaluate -m checkpoint="${ckpt}" split="${valid_split}" beam_size=5 save_alignments=false \
+  length_penalty="$(IFS=,; echo "${alphas[*]}")" "out_dir=${lp_dir}/\${length_penalty}" \
+  hydra.sweep.dir="${lp_dir}"
+alpha="$(python "${here}/best_length_penalty.py" "${lp_dir}")"
+
 for split in "${valid_split}" "${test_split}"; do
-  echo "== evaluate ${split}: beam 5 and greedy"
-  nmt-evaluate checkpoint="${ckpt}" split="${split}" beam_size=5 out_dir="${run_dir}/eval/${split}"
+  echo "== evaluate ${split}: beam 5 (length penalty ${alpha}) and greedy"
+  nmt-evaluate checkpoint="${ckpt}" split="${split}" beam_size=5 length_penalty="${alpha}" \
+    out_dir="${run_dir}/eval/${split}"
   nmt-evaluate checkpoint="${ckpt}" split="${split}" beam_size=1 save_alignments=false \
     out_dir="${run_dir}/eval/${split}_greedy"
 done

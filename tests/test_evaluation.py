@@ -195,7 +195,7 @@ def test_learnt_translations_score_bleu_100_through_the_whole_path(tmp_path):
     assert len(set(ref)) == 6 and any("ü" in s or "ß" in s or "ä" in s for s in src)
     cfg = compose_config(["model.d_model=32", "model.heads=2", "model.ff_dim=64",
                           "model.encoder_layers=1", "model.decoder_layers=1", "model.dropout=0.0",
-                          "model.attention_dropout=0.0"])
+                          "model.attention_dropout=0.0", "model.activation_dropout=0.0"])
     torch.manual_seed(0)
     model = build_model(cfg.model, tok.src_vocab_size, tok.tgt_vocab_size)
     loss = fit_pairs(model, list(zip(tok.encode_src_batch(src), tok.encode_tgt_batch(ref),

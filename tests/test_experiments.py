@@ -118,10 +118,10 @@ def test_changed_setting_is_refused_before_anything_is_written(base, tmp_path, c
     args = [*base, "train.max_steps=2", f"run_dir={run}"]
     assert main(args) == 0
     before = _files(run)
-    assert main([*args, "train.lr=0.02", "model.dropout=0.2"]) == 2
+    assert main([*args, "train.lr=0.02", "model.dropout=0.3"]) == 2
     err = " ".join(capsys.readouterr().err.split())
     assert "holds a run with other settings" in err
-    assert "train.lr: checkpoint has 0.01, now 0.02" in err and "model.dropout: checkpoint has 0.1, now 0.2" in err
+    assert "train.lr: checkpoint has 0.01, now 0.02" in err and "model.dropout: checkpoint has 0.2, now 0.3" in err
     assert _files(run) == before
 
 

@@ -68,6 +68,18 @@ def test_main_job_runs_end_to_end_on_a_tiny_slice(tmp_path: Path):
             assert scores["beam_size"] == (1 if suffix else 5)
             assert scores["bleu_signature"].startswith("nrefs:1|case:mixed|eff:no|tok:13a")
             assert len((out / "hyps.txt").read_text(encoding="utf-8").splitlines()) == n
+    # The length penalty is chosen on val alone (beam 5 over the script's grid), then val and
+    # test are translated with it; nothing of the test split takes part in the choice.
+    swept = [json.loads(p.read_text())
+             for p in sorted((run_dir / "eval" / "val_length_penalty").glob("*/scores.json"))]
+    assert sorted(s["length_penalty"] for s in swept) == [0.6, 1.0, 1.4, 1.8, 2.2, 2.6, 3.0]
+    assert {(s["split"], s["beam_size"]) for s in swept} == {("val", 5)}
+    top = max(s["bleu"] for s in swept)
+    alpha = min((s["length_penalty"] for s in swept if s["bleu"] >= top - 0.01),
+                key=lambda a: (round(abs(a - 1.0), 6), a))
+    for split in ("val", "test_2016_flickr"):
+        assert json.loads((run_dir / "eval" / split / "scores.json").read_text())["length_penalty"] == alpha
+    assert not list((run_dir / "eval").glob("test_2016_flickr_length_penalty*"))
     with np.load(run_dir / "eval" / "test_2016_flickr" / "alignments.npz") as npz:
         assert int(npz["count"]) == 12
     pngs = sorted((run_dir / "eval" / "heatmaps").glob("*.png"))

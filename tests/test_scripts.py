@@ -60,3 +60,46 @@ def test_script_user_errors(name, args, message):
     assert proc.returncode == 2, proc.stderr
     assert proc.stderr.startswith(f"{name}: error:") and message in " ".join(proc.stderr.split())
     assert "Traceback" not in proc.stderr
+
+
+def _write_scores(path, **scores):
+    import json
+
+    path.mkdir(parents=True)
+    base = {"checkpoint": "runs/x/checkpoints/best.pt", "split": "val", "beam_size": 5,
+            "weights": "inference", "bleu_bp": 1.0, "chrf": 60.0}
+    (path / "scores.json").write_text(json.dumps({**base, **scores}))
+
+
+def test_best_length_penalty_takes_the_best_bleu_and_breaks_ties_towards_1(tmp_path):
+    sys.path.insert(0, str(REPO_ROOT / "scripts"))
+    try:
+        from best_length_penalty import best_length_penalty
+    finally:
+        sys.path.pop(0)
+    assert best_length_penalty([{"length_penalty": a, "bleu": b}
+                                for a, b in [(0.6, 40.0), (1.0, 40.5), (2.4, 41.2), (3.0, 41.1)]]) == 2.4
+    # 1.4 and 2.2 tie with the top (within 0.01): the one closest to 1.0 wins, whatever the order
+    tied = [(3.0, 41.0), (2.2, 41.195), (1.4, 41.2), (0.6, 39.0)]
+    assert best_length_penalty([{"length_penalty": a, "bleu": b} for a, b in tied]) == 1.4
+    # equally far from 1.0 on both sides: the shorter-output side (smaller alpha)
+    assert best_length_penalty([{"length_penalty": a, "bleu": 40.0} for a in (1.4, 0.6)]) == 0.6
+
+    sweep = tmp_path / "val_length_penalty"
+    for alpha, bleu in [(1.0, 40.5), (1.8, 41.3), (2.6, 41.0)]:
+        _write_scores(sweep / str(alpha), length_penalty=alpha, bleu=bleu)
+    proc = _script("best_length_penalty.py", str(sweep))
+    assert proc.returncode == 0 and proc.stdout == "1.8\n"
+    assert "41.30" in proc.stderr and "<- chosen" in proc.stderr
+
+
+def test_best_length_penalty_user_errors(tmp_path):
+    proc = _script("best_length_penalty.py", str(tmp_path))
+    assert proc.returncode == 2 and "no */scores.json under it" in " ".join(proc.stderr.split())
+    _write_scores(tmp_path / "1.0", length_penalty=1.0, bleu=40.0)
+    _write_scores(tmp_path / "2.0", length_penalty=2.0, bleu=41.0, split="test_2016_flickr")
+    proc = _script("best_length_penalty.py", str(tmp_path))
+    err = " ".join(proc.stderr.split())
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert f"{tmp_path / '2.0' / 'scores.json'} and {tmp_path / '1.0' / 'scores.json'} differ in split" in err
+

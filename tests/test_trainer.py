@@ -27,9 +27,12 @@ REPO = Path(__file__).resolve().parents[1]
 # resume test also checks that the dropout RNG is restored.
 TINY_MODEL = ["model.d_model=16", "model.heads=2", "model.ff_dim=32", "model.encoder_layers=1",
               "model.decoder_layers=1"]
+# The plain path: fp32 (exact comparisons; `auto` is bf16 on a CPU with AMX) and no moving
+# average (the Transformer recipe's 0.999 would keep a few-step run at its initial weights).
+# The bf16 and EMA tests below turn them on.
 TINY_TRAIN = ["train.batch_tokens=256", "train.log_every_steps=2", "train.warmup_steps=4",
               "train.lr=0.01", "train.early_stopping_patience=null", "search.max_len_b=5",
-              "search.max_len_a=1.0"]
+              "search.max_len_a=1.0", "train.precision=fp32", "train.ema_decay=null"]
 
 
 @pytest.fixture(scope="module")
@@ -297,6 +300,9 @@ def test_bf16_autocast_trains_on_cpu_and_fp16_needs_cuda(overrides, tmp_path, ca
                                           if v.is_floating_point())
     cpu = torch.device("cpu")
     assert autocast_dtype("auto", cpu) is None and autocast_dtype("bf16", cpu) == torch.bfloat16
+    assert autocast_dtype("fp32", cpu) is None
+    monkeypatch.setattr(trainer_module, "cpu_has_bf16", lambda: True)    # AMX / AVX-512 BF16
+    assert autocast_dtype("auto", cpu) == torch.bfloat16 and autocast_dtype("fp32", cpu) is None
     assert main(overrides[:-1] + TINY_MODEL + TINY_TRAIN + [
         "train.max_steps=1", "train.precision=fp16", "device=cpu", f"run_dir={tmp_path / 'fp16'}"]) == 2
     assert "train.precision=fp16 needs a CUDA device" in " ".join(capsys.readouterr().err.split())

@@ -164,14 +164,19 @@ def autocast_dtype(precision: str, device: torch.device) -> torch.dtype | None:
     """The autocast dtype of ``train.precision`` on ``device`` (None = fp32, no autocast).
 
     ``auto``: bf16 on a CUDA card that supports it (``torch.cuda.is_bf16_supported``), fp16
-    (with loss scaling) on older cards (V100, T4), fp32 on CPU. ``bf16``: bf16 autocast on
-    any device (CPU autocast included). ``fp16``: CUDA only. ``fp32``: none.
+    (with loss scaling) on older cards (V100, T4); on CPU, bf16 where the CPU computes it
+    natively (AMX or AVX-512 BF16, :func:`nmt.runtime.cpu_has_bf16`: 1.4x the tokens/s of
+    fp32 for the Transformer on the development machine, docs/speed.md), else fp32.
+    ``bf16``: bf16 autocast on any device (CPU autocast included). ``fp16``: CUDA only.
+    ``fp32``: none.
 
     Raises:
         ConfigError: ``fp16`` on a device other than CUDA.
     """
-    if precision == "fp32" or (precision == "auto" and device.type != "cuda"):
+    if precision == "fp32":
         return None
+    if precision == "auto" and device.type != "cuda":
+        return torch.bfloat16 if device.type == "cpu" and cpu_has_bf16() else None
     if precision == "bf16":
         return torch.bfloat16
     if precision == "fp16":
