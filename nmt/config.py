@@ -139,6 +139,7 @@ class TrainSchema:
     weight_decay: float = MISSING
     schedule: str = MISSING
     warmup_steps: int = MISSING
+    cooldown: float = MISSING
     plateau_factor: float = MISSING
     plateau_patience: int = MISSING
     min_lr: float = MISSING
@@ -494,6 +495,12 @@ def validate(cfg: DictConfig) -> DictConfig:
     _positive(out, "train.warmup_steps", "train.clip_grad_norm", "train.weight_decay",
               "train.keep_last", "train.keep_best", "train.min_lr", allow_zero=True)
     _unit_interval(out, "train.label_smoothing")
+    if not 0.0 <= out.train.cooldown < 1.0:
+        raise ConfigError(f"train.cooldown={out.train.cooldown} must be in [0, 1): the fraction of "
+                          "the budget over which the lr decays to 0 (e.g. 0.2; 0 = off).")
+    if out.train.cooldown > 0 and out.train.max_steps is None and out.train.max_minutes is None:
+        raise ConfigError(f"train.cooldown={out.train.cooldown} decays the lr over the end of the "
+                          "budget, but the run has none: set train.max_steps or train.max_minutes.")
     _choice(out, "train.resume", ("auto", "force"))
     if len(out.train.betas) != 2 or not all(0.0 <= b < 1.0 for b in out.train.betas):
         raise ConfigError(f"train.betas={list(out.train.betas)} must hold two numbers in [0, 1), "
@@ -643,6 +650,12 @@ def finish_config(cfg: DictConfig, validate_fn: Callable[[DictConfig], DictConfi
 CONFIG_VERSION = 1
 MIGRATIONS: dict[int, Callable[[dict], dict]] = {}
 
+# Keys added after a checkpoint may have been written, whose absence means "off" and whose
+# current default is on for some model (the Transformer recipe's train.ema_decay=0.999): an
+# older config that lacks them gets this value, not today's default, since the run had none.
+ABSENT_MEANS_OFF: dict[str, Any] = {"train.ema_decay": None, "data.tokenizer.sampling_alpha": None,
+                                     "train.cooldown": 0.0}
+
 
 @functools.lru_cache(maxsize=8)
 def _defaults_for(model_name: str) -> DictConfig:
@@ -654,7 +667,8 @@ def upgrade_config(saved: Mapping, version: int | None = None) -> DictConfig:
 
     Applies :data:`MIGRATIONS` from ``version`` (absent: 1) to :data:`CONFIG_VERSION`, then
     merges the result over the current defaults of its model (``configs/config.yaml`` with
-    ``model=<its name>``), so every key added since the checkpoint was written gets its default.
+    ``model=<its name>``), so every key added since the checkpoint was written gets its default,
+    except the keys of :data:`ABSENT_MEANS_OFF`, which an older run did not use.
 
     Args:
         saved: the plain config dict of a checkpoint (``ckpt["config"]``).
@@ -674,6 +688,13 @@ def upgrade_config(saved: Mapping, version: int | None = None) -> DictConfig:
     tree = copy.deepcopy(dict(saved))
     for v in range(version, CONFIG_VERSION):
         tree = MIGRATIONS[v](tree)
+    for dotted, off in ABSENT_MEANS_OFF.items():
+        *parents, leaf = dotted.split(".")
+        node = tree
+        for key in parents:
+            node = node.get(key) if isinstance(node, dict) else None
+        if isinstance(node, dict) and leaf not in node:
+            node[leaf] = off
     name = (tree.get("model") or {}).get("name")
     if name not in MODEL_SCHEMAS:
         raise ConfigError(f"the checkpoint's config names model.name={name!r}, which this nmt "

@@ -192,6 +192,13 @@ def test_upgrade_config_fills_new_keys_and_runs_migrations(monkeypatch):
     assert cfg.model.maxout is True and cfg.train.init_from is None
     assert (cfg.train.ema_decay, cfg.train.keep_best) == (None, 5)
     assert (cfg.data.tokenizer.sampling_alpha, cfg.data.tokenizer.nbest_size) == (None, -1)
+    # The Transformer's default is a moving average now; a config from before the key ran
+    # without one, and says so after the upgrade (a config that sets it keeps its value).
+    transformer = OmegaConf.to_container(compose_config(["model=transformer"]))
+    assert transformer["train"]["ema_decay"] == 0.999
+    assert upgrade_config(transformer).train.ema_decay == 0.999
+    del transformer["train"]["ema_decay"]
+    assert upgrade_config(transformer).train.ema_decay is None
     # A renamed key: version 1 -> 2 moves train.lr to train.peak_lr (simulated).
     monkeypatch.setattr(config, "CONFIG_VERSION", 2)
     monkeypatch.setitem(config.MIGRATIONS, 1, lambda t: {**t, "train": {

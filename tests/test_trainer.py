@@ -491,3 +491,41 @@ def test_onednn_cache_bound_is_set_unless_the_user_set_it(monkeypatch):
     assert os.environ["ONEDNN_PRIMITIVE_CACHE_CAPACITY"] == str(ONEDNN_CACHE_CAPACITY)
     monkeypatch.setenv("ONEDNN_PRIMITIVE_CACHE_CAPACITY", "256")
     assert bound_onednn_cache() is False and os.environ["ONEDNN_PRIMITIVE_CACHE_CAPACITY"] == "256"
+
+
+def test_cooldown_decays_the_lr_to_zero_at_the_end_of_the_step_or_time_budget(overrides, tmp_path):
+    """train.cooldown: the schedule times min(1, (1 - p) / c), p the budget's progress, read
+    back from the lr the trainer logged for every step."""
+    import math
+
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    def logged_lrs(run):
+        events = EventAccumulator(str(run / "tensorboard"))
+        events.Reload()
+        return [(e.step, e.value) for e in events.Scalars("train/lr")]
+
+    def base(s):                                  # inverse_sqrt, lr 0.01, warmup 2
+        return 0.01 * min(s / 2, math.sqrt(2 / s))
+
+    args = overrides[:-1] + TINY_MODEL + TINY_TRAIN + ["train.warmup_steps=2", "train.log_every_steps=1"]
+    run = tmp_path / "steps"
+    summary = train(compose_config(args + ["train.max_steps=8", "train.cooldown=0.5", f"run_dir={run}"]))
+    assert summary["steps"] == 8
+    expected = [base(s) * min(1.0, (1 - s / 8) / 0.5) for s in range(1, 9)]
+    assert expected[:4] == pytest.approx([base(s) for s in range(1, 5)]) and expected[-1] == 0.0
+    lrs = logged_lrs(run)
+    assert [s for s, _ in lrs] == list(range(1, 9))
+    assert [v for _, v in lrs] == pytest.approx(expected, rel=1e-6, abs=1e-12)
+
+    run = tmp_path / "minutes"          # a 1.8-second budget, cooling down from 10% of it on
+    summary = train(compose_config(args + ["train.max_minutes=0.03", "train.cooldown=0.9",
+                                           "train.eval_every_steps=1000", f"run_dir={run}"]))
+    assert summary["stop_reason"] == "max_minutes=0.03 reached"
+    lrs = logged_lrs(run)
+    assert len(lrs) >= 3
+    assert all(0.0 <= v <= base(s) * (1 + 1e-6) for s, v in lrs)
+    factors = [v / base(s) for s, v in lrs]            # the cooldown factor never rises
+    assert all(b <= a + 1e-6 for a, b in zip(factors, factors[1:], strict=False))
+    last_step, last_lr = lrs[-1]
+    assert last_lr < 0.5 * base(last_step)

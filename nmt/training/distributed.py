@@ -104,6 +104,16 @@ def any_rank(flag: bool, info: DistInfo, device: torch.device) -> bool:
     return bool(t.item() > 0)
 
 
+def max_over_ranks(value: float, info: DistInfo, device: torch.device) -> float:
+    """The largest ``value`` over all ranks (every rank gets the same number, e.g. the wall
+    seconds a time budget has used, so the ranks agree on a time-dependent lr)."""
+    if not info.enabled:
+        return value
+    t = torch.tensor([float(value)], dtype=torch.float64, device=device)
+    dist.all_reduce(t, op=dist.ReduceOp.MAX)
+    return float(t.item())
+
+
 def broadcast_object(obj: Any, info: DistInfo) -> Any:
     """Rank 0's ``obj`` on every rank (pickled; for small results such as validation scores)."""
     if not info.enabled:

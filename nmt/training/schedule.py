@@ -15,6 +15,18 @@ peak equals ``train.lr`` (the usual fairseq ``inverse_sqrt`` parametrisation)::
 RNN training), never below ``min_lr``. ``inverse_sqrt`` with ``warmup_steps=0`` is
 ``train.lr / sqrt(s)``.
 
+``train.cooldown`` (a fraction c of the budget, 0 = off) multiplies any of them by a linear
+decay to zero over the last part of the run, the "cooldown" of warmup-stable-decay
+schedules (Hägele et al. 2024, "Scaling Laws and Compute-Optimal Training Beyond Fixed
+Training Durations", section 3)::
+
+    lr(s) = schedule(s) * min(1, (1 - p) / c),     p = the fraction of the budget used
+
+where the budget is ``train.max_steps`` (p = s / max_steps) or ``train.max_minutes``
+(p = wall minutes so far / max_minutes), whichever is nearer its end. Under a time budget the
+lr of a step depends on the machine's speed, like the number of steps does; under
+``max_steps`` it is a function of the step alone.
+
 The schedule keeps no BLEU history of its own: the trainer counts validations without a
 BLEU gain once (``TrainState.bad_validations``, also used for early stopping) and passes
 that count to :meth:`LRSchedule.on_validation`. The only state is the plateau ``scale``,
@@ -40,6 +52,15 @@ def inverse_sqrt_factor(step: int, warmup_steps: int) -> float:
     return min(s / w, math.sqrt(w / s))
 
 
+def cooldown_factor(progress: float, cooldown: float) -> float:
+    """Multiplier ``min(1, (1 - p) / c)`` of the cooldown over the last fraction ``c`` of the
+    budget (1 when ``cooldown=0``); ``progress`` p in [0, 1] is clamped, so the factor is 0 at
+    and after the end of the budget."""
+    if cooldown <= 0.0:
+        return 1.0
+    return min(1.0, max(0.0, 1.0 - progress) / cooldown)
+
+
 def warmup_factor(step: int, warmup_steps: int) -> float:
     """Linear warmup multiplier ``min(1, s/w)`` (1 when ``warmup_steps=0``)."""
     if warmup_steps <= 0:
@@ -61,15 +82,21 @@ class LRSchedule:
         warmup_steps: linear warmup length in optimizer steps.
         plateau_factor, plateau_patience, min_lr: reduce-on-plateau settings (``plateau`` only;
             ``min_lr`` bounds the reduced rate).
+        cooldown: fraction of the budget, in [0, 1), over which the lr decays linearly to 0
+            at the end (0 = off); the caller passes the budget's progress to :meth:`set_step`.
 
     Raises:
-        ValueError: unknown ``kind``.
+        ValueError: unknown ``kind``, or ``cooldown`` outside [0, 1).
     """
 
     def __init__(self, optimizer: torch.optim.Optimizer, kind: str, lr: float, warmup_steps: int = 0,
-                 plateau_factor: float = 0.5, plateau_patience: int = 2, min_lr: float = 0.0) -> None:
+                 plateau_factor: float = 0.5, plateau_patience: int = 2, min_lr: float = 0.0,
+                 cooldown: float = 0.0) -> None:
         if kind not in SCHEDULES:
             raise ValueError(f"unknown schedule {kind!r}: choose one of {', '.join(SCHEDULES)}")
+        if not 0.0 <= cooldown < 1.0:
+            raise ValueError(f"cooldown={cooldown} must be in [0, 1): a fraction of the budget")
+        self.cooldown = cooldown
         self.optimizer = optimizer
         self.kind = kind
         self.lr = lr
@@ -80,20 +107,22 @@ class LRSchedule:
         self.scale = 1.0              # plateau reductions so far (product of factors)
         self.last_lr = self.lr_at(1)
 
-    def lr_at(self, step: int) -> float:
-        """Learning rate for optimizer step ``step`` (1-based)."""
+    def lr_at(self, step: int, progress: float = 0.0) -> float:
+        """Learning rate for optimizer step ``step`` (1-based), with ``progress`` (the fraction
+        of the budget used, in [0, 1]) for the cooldown."""
         if self.kind == "inverse_sqrt":
-            return self.lr * inverse_sqrt_factor(step, self.warmup_steps)
-        lr = self.lr * warmup_factor(step, self.warmup_steps)
-        if self.kind == "plateau":
-            lr = lr * self.scale
-            if self.scale < 1.0:
-                lr = max(lr, self.min_lr)
-        return lr
+            lr = self.lr * inverse_sqrt_factor(step, self.warmup_steps)
+        else:
+            lr = self.lr * warmup_factor(step, self.warmup_steps)
+            if self.kind == "plateau":
+                lr = lr * self.scale
+                if self.scale < 1.0:
+                    lr = max(lr, self.min_lr)
+        return lr * cooldown_factor(progress, self.cooldown)
 
-    def set_step(self, step: int) -> float:
-        """Write the lr of step ``step`` into the optimizer; returns it."""
-        lr = self.lr_at(step)
+    def set_step(self, step: int, progress: float = 0.0) -> float:
+        """Write the lr of step ``step`` (at budget ``progress``) into the optimizer; returns it."""
+        lr = self.lr_at(step, progress)
         for group in self.optimizer.param_groups:
             if isinstance(group["lr"], torch.Tensor):
                 group["lr"].fill_(lr)
@@ -133,4 +162,5 @@ class LRSchedule:
 def build_schedule(optimizer: torch.optim.Optimizer, train_cfg) -> LRSchedule:
     """:class:`LRSchedule` from the ``train`` config section."""
     return LRSchedule(optimizer, train_cfg.schedule, train_cfg.lr, train_cfg.warmup_steps,
-                      train_cfg.plateau_factor, train_cfg.plateau_patience, train_cfg.min_lr)
+                      train_cfg.plateau_factor, train_cfg.plateau_patience, train_cfg.min_lr,
+                      float(train_cfg.get("cooldown") or 0.0))

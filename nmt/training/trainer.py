@@ -72,13 +72,13 @@ from nmt.training.checkpoint import (
 from nmt.training.distributed import (
     DistInfo,
     all_reduce_sum,
-    any_rank,
     broadcast_object,
     cleanup_distributed,
     collective_errors,
     gather_objects,
     init_distributed,
     local_share,
+    max_over_ranks,
     truncate_to_multiple,
 )
 from nmt.training.loss import label_smoothed_nll, perplexity
@@ -257,6 +257,7 @@ class Trainer:
         self._start = time.perf_counter()
         self._mark = time.perf_counter()   # start of the training time not yet in state.train_s
         self._pause = 0.0             # validation/checkpoint seconds since the last log line
+        self._time_progress = 0.0     # fraction of max_minutes used, as of the last time check
         # Plain Python copies of the per-step settings (DictConfig access is slow in a loop).
         self.t = SimpleNamespace(**OmegaConf.to_container(cfg.train, resolve=True))
         self.label_smoothing = float(cfg.train.label_smoothing)
@@ -601,7 +602,7 @@ class Trainer:
         else:
             grad_norm = torch.nn.utils.get_total_norm([p.grad for p in self.params
                                                        if p.grad is not None], foreach=True)
-        self.schedule.set_step(self.state.step + 1)
+        self.schedule.set_step(self.state.step + 1, self._budget_progress(self.state.step + 1))
         if self.scaler is None:
             self.optimizer.step()
         else:                                     # skips the step on inf/nan gradients
@@ -700,7 +701,8 @@ class Trainer:
             st.bad_validations += 1
         if self.schedule.on_validation(st.bad_validations):
             log.info("validation BLEU did not improve for %d validations: lr -> %.3g",
-                     self.tcfg.plateau_patience, self.schedule.lr_at(st.step + 1))
+                     self.tcfg.plateau_patience,
+                     self.schedule.lr_at(st.step + 1, self._budget_progress(st.step + 1)))
         st.last_validated_step = st.step
         elapsed = st.elapsed_s + time.perf_counter() - self._start
         tps = st.train_tokens / max(st.train_s, 1e-9)
@@ -769,19 +771,29 @@ class Trainer:
             return f"early stopping: no BLEU gain in {patience} validations"
         return ""
 
-    def _out_of_time(self) -> bool:
-        if self.t.max_minutes is None:
-            return False
-        used = self.state.elapsed_s + time.perf_counter() - self._start
-        return used >= 60.0 * float(self.t.max_minutes)
-
     def _stop_before_step(self, check_time: bool) -> str:
         """The stop reason known before a step: steps, epochs, early stopping, time (the
-        time check is collective under DDP, so every rank must pass the same ``check_time``)."""
+        time check is collective under DDP, so every rank must pass the same ``check_time``).
+
+        The time check also updates the time budget's progress for ``train.cooldown``, with
+        the slowest rank's clock, so every rank sets the same lr."""
         reason = self._should_stop()
-        if not reason and check_time and any_rank(self._out_of_time(), self.info, self.device):
-            reason = f"max_minutes={self.t.max_minutes} reached"
+        if not reason and check_time and self.t.max_minutes is not None:
+            used = max_over_ranks(self.state.elapsed_s + time.perf_counter() - self._start,
+                                  self.info, self.device)
+            self._time_progress = used / (60.0 * float(self.t.max_minutes))
+            if self._time_progress >= 1.0:
+                reason = f"max_minutes={self.t.max_minutes} reached"
         return reason
+
+    def _budget_progress(self, step: int) -> float:
+        """The fraction of the budget used at optimizer step ``step`` (for ``train.cooldown``):
+        ``step / max_steps`` or the time used over ``max_minutes`` (as of the last time
+        check), whichever is larger; 0 without a budget."""
+        progress = self._time_progress if self.t.max_minutes is not None else 0.0
+        if self.t.max_steps is not None:
+            progress = max(progress, step / self.t.max_steps)
+        return min(progress, 1.0)
 
     def fit(self) -> dict[str, Any]:
         """Train until a stop condition; returns the summary (also in ``summary.json``).
