@@ -209,7 +209,8 @@ def test_early_stopping_and_time_budget_end_the_run(overrides, tmp_path):
 # The RNN of the schedule and optimizer tests (a step takes milliseconds).
 TINY_RNN = ["model=rnn", "model.emb_dim=8", "model.encoder_hidden=8", "model.decoder_hidden=16",
             "model.attention_dim=16", "model.output_dim=16", "train.batch_tokens=256",
-            "train.log_every_steps=1", "train.early_stopping_patience=null", "device=cpu"]
+            "train.log_every_steps=1", "train.early_stopping_patience=null", "device=cpu",
+            "train.precision=fp32", "train.ema_decay=null"]   # the plain path, as TINY_TRAIN
 
 
 def test_rnn_plateau_schedule_halves_lr_after_patience_validations_without_gain(overrides, tmp_path):
