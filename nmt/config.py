@@ -494,10 +494,7 @@ def validate(cfg: DictConfig) -> DictConfig:
               "train.plateau_patience", "train.early_stopping_patience")
     _positive(out, "train.warmup_steps", "train.clip_grad_norm", "train.weight_decay",
               "train.keep_last", "train.keep_best", "train.min_lr", allow_zero=True)
-    _unit_interval(out, "train.label_smoothing")
-    if not 0.0 <= out.train.cooldown < 1.0:
-        raise ConfigError(f"train.cooldown={out.train.cooldown} must be in [0, 1): the fraction of "
-                          "the budget over which the lr decays to 0 (e.g. 0.2; 0 = off).")
+    _unit_interval(out, "train.label_smoothing", "train.cooldown")
     if out.train.cooldown > 0 and out.train.max_steps is None and out.train.max_minutes is None:
         raise ConfigError(f"train.cooldown={out.train.cooldown} decays the lr over the end of the "
                           "budget, but the run has none: set train.max_steps or train.max_minutes.")

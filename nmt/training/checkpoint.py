@@ -27,7 +27,8 @@ checkpoint alone is enough to translate: :func:`nmt.inference.loader.load_for_in
 rebuilds the model from its config and the tokenizer from its bytes. Every reader of
 weights -- inference, averaging, ``train.init_from`` -- takes ``model``; resuming reads
 ``train_model``, and so does inference when asked for it (``weights=trained``). Checkpoints
-written before ``train_model`` and ``valid_bleu`` existed load unchanged (no average; BLEU from the ``trainer`` history, :func:`checkpoint_bleu`).
+written before ``train_model`` and ``valid_bleu`` existed load unchanged (no average; BLEU
+from the ``trainer`` history, :func:`checkpoint_bleu`).
 """
 
 from __future__ import annotations

@@ -163,4 +163,4 @@ def build_schedule(optimizer: torch.optim.Optimizer, train_cfg) -> LRSchedule:
     """:class:`LRSchedule` from the ``train`` config section."""
     return LRSchedule(optimizer, train_cfg.schedule, train_cfg.lr, train_cfg.warmup_steps,
                       train_cfg.plateau_factor, train_cfg.plateau_patience, train_cfg.min_lr,
-                      float(train_cfg.get("cooldown") or 0.0))
+                      train_cfg.cooldown)
