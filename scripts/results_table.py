@@ -21,8 +21,8 @@ from omegaconf import OmegaConf
 from nmt.config import ConfigError
 
 COLUMNS = ("model", "data", "params", "train min", "train tok/s", "peak RSS GiB", "length penalty",
-           "val BLEU", "test BLEU greedy", "test BLEU beam 5", "test chrF beam 5", "test BLEU lc beam 5",
-           "machine", "date")
+           "val BLEU beam 5", "val chrF beam 5", "val BLEU lc beam 5", "test BLEU greedy",
+           "test BLEU beam 5", "test chrF beam 5", "test BLEU lc beam 5", "machine", "date")
 
 
 def _scores(run: Path, name: str) -> dict:
@@ -51,7 +51,7 @@ def row(run: Path) -> tuple[list[str], str]:
         f"{summary['params'] / 1e6:.1f}M", f"{summary['wall_time_s'] / 60:.0f}",
         f"{summary['train_tokens_per_s']:.0f}", f"{summary['peak_rss_mb'] / 1024:.1f}",
         f"{test['length_penalty']:g}" if "length_penalty" in test else "n/a",
-        fmt(val, "bleu"), fmt(test_greedy, "bleu"), fmt(test, "bleu"), fmt(test, "chrf"),
+        fmt(val, "bleu"), fmt(val, "chrf"), fmt(val, "bleu_lowercase"), fmt(test_greedy, "bleu"), fmt(test, "bleu"), fmt(test, "chrf"),
         fmt(test, "bleu_lowercase"),
         f"{machine.get('cores', '?')} cores {machine.get('cpu', '?')}, {summary.get('device', '?')}",
         str(summary.get("date", "n/a")),

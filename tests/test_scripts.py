@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -103,3 +104,31 @@ def test_best_length_penalty_user_errors(tmp_path):
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
     assert f"{tmp_path / '2.0' / 'scores.json'} and {tmp_path / '1.0' / 'scores.json'} differ in split" in err
 
+
+
+def test_results_table_pastes_val_and_test_scores_of_a_run(tmp_path):
+    run = tmp_path / "run"
+    (run / "config.yaml").parent.mkdir(parents=True)
+    (run / "config.yaml").write_text("model: {name: transformer}\ndata: {src_lang: de, tgt_lang: en, "
+                                     "valid_split: val, test_split: test_2016_flickr}\n")
+    (run / "summary.json").write_text(json.dumps({
+        "params": 7_578_624, "wall_time_s": 3601.0, "train_tokens_per_s": 3210.4, "peak_rss_mb": 3432.0,
+        "machine": {"cores": 2, "cpu": "Xeon"}, "device": "cpu", "date": "2026-11-22"}))
+    scores = {"val": {"bleu": 43.68, "chrf": 63.08, "bleu_lowercase": 45.04, "length_penalty": 2.4},
+              "test_2016_flickr": {"bleu": 41.96, "chrf": 61.5, "bleu_lowercase": 43.21, "length_penalty": 2.4,
+                                   "bleu_signature": "nrefs:1|case:mixed", "chrf_signature": "nrefs:1|nc:6"},
+              "test_2016_flickr_greedy": {"bleu": 40.04}}
+    for name, values in scores.items():
+        (run / "eval" / name).mkdir(parents=True)
+        (run / "eval" / name / "scores.json").write_text(json.dumps(values))
+    proc = _script("results_table.py", str(run))
+    assert proc.returncode == 0, proc.stderr
+    header, _, cells, signatures = proc.stdout.strip().splitlines()
+    table = dict(zip(header.strip("| ").split(" | "), cells.strip("| ").split(" | "), strict=True))
+    assert table == {
+        "model": "transformer", "data": "de->en", "params": "7.6M", "train min": "60", "train tok/s": "3210",
+        "peak RSS GiB": "3.4", "length penalty": "2.4", "val BLEU beam 5": "43.7", "val chrF beam 5": "63.1",
+        "val BLEU lc beam 5": "45.0", "test BLEU greedy": "40.0", "test BLEU beam 5": "42.0",
+        "test chrF beam 5": "61.5", "test BLEU lc beam 5": "43.2", "machine": "2 cores Xeon, cpu",
+        "date": "2026-11-22"}
+    assert signatures == f"{run}: BLEU nrefs:1|case:mixed | chrF nrefs:1|nc:6"
