@@ -34,7 +34,7 @@ echo "== length penalty: beam 5 on ${valid_split}, alpha in ${alphas[*]}"
 rm -rf "${lp_dir}"   # an earlier pick (of an earlier checkpoint, or another grid) must not count
 nmt-evaluate -m checkpoint="${ckpt}" split="${valid_split}" beam_size=5 save_alignments=false \
   length_penalty="$(IFS=,; echo "${alphas[*]}")" "out_dir=${lp_dir}/\${length_penalty}" \
-  hydra.sweep.dir="${lp_dir}"
+  hydra.sweep.dir="${lp_dir}" "hydra.sweep.subdir=\${length_penalty}"   # one directory per alpha
 alpha="$(python "${here}/best_length_penalty.py" "${lp_dir}")"
 
 for split in "${valid_split}" "${test_split}"; do

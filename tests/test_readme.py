@@ -74,6 +74,8 @@ def test_main_job_runs_end_to_end_on_a_tiny_slice(tmp_path: Path):
              for p in sorted((run_dir / "eval" / "val_length_penalty").glob("*/scores.json"))]
     assert sorted(s["length_penalty"] for s in swept) == [0.6, 1.0, 1.4, 1.8, 2.2, 2.6, 3.0]
     assert {(s["split"], s["beam_size"]) for s in swept} == {("val", 5)}
+    assert sorted(p.name for p in (run_dir / "eval" / "val_length_penalty").iterdir()) == [
+        "0.6", "1.0", "1.4", "1.8", "2.2", "2.6", "3.0", "multirun.yaml"]   # one directory per alpha
     top = max(s["bleu"] for s in swept)
     alpha = min((s["length_penalty"] for s in swept if s["bleu"] >= top - 0.01),
                 key=lambda a: (round(abs(a - 1.0), 6), a))
