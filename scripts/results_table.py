@@ -51,8 +51,8 @@ def row(run: Path) -> tuple[list[str], str]:
         f"{summary['params'] / 1e6:.1f}M", f"{summary['wall_time_s'] / 60:.0f}",
         f"{summary['train_tokens_per_s']:.0f}", f"{summary['peak_rss_mb'] / 1024:.1f}",
         f"{test['length_penalty']:g}" if "length_penalty" in test else "n/a",
-        fmt(val, "bleu"), fmt(val, "chrf"), fmt(val, "bleu_lowercase"), fmt(test_greedy, "bleu"), fmt(test, "bleu"), fmt(test, "chrf"),
-        fmt(test, "bleu_lowercase"),
+        *(fmt(val, key) for key in ("bleu", "chrf", "bleu_lowercase")), fmt(test_greedy, "bleu"),
+        *(fmt(test, key) for key in ("bleu", "chrf", "bleu_lowercase")),
         f"{machine.get('cores', '?')} cores {machine.get('cpu', '?')}, {summary.get('device', '?')}",
         str(summary.get("date", "n/a")),
     ]

@@ -105,7 +105,6 @@ def test_best_length_penalty_user_errors(tmp_path):
     assert f"{tmp_path / '2.0' / 'scores.json'} and {tmp_path / '1.0' / 'scores.json'} differ in split" in err
 
 
-
 def test_results_table_pastes_val_and_test_scores_of_a_run(tmp_path):
     run = tmp_path / "run"
     (run / "config.yaml").parent.mkdir(parents=True)
