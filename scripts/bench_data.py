@@ -103,7 +103,7 @@ def phase_prepare(overrides: list[str]) -> dict[str, str]:
 def phase_iterate(overrides: list[str], batch_tokens: int) -> dict[str, str]:
     """Open the cached splits and collate every batch of one epoch into tensors."""
     from nmt.config import compose_config
-    from nmt.data import TokenBatchSampler, pad_efficiency, prepare_data
+    from nmt.data.batching import TokenBatchSampler, pad_efficiency, prepare_data
 
     cfg = compose_config(overrides)
     rss_before = _peak_rss_mb()
@@ -124,7 +124,7 @@ def phase_iterate(overrides: list[str], batch_tokens: int) -> dict[str, str]:
     sampling = {}
     tok = cfg.data.tokenizer
     if tok.sampling_alpha:
-        from nmt.data import sample_split
+        from nmt.data.batching import sample_split
 
         t0 = time.perf_counter()
         sampled = sample_split(split, data.tokenizer, float(tok.sampling_alpha),

@@ -64,7 +64,8 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from nmt.config import compose_config  # noqa: E402
-from nmt.data import PAD_ID, TokenBatchSampler, prepare_data  # noqa: E402
+from nmt.data.vocab import PAD_ID  # noqa: E402
+from nmt.data.batching import TokenBatchSampler, prepare_data  # noqa: E402
 from nmt.models import build_model  # noqa: E402
 from nmt.runtime import bound_onednn_cache, tune_malloc  # noqa: E402
 from nmt.training.ema import WeightAverage  # noqa: E402

@@ -11,7 +11,7 @@ from omegaconf import OmegaConf
 
 from nmt.cli import average as cli_average
 from nmt.inference.loader import load_for_inference
-from nmt.training.checkpoint import (
+from nmt.checkpoint import (
     CheckpointError,
     average_checkpoints,
     load_checkpoint,

@@ -6,10 +6,10 @@ import numpy as np
 import pytest
 import torch
 
-import nmt.training.checkpoint as ckpt_mod
+import nmt.checkpoint as ckpt_mod
 from nmt.config import compose_config
 from nmt.inference.loader import load_for_inference
-from nmt.training.checkpoint import (
+from nmt.checkpoint import (
     CheckpointError,
     CheckpointManager,
     batch_order_changes,

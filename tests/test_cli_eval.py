@@ -19,13 +19,13 @@ from nmt.cli import evaluate as cli_evaluate
 from nmt.cli import plot as cli_plot
 from nmt.cli import translate as cli_translate
 from nmt.cli.common import run_task
-from nmt.evaluation import load_alignments
+from nmt.evaluation.alignments import load_alignments
 
 
 @pytest.fixture(scope="module")
 def ckpt(tmp_path_factory) -> Path:
     """A tiny (dim-16) untrained Transformer checkpoint with its tokenizer and data config."""
-    from nmt.training.checkpoint import save_atomic
+    from nmt.checkpoint import save_atomic
 
     root = tmp_path_factory.mktemp("cli")
     torch.manual_seed(0)
@@ -166,7 +166,7 @@ def test_plot_single_range_all_and_errors(ckpt, tmp_path, capsys):
     assert cli_plot.main([f"alignments={npz}", "index=2:5", f"out={tmp_path / 'r'}"]) == 0
     assert sorted(p.name for p in (tmp_path / "r").iterdir()) == [
         "align_0002.png", "align_0003.png", "align_0004.png"]
-    from nmt.evaluation import save_alignments
+    from nmt.evaluation.alignments import save_alignments
 
     small = tmp_path / "small.npz"
     save_alignments(small, [np.eye(2, dtype=np.float32)] * 2, [["a", "ö"]] * 2, [["x", "ß"]] * 2)
@@ -248,7 +248,7 @@ def test_unwritable_outputs_exit_2_before_any_work(ckpt, tmp_path, capsys, monke
         evaluation.write_outputs(blocker / "eval", evaluation.Evaluation(
             results=[], references=[], scores={"bleu": 0.0}, sentences={}))
 
-    from nmt.evaluation import save_alignments
+    from nmt.evaluation.alignments import save_alignments
 
     npz = tmp_path / "small.npz"
     save_alignments(npz, [np.eye(2, dtype=np.float32)], [["a", "b"]], [["x", "y"]])

@@ -25,9 +25,9 @@ pytest.importorskip("ctranslate2")
 
 import nmt  # noqa: E402
 from nmt.config import ConfigError, compose_config  # noqa: E402
-from nmt.evaluation import load_alignments  # noqa: E402
+from nmt.evaluation.alignments import load_alignments  # noqa: E402
 from nmt.evaluation.metrics import corpus_scores  # noqa: E402
-from nmt.inference.ctranslate2 import (  # noqa: E402
+from nmt.extras.ctranslate2 import (  # noqa: E402
     CTranslate2Translator,
     build_spec,
     export_ctranslate2,
@@ -109,7 +109,7 @@ def test_export_writes_our_positions_norm_alignment_and_tokenizer(exported, engi
 def test_export_refuses_an_rnn_and_an_existing_directory(tmp_path):
     from nmt.data.tokenizer import Tokenizer
     from nmt.models import build_model
-    from nmt.training.checkpoint import save_atomic
+    from nmt.checkpoint import save_atomic
 
     ckpt = torch.load(CKPT, weights_only=True)
     tok = Tokenizer.from_state_dict(ckpt["tokenizer"])

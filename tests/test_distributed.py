@@ -17,7 +17,7 @@ from nmt.config import compose_config
 from nmt.data.batching import make_src_batch
 from nmt.data.tokenizer import BOS_ID
 from nmt.models import build_model
-from nmt.training.checkpoint import load_checkpoint
+from nmt.checkpoint import load_checkpoint
 from nmt.training.distributed import DistInfo, free_port, local_share, truncate_to_multiple
 from nmt.training.trainer import KILL_ENV, train
 

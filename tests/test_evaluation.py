@@ -12,14 +12,10 @@ import torch
 from conftest import make_pairs
 from matplotlib.figure import Figure
 
-from nmt.evaluation import (
-    corpus_scores,
-    evaluate_split,
-    load_alignments,
-    plot_alignment,
-    save_alignments,
-    write_outputs,
-)
+from nmt.evaluation.metrics import corpus_scores
+from nmt.evaluation.evaluate import evaluate_split, write_outputs
+from nmt.evaluation.alignments import load_alignments, save_alignments
+from nmt.evaluation.plot import plot_alignment
 
 
 # ------------------------------------------------------------------------------ metrics

@@ -16,9 +16,10 @@ from conftest import REPO_ROOT, write_corpus
 from omegaconf import OmegaConf
 
 from nmt.cli.train import main
-from nmt.config import ConfigError, compose_config, upgrade_config
+from nmt.checkpoint import upgrade_config
+from nmt.config import ConfigError, compose_config
 from nmt.inference.loader import load_for_inference
-from nmt.training.checkpoint import CheckpointError, load_checkpoint
+from nmt.checkpoint import CheckpointError, load_checkpoint
 
 TINY = ["model.d_model=16", "model.heads=2", "model.ff_dim=32", "model.encoder_layers=1",
         "model.decoder_layers=1", "train.batch_tokens=256", "train.log_every_steps=2",
@@ -181,7 +182,7 @@ def test_checkpoint_of_2026_11_22_loads_and_translates():
 
 
 def test_upgrade_config_fills_new_keys_and_runs_migrations(monkeypatch):
-    import nmt.config as config
+    import nmt.checkpoint as config
 
     saved = OmegaConf.to_container(compose_config(["model=rnn"]))
     del saved["model"]["maxout"], saved["train"]["init_from"]       # "older" checkpoint
@@ -280,7 +281,7 @@ def test_checkpoint_written_before_2026_11_22_still_loads(tmp_path):
 
     import numpy as np
 
-    from nmt.training.checkpoint import set_rng_state
+    from nmt.checkpoint import set_rng_state
 
     path = tmp_path / "old.pt"
     torch.save({"version": 1, "model": {"w": torch.zeros(2)},

@@ -13,13 +13,13 @@ from conftest import REPO_ROOT, write_corpus
 from nmt.cli import align as cli_align
 from nmt.config import ConfigError, compose_config
 from nmt.data.corpus import CorpusError
-from nmt.evaluation.forced_alignment import (
+from nmt.extras.forced_alignment import (
     force_align,
     read_pair_file,
     select_attention,
     word_links,
 )
-from nmt.evaluation.word_alignment import alignment_scores, read_gold
+from nmt.extras.word_alignment import alignment_scores, read_gold
 from nmt.inference.loader import load_for_inference
 from nmt.models import build_model
 
@@ -131,7 +131,7 @@ def test_cli_writes_links_and_scores_against_gold(tmp_path, capsys):
 
 def test_cli_symmetrizes_with_a_reverse_checkpoint(tmp_path):
     """The tiny model stands in for an en->de one (its config says so; joint vocabulary)."""
-    from nmt.training.checkpoint import load_checkpoint, save_atomic
+    from nmt.checkpoint import load_checkpoint, save_atomic
 
     ckpt = load_checkpoint(CKPT)
     data = ckpt["config"]["data"]

@@ -24,9 +24,9 @@ from nmt.cli import align as cli_align
 from nmt.cli import evaluate as cli_evaluate
 from nmt.cli import plot as cli_plot
 from nmt.config import ConfigError, compose_config
-from nmt.evaluation import load_alignments, save_alignments
+from nmt.evaluation.alignments import load_alignments, save_alignments
 from nmt.evaluation.plot import attention_labels, plot_attention, word_link_cells
-from nmt.evaluation.viewer import attention_page, page_data
+from nmt.extras.viewer import attention_page, page_data
 from nmt.models import build_model
 
 CKPT = REPO_ROOT / "tests" / "data" / "tiny_transformer_2026-11-22.pt"

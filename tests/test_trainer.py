@@ -18,7 +18,7 @@ from omegaconf import OmegaConf
 from nmt.cli.train import main
 from nmt.config import ConfigError, compose_config
 from nmt.inference.loader import load_for_inference
-from nmt.training.checkpoint import load_checkpoint
+from nmt.checkpoint import load_checkpoint
 from nmt.training.trainer import KILL_ENV, train
 
 REPO = Path(__file__).resolve().parents[1]
@@ -357,7 +357,8 @@ def test_compiled_training_checkpoints_like_eager_and_resumes(overrides, tmp_pat
 
 def _valid_nll(weights: dict, cfg) -> float:
     """Per-token NLL of the validation split under ``weights`` (one batch, fp32)."""
-    from nmt.data import PAD_ID, prepare_data
+    from nmt.data.vocab import PAD_ID
+    from nmt.data.batching import prepare_data
     from nmt.models import build_model
     from nmt.training.loss import label_smoothed_nll
 
@@ -414,7 +415,7 @@ def test_the_weight_average_is_validated_checkpointed_translated_and_fine_tuned_
 
 def test_subword_sampling_draws_each_training_epoch_and_leaves_validation_alone(overrides,
                                                                                 tmp_path):
-    from nmt.data import load_split
+    from nmt.data.batching import load_split
     from nmt.runtime import resolve_device
     from nmt.training.distributed import DistInfo
     from nmt.training.trainer import Trainer

@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from nmt.evaluation.word_alignment import (
+from nmt.extras.word_alignment import (
     AlignmentFormatError,
     alignment_scores,
     drop_eos,

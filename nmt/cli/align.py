@@ -6,7 +6,7 @@
         input=pairs.txt out=links.txt gold=gold.txt gold_one_based=true
 
 The model reads each target sentence as its decoder input (forced decoding,
-:func:`nmt.evaluation.forced_alignment.align_words`); ``out`` gets one Pharaoh line of word
+:func:`nmt.extras.forced_alignment.align_words`); ``out`` gets one Pharaoh line of word
 links ``i-j`` per pair (words = whitespace tokens of the given text). With ``gold``, the
 last line printed is ``aer=... precision=... recall=... links=...`` and ``aer.json`` is
 written beside ``out`` (Och and Ney 2003). ``attention_out=FILE.npz`` also stores the
@@ -34,7 +34,7 @@ def _check(cfg: DictConfig) -> DictConfig:
     Raises:
         ConfigError: naming the key and what it accepts.
     """
-    from nmt.evaluation.word_alignment import SYMMETRIZATIONS
+    from nmt.extras.word_alignment import SYMMETRIZATIONS
 
     require(cfg, "checkpoint", "out")
     if bool(cfg.src_file) != bool(cfg.tgt_file):
@@ -74,8 +74,8 @@ def _languages(cfg: DictConfig) -> tuple[str, str]:
 
 def _run(cfg: DictConfig) -> int:
     from nmt.data.corpus import read_text_pair
-    from nmt.evaluation.forced_alignment import align_words, force_align, read_pair_file
-    from nmt.evaluation.word_alignment import (
+    from nmt.extras.forced_alignment import align_words, force_align, read_pair_file
+    from nmt.extras.word_alignment import (
         AlignmentFormatError,
         alignment_scores,
         read_gold,
@@ -138,7 +138,7 @@ def _run(cfg: DictConfig) -> int:
 def _save_attention(cfg: DictConfig, items) -> None:
     """Write the forced cross-attention of every pair to ``attention_out`` (alignments npz)."""
     from nmt.evaluation.alignments import save_alignments
-    from nmt.evaluation.forced_alignment import select_attention
+    from nmt.extras.forced_alignment import select_attention
 
     path = Path(cfg.attention_out)
     try:

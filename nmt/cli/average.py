@@ -6,7 +6,7 @@
 
 Averaging the last few checkpoints (Vaswani et al. 2017, section 6.1) smooths the noise of the
 final updates; the result is an inference checkpoint for ``nmt-evaluate`` / ``nmt-translate``
-(:func:`nmt.training.checkpoint.average_checkpoints`). ``best=N`` averages the N step
+(:func:`nmt.checkpoint.average_checkpoints`). ``best=N`` averages the N step
 checkpoints of the highest validation BLEU instead (the ``valid_bleu`` each records; ties: the
 earlier step). A run writes a step checkpoint at every validation (each epoch end and every
 ``train.eval_every_steps``) and keeps the ``train.keep_last`` newest and the
@@ -33,7 +33,7 @@ def select_checkpoints(cfg: DictConfig) -> tuple[list[Path], Path]:
             those it has) or fewer than ``best`` with a validation BLEU, no ``out`` for an
             explicit list, or ``out`` equal to an input.
     """
-    from nmt.training.checkpoint import CheckpointManager, checkpoint_bleu, load_checkpoint
+    from nmt.checkpoint import CheckpointManager, checkpoint_bleu, load_checkpoint
 
     if (cfg.run_dir is None) == (cfg.checkpoints is None):
         raise ConfigError("give either run_dir=DIR (its newest `last` or `best` step "
@@ -73,7 +73,7 @@ def select_checkpoints(cfg: DictConfig) -> tuple[list[Path], Path]:
 
 
 def _run(cfg: DictConfig) -> int:
-    from nmt.training.checkpoint import average_checkpoints, save_atomic
+    from nmt.checkpoint import average_checkpoints, save_atomic
 
     paths, out = select_checkpoints(cfg)
     averaged = average_checkpoints(paths)

@@ -15,7 +15,7 @@ So everything Hydra documents works: ``-m/--multirun`` sweeps, ``--cfg job|hydra
 (which lists the config groups and their options, then the composed config).
 
 User errors -- :class:`nmt.config.ConfigError`, ``nmt.data.corpus.CorpusError``,
-``nmt.training.checkpoint.CheckpointError`` -- are printed as one paragraph
+``nmt.checkpoint.CheckpointError`` -- are printed as one paragraph
 ``<prog>: error: <message>`` on stderr with exit status 2, never a traceback; that holds for
 what Hydra cannot compose too (a typo in a key or a group option), which :func:`run_app`
 checks before handing the command line to Hydra. Any other exception is a bug and
@@ -50,7 +50,7 @@ def user_error_types() -> tuple[type[BaseException], ...]:
     """
     types: list[type[BaseException]] = [ConfigError]
     for module_name, class_name in (("nmt.data.corpus", "CorpusError"),
-                                    ("nmt.training.checkpoint", "CheckpointError")):
+                                    ("nmt.checkpoint", "CheckpointError")):
         module = sys.modules.get(module_name)
         cls = getattr(module, class_name, None) if module is not None else None
         if isinstance(cls, type) and issubclass(cls, BaseException):
@@ -280,7 +280,7 @@ def load_translator(cfg: DictConfig):
 
     Returns:
         :class:`nmt.inference.translator.Translator` of ``checkpoint`` (``engine=pytorch``) or
-        :class:`nmt.inference.ctranslate2.CTranslate2Translator` of ``model_dir``
+        :class:`nmt.extras.ctranslate2.CTranslate2Translator` of ``model_dir``
         (``engine=ctranslate2``; as many threads as torch uses); both translate alike.
 
     Raises:
@@ -290,7 +290,7 @@ def load_translator(cfg: DictConfig):
 
     device = resolve_device(cfg.device)
     if cfg.engine == "ctranslate2":
-        from nmt.inference.ctranslate2 import CTranslate2Translator
+        from nmt.extras.ctranslate2 import CTranslate2Translator
 
         return CTranslate2Translator.from_dir(cfg.model_dir, device)
     from nmt.inference.translator import Translator

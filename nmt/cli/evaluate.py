@@ -11,7 +11,7 @@ sacreBLEU signatures, bleu_lowercase, beam_size, n_sentences, seconds, ...) and
 ``alignments.npz`` (see :mod:`nmt.evaluation.alignments`; plot it with ``nmt-plot``);
 ``attention=all`` also stores every layer and head of the chosen hypotheses' attention
 there (``nmt-plot ... layer=all head=all`` or ``format=html``; PyTorch engine only).
-``engine=ctranslate2 model_dir=DIR`` translates with CTranslate2 (:mod:`nmt.inference.ctranslate2`)
+``engine=ctranslate2 model_dir=DIR`` translates with CTranslate2 (:mod:`nmt.extras.ctranslate2`)
 and writes the same files; ``out_dir`` then defaults to ``<model_dir>/../eval_<split>_beam<k>_ctranslate2``.
 Options: configs/evaluate.yaml (``nmt-evaluate --help``).
 """

@@ -6,7 +6,7 @@
 
 The directory holds CTranslate2's model, our SentencePiece model(s) and the training config,
 so ``nmt-translate`` / ``nmt-evaluate`` ``engine=ctranslate2 model_dir=DIR`` need nothing
-else (:mod:`nmt.inference.ctranslate2`: what is exported, and what CTranslate2 decodes
+else (:mod:`nmt.extras.ctranslate2`: what is exported, and what CTranslate2 decodes
 exactly as we do). Needs the optional extra: ``pip install "nmt[ctranslate2]"``. RNN
 checkpoints are refused: CTranslate2 has no such model.
 Options: configs/export.yaml (``nmt-export --help``).
@@ -28,14 +28,14 @@ def _check(cfg: DictConfig) -> DictConfig:
     if cfg.format not in FORMATS:
         raise ConfigError(f"format={cfg.format!r} is not one of {', '.join(FORMATS)}: "
                           "set format=ctranslate2.")
-    from nmt.inference.ctranslate2 import check_export_settings
+    from nmt.extras.ctranslate2 import check_export_settings
 
     check_export_settings(cfg.quantization, cfg.max_positions)
     return cfg
 
 
 def _run(cfg: DictConfig) -> int:
-    from nmt.inference.ctranslate2 import export_ctranslate2
+    from nmt.extras.ctranslate2 import export_ctranslate2
 
     out = export_ctranslate2(cfg.checkpoint, cfg.out_dir, quantization=cfg.quantization,
                              max_positions=cfg.max_positions)

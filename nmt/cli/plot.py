@@ -24,7 +24,7 @@ attention_out=...``. Each link marks the cells of all subword pairs of its two w
 square: sure, hollow circle: possible) on the cross-attention or the stored alignment.
 
 ``format=html`` writes one self-contained page with every kind, layer and head of the
-chosen sentences (:mod:`nmt.evaluation.viewer`).
+chosen sentences (:mod:`nmt.extras.viewer`).
 Options: configs/plot.yaml (``nmt-plot --help``).
 """
 
@@ -78,7 +78,7 @@ def plot_kind(cfg: DictConfig) -> str:
 
 
 def _word_count(pieces: list[str]) -> int:
-    from nmt.evaluation.word_alignment import word_ids
+    from nmt.extras.word_alignment import word_ids
 
     ids = word_ids(pieces[:-1])   # without </s>
     return ids[-1] + 1 if ids else 0
@@ -91,7 +91,7 @@ def _read_gold(cfg: DictConfig, data) -> tuple[list, list]:
         ConfigError: unreadable or malformed gold file, a line count other than the file's
             sentence count, or a link outside its sentence (names the line).
     """
-    from nmt.evaluation.word_alignment import AlignmentFormatError, read_gold
+    from nmt.extras.word_alignment import AlignmentFormatError, read_gold
 
     labels = [data.labels(i) for i in range(len(data))]
     try:
@@ -116,7 +116,7 @@ def _attention_of(item, kind: str, i: int, path: str):
 
 
 def _write_html(cfg: DictConfig, data, indices: list[int]) -> int:
-    from nmt.evaluation.viewer import attention_page
+    from nmt.extras.viewer import attention_page
 
     out = Path(cfg.out)
     ensure_writable_dir(out.parent, "out")

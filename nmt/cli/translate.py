@@ -93,7 +93,7 @@ def translate_stream(translator, inp: Iterable[str], out: TextIO, settings: dict
 
     Args:
         translator: a :class:`nmt.inference.translator.Translator` (or the CTranslate2
-            engine's :class:`nmt.inference.ctranslate2.CTranslate2Translator`).
+            engine's :class:`nmt.extras.ctranslate2.CTranslate2Translator`).
         inp: text lines (with or without their ``\n``), e.g. from :func:`utf8_lines`.
         out: text stream; each chunk's translations are written and flushed together.
         settings: keyword arguments of :meth:`Translator.translate` (``batch_sentences``

@@ -39,7 +39,8 @@ import torch
 
 from nmt.config import cfg_get
 from nmt.data.corpus import CorpusError, iter_nonempty_pairs, iter_parallel, split_fingerprint
-from nmt.data.tokenizer import BOS_ID, EOS_ID, PAD_ID, Tokenizer, tokenizer_from_pairs
+from nmt.data.tokenizer import Tokenizer, tokenizer_from_pairs
+from nmt.data.vocab import BOS_ID, EOS_ID, PAD_ID
 
 log = logging.getLogger("nmt.data")
 

@@ -51,10 +51,7 @@ import sentencepiece as spm
 from nmt.config import ConfigError, cfg_get
 from nmt.data.corpus import CorpusError
 
-PAD_ID = 0
-UNK_ID = 1
-BOS_ID = 2
-EOS_ID = 3
+from nmt.data.vocab import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 
 TOKENIZER_VERSION = 1
 SAMPLE_SEED = 0  # seed of the training-pair sample (part of the model's identity: keep it)

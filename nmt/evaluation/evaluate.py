@@ -64,7 +64,7 @@ def evaluate_split(translator, src_texts: Sequence[str], ref_texts: Sequence[str
 
     Args:
         translator: a :class:`nmt.inference.translator.Translator`, or the CTranslate2
-            engine's :class:`nmt.inference.ctranslate2.CTranslate2Translator` (same surface).
+            engine's :class:`nmt.extras.ctranslate2.CTranslate2Translator` (same surface).
         src_texts: raw source sentences.
         ref_texts: raw references, one per source sentence.
         search: keyword arguments of :meth:`Translator.translate` (beam_size, n_best,

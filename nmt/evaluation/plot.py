@@ -71,7 +71,7 @@ def word_link_cells(links: Iterable[tuple[int, int]], src: Sequence[str], tgt: S
     Raises:
         ValueError: a link names a word the labels do not have.
     """
-    from nmt.evaluation.word_alignment import word_ids
+    from nmt.extras.word_alignment import word_ids
 
     def pieces_of(labels: Sequence[str]) -> dict[int, list[int]]:
         words: dict[int, list[int]] = {}

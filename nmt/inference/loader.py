@@ -3,7 +3,7 @@
     model, tokenizer, cfg = load_for_inference("runs/tf/checkpoints/best.pt")
 
 The checkpoint is read safely (``weights_only=True``) and its config is upgraded to this
-version of nmt (:func:`nmt.training.checkpoint.load_checkpoint`).
+version of nmt (:func:`nmt.checkpoint.load_checkpoint`).
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 
 from nmt.config import ConfigError
-from nmt.training.checkpoint import CheckpointError, load_checkpoint
+from nmt.checkpoint import CheckpointError, load_checkpoint
 
 WEIGHTS = ("inference", "trained")
 

@@ -50,7 +50,7 @@ import torch
 from torch import Tensor
 
 from nmt.config import cfg_get
-from nmt.data.tokenizer import BOS_ID, EOS_ID, PAD_ID
+from nmt.data.vocab import BOS_ID, EOS_ID, PAD_ID
 from nmt.models.base import Seq2Seq
 
 
@@ -569,7 +569,7 @@ def in_batches(src_ids: Sequence[Sequence[int]], limits: tuple[int, int],
     ``batch`` is a list of source id lists (no EOS), none of them empty; results come back
     in input order, and an empty source is answered without the model (see
     :func:`translate`). Shared by the PyTorch search and the CTranslate2 engine
-    (:mod:`nmt.inference.ctranslate2`), so both see the same batches.
+    (:mod:`nmt.extras.ctranslate2`), so both see the same batches.
     """
     out: list[list[Hypothesis] | None] = [None] * len(src_ids)
     nonempty = [i for i, ids in enumerate(src_ids) if len(ids) > 0]

@@ -31,7 +31,8 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 
 from nmt.config import ConfigError, validate_search
-from nmt.data.tokenizer import EOS_ID, PAD_ID, Tokenizer
+from nmt.data.tokenizer import Tokenizer
+from nmt.data.vocab import EOS_ID, PAD_ID
 from nmt.inference.search import Hypothesis, length_sorted_batches, sample, translate
 from nmt.models.base import Seq2Seq
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from nmt.config import ConfigError, validate_model
-from nmt.data.tokenizer import PAD_ID
+from nmt.data.vocab import PAD_ID
 from nmt.models.base import Attention, DecoderState, Encoded, Seq2Seq, reorder_tensors
 from nmt.models.ensemble import Ensemble, EnsembleEncoded, EnsembleState
 from nmt.models.rnn import BahdanauRNN, RNNState

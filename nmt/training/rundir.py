@@ -10,7 +10,7 @@ One ``run_dir`` holds one training run, however many times its command is run::
     ... with train.resume=force                 -> resume with the new settings (warned)
 
 "The same settings" compares the whole resolved config with the one saved in ``last.pt``
-except :data:`nmt.training.checkpoint.UNCHECKED_KEYS` (``device``, ``data.cache_dir``, ...).
+except :data:`nmt.checkpoint.UNCHECKED_KEYS` (``device``, ``data.cache_dir``, ...).
 A run is finished when its last checkpoint records the stop condition that ended it
 (``max_steps``, ``max_epochs``, ``max_minutes`` or early stopping).
 
@@ -33,7 +33,7 @@ from typing import Any
 from omegaconf import DictConfig
 
 from nmt.config import ConfigError
-from nmt.training.checkpoint import config_changes, load_checkpoint
+from nmt.checkpoint import config_changes, load_checkpoint
 
 log = logging.getLogger("nmt")
 

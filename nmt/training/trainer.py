@@ -58,9 +58,10 @@ import numpy as np
 import torch
 from omegaconf import DictConfig, OmegaConf
 
-from nmt.config import CONFIG_VERSION, ConfigError
+from nmt.config import ConfigError
 from nmt.runtime import bound_onednn_cache, cpu_has_bf16, machine_info, resolve_device
-from nmt.training.checkpoint import (
+from nmt.checkpoint import (
+    CONFIG_VERSION,
     CheckpointError,
     CheckpointManager,
     batch_order_changes,
@@ -337,7 +338,7 @@ class Trainer:
             raise CheckpointError(f"{source}: the saved tokenizer cannot be rebuilt ({err}).") from None
 
     def _prepare_data(self):
-        from nmt.data import prepare_data
+        from nmt.data.batching import prepare_data
 
         data = prepare_data(self.cfg.data, None, tokenizer=self._given_tokenizer())
         if self.plan.checkpoint is not None:
@@ -346,7 +347,7 @@ class Trainer:
         return data
 
     def _setup_model(self, data) -> None:
-        from nmt.data import TokenBatchSampler
+        from nmt.data.batching import TokenBatchSampler
         from nmt.models import build_model
 
         cfg, info = self.cfg, self.info
@@ -504,7 +505,7 @@ class Trainer:
             split, sampler = self.train_split, self.sampler
             tok = self.cfg.data.tokenizer
             if tok.sampling_alpha:
-                from nmt.data import TokenBatchSampler, TokenizedSplit, sample_split
+                from nmt.data.batching import TokenBatchSampler, TokenizedSplit, sample_split
 
                 t0 = time.perf_counter()
                 # Rank 0 draws (or finds in the cache) the epoch's segmentation and sends it to
@@ -571,7 +572,7 @@ class Trainer:
             ``(sums [2] = (smoothed loss, nll) summed over this rank's tokens, grad_norm, tokens)``
             where ``tokens`` counts the target tokens of the whole group (all ranks).
         """
-        from nmt.data.tokenizer import PAD_ID
+        from nmt.data.vocab import PAD_ID
 
         split = self.train_split if split is None else split
         tgt_lens = split.tgt_lens
@@ -628,7 +629,7 @@ class Trainer:
         Returns the same dict on every rank: ``loss``, ``nll``, ``ppl`` (per target token)
         and ``bleu`` (sacreBLEU, detokenized, cased).
         """
-        from nmt.data.tokenizer import EOS_ID, PAD_ID
+        from nmt.data.vocab import EOS_ID, PAD_ID
 
         result = None
         if self.info.is_main:

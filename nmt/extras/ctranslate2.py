@@ -1,6 +1,6 @@
 """CTranslate2 export of a Transformer checkpoint, and a translator that serves it.
 
-    from nmt.inference.ctranslate2 import CTranslate2Translator, export_ctranslate2
+    from nmt.extras.ctranslate2 import CTranslate2Translator, export_ctranslate2
 
     export_ctranslate2("runs/tf/checkpoints/best.pt", "runs/tf/ct2", quantization="int8")
     translator = CTranslate2Translator.from_dir("runs/tf/ct2")

@@ -2,7 +2,7 @@
 
 The model reads each (source, target) pair as in training (source + ``</s>``; decoder input
 ``<s>`` + target, predicting target + ``</s>``) and returns every cross-attention weight
-(:class:`nmt.models.base.Attention`); :mod:`nmt.evaluation.word_alignment` turns a chosen
+(:class:`nmt.models.base.Attention`); :mod:`nmt.extras.word_alignment` turns a chosen
 layer and head into Pharaoh word links::
 
     model, tokenizer, _ = load_for_inference("runs/tf/checkpoints/best.pt")
@@ -27,7 +27,7 @@ import torch
 
 from nmt.config import ConfigError
 from nmt.data.corpus import CorpusError, read_lines
-from nmt.evaluation.word_alignment import (
+from nmt.extras.word_alignment import (
     Link,
     flip_links,
     subword_to_word_links,

@@ -6,7 +6,7 @@ opening a checkpoint never runs code from it.
 
 ==================  ==========================================================
 ``version``         file format version (int, currently 1)
-``config_version``  layout version of ``config`` (:data:`nmt.config.CONFIG_VERSION`)
+``config_version``  layout version of ``config`` (:data:`CONFIG_VERSION`)
 ``model``           the weights to translate with: ``model.state_dict()``, or with
                     ``train.ema_decay`` the moving average's (:mod:`nmt.training.ema`)
 ``train_model``     with ``train.ema_decay`` only: the trained (not averaged) weights, which
@@ -22,7 +22,7 @@ opening a checkpoint never runs code from it.
 ==================  ==========================================================
 
 :func:`load_checkpoint` returns ``config`` upgraded to this version of nmt
-(:func:`nmt.config.upgrade_config`), so checkpoints stay loadable when keys are added. A
+(:func:`upgrade_config`), so checkpoints stay loadable when keys are added. A
 checkpoint alone is enough to translate: :func:`nmt.inference.loader.load_for_inference`
 rebuilds the model from its config and the tokenizer from its bytes. Every reader of
 weights -- inference, averaging, ``train.init_from`` -- takes ``model``; resuming reads
@@ -33,20 +33,92 @@ from the ``trainer`` history, :func:`checkpoint_bleu`).
 
 from __future__ import annotations
 
+import copy
+import functools
 import os
 import pickle
 import re
 import tempfile
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
 import torch
 from omegaconf import DictConfig, OmegaConf
+from omegaconf.errors import OmegaConfBaseException
 
-from nmt.config import CONFIG_VERSION
+from nmt.config import ConfigError, compose_config
 
 CHECKPOINT_VERSION = 1
+
+# Version of the config layout stored in checkpoints (``config_version``). When a key is
+# renamed, moved or given a meaning that old values do not have, bump it and add a function
+# here that turns a plain config dict of version k into one of version k + 1. A key that is
+# only added needs no migration: :func:`upgrade_config` fills it with today's default.
+CONFIG_VERSION = 1
+MIGRATIONS: dict[int, Callable[[dict], dict]] = {}
+
+# Keys added after a checkpoint may have been written, whose absence means "off" and whose
+# current default is on for some model (the Transformer recipe's train.ema_decay=0.999): an
+# older config that lacks them gets this value, not today's default, since the run had none.
+ABSENT_MEANS_OFF: dict[str, Any] = {"train.ema_decay": None, "data.tokenizer.sampling_alpha": None,
+                                     "train.cooldown": 0.0}
+
+
+@functools.lru_cache(maxsize=8)
+def _defaults_for(model_name: str) -> DictConfig:
+    return compose_config([f"model={model_name}"], validate_fn=None)
+
+
+def upgrade_config(saved: Mapping, version: int | None = None) -> DictConfig:
+    """Bring a config saved in a checkpoint up to this version of nmt.
+
+    Applies :data:`MIGRATIONS` from ``version`` (absent: 1) to :data:`CONFIG_VERSION`, then
+    merges the result over the current defaults of its model (``configs/config.yaml`` with
+    ``model=<its name>``), so every key added since the checkpoint was written gets its default,
+    except the keys of :data:`ABSENT_MEANS_OFF`, which an older run did not use.
+
+    Args:
+        saved: the plain config dict of a checkpoint (``ckpt["config"]``).
+        version: the checkpoint's ``config_version``.
+
+    Returns:
+        A resolved ``DictConfig`` with every current key.
+
+    Raises:
+        ConfigError: the checkpoint is from a newer nmt (unknown version or key), or names no
+            known model.
+    """
+    version = 1 if version is None else int(version)
+    if version > CONFIG_VERSION:
+        raise ConfigError(f"the checkpoint's config has version {version}, newer than this nmt "
+                          f"understands ({CONFIG_VERSION}): upgrade nmt to read it.")
+    tree = copy.deepcopy(dict(saved))
+    for v in range(version, CONFIG_VERSION):
+        tree = MIGRATIONS[v](tree)
+    for dotted, off in ABSENT_MEANS_OFF.items():
+        *parents, leaf = dotted.split(".")
+        node = tree
+        for key in parents:
+            node = node.get(key) if isinstance(node, dict) else None
+        if isinstance(node, dict) and leaf not in node:
+            node[leaf] = off
+    name = (tree.get("model") or {}).get("name")
+    try:
+        defaults = _defaults_for(str(name))
+    except ConfigError:
+        raise ConfigError(f"the checkpoint's config names model.name={name!r}, which this nmt "
+                          "does not know.") from None
+    try:
+        merged = OmegaConf.merge(defaults, tree)
+    except OmegaConfBaseException as err:
+        key = getattr(err, "full_key", None) or "?"
+        raise ConfigError(f"the checkpoint's config has the key {key}, which this nmt does not "
+                          "know: it was written by a newer or a modified nmt.") from None
+    OmegaConf.set_struct(merged, False)
+    return merged
+
+
 
 
 class CheckpointError(RuntimeError):
@@ -92,15 +164,13 @@ def load_checkpoint(path: str | Path, map_location: str | torch.device = "cpu") 
 
     Returns:
         The checkpoint dict; its ``config`` (when present) is brought up to this version of
-        nmt by :func:`nmt.config.upgrade_config` and returned as a plain dict.
+        nmt by :func:`upgrade_config` and returned as a plain dict.
 
     Raises:
         CheckpointError: the file does not exist, is not a checkpoint (or holds objects other
             than plain data, which are never unpickled), has another format version, or a
             config this nmt cannot read.
     """
-    from nmt.config import ConfigError, upgrade_config
-
     path = Path(path)
     if not path.is_file():
         raise CheckpointError(f"{path}: no such checkpoint file.")
