@@ -47,7 +47,7 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from nmt.config import ConfigError, compose_config
+from nmt.config import ConfigError, compose_config, config_at, config_diff
 
 CHECKPOINT_VERSION = 1
 
@@ -339,16 +339,6 @@ def set_rng_state(state: dict) -> None:
         torch.cuda.set_rng_state_all(state["cuda"])
 
 
-def _diff(a: Any, b: Any, prefix: str) -> list[str]:
-    """Dotted keys where two plain nested dicts differ, as ``key: saved -> now``."""
-    if isinstance(a, dict) and isinstance(b, dict):
-        out: list[str] = []
-        for key in sorted(set(a) | set(b)):
-            out += _diff(a.get(key, "<absent>"), b.get(key, "<absent>"), f"{prefix}.{key}")
-        return out
-    return [] if a == b else [f"{prefix.lstrip('.')}: checkpoint has {a!r}, now {b!r}"]
-
-
 # Keys whose change makes a saved model/optimizer unusable for the current run. Dropout rates
 # (any model key containing "dropout") and subword sampling are regularisation, not
 # architecture or vocabulary: they may change (:func:`_regularisation`).
@@ -365,12 +355,6 @@ def _regularisation(problem: str) -> bool:
     return "dropout" in key or key in SAMPLING_KEYS
 
 
-def _at(tree: Any, key: str) -> Any:
-    for part in key.split("."):
-        tree = tree.get(part, "<absent>") if isinstance(tree, dict) else "<absent>"
-    return tree
-
-
 # Keys that may differ between the runs of one run_dir without changing what is trained.
 UNCHECKED_KEYS = ("run_dir", "device", "data.cache_dir", "train.resume")
 
@@ -383,7 +367,7 @@ def config_changes(ckpt: dict, cfg: DictConfig) -> list[str]:
     """
     saved = ckpt.get("config") or {}
     now = OmegaConf.to_container(cfg, resolve=True)
-    return [p for p in _diff(saved, now, "") if p.split(":")[0].lstrip(".") not in UNCHECKED_KEYS]
+    return [p for p in config_diff(saved, now, "") if p.split(":")[0].lstrip(".") not in UNCHECKED_KEYS]
 
 
 def batch_order_changes(ckpt: dict, cfg: DictConfig) -> list[str]:
@@ -394,8 +378,8 @@ def batch_order_changes(ckpt: dict, cfg: DictConfig) -> list[str]:
     """
     saved = ckpt.get("config") or {}
     now = OmegaConf.to_container(cfg, resolve=True)
-    return [f"{key}: checkpoint has {_at(saved, key)!r}, now {_at(now, key)!r}"
-            for key in BATCH_ORDER_KEYS if _at(saved, key) != _at(now, key)]
+    return [f"{key}: checkpoint has {config_at(saved, key)!r}, now {config_at(now, key)!r}"
+            for key in BATCH_ORDER_KEYS if config_at(saved, key) != config_at(now, key)]
 
 
 def check_compatible(path: str | Path, ckpt: dict, cfg: DictConfig,
@@ -413,8 +397,8 @@ def check_compatible(path: str | Path, ckpt: dict, cfg: DictConfig,
     now = OmegaConf.to_container(cfg, resolve=True)
     problems: list[str] = []
     for key in COMPATIBILITY_KEYS:
-        a, b = _at(saved, key), _at(now, key)
-        problems += [p for p in _diff(a, b, key) if not _regularisation(p)]
+        a, b = config_at(saved, key), config_at(now, key)
+        problems += [p for p in config_diff(a, b, key) if not _regularisation(p)]
     if model is not None and not problems:
         saved_w, now_w = ckpt.get("model") or {}, model.state_dict()
         for name in sorted(set(saved_w) | set(now_w)):
@@ -478,8 +462,8 @@ def average_checkpoints(paths: list[str | Path]) -> dict:
     newest = first
     for path in paths[1:]:
         ckpt = load_checkpoint(path)
-        problems = _diff(_at(first.get("config") or {}, "model"),
-                         _at(ckpt.get("config") or {}, "model"), "model")
+        problems = config_diff(config_at(first.get("config") or {}, "model"),
+                         config_at(ckpt.get("config") or {}, "model"), "model")
         if ckpt.get("tokenizer") != first.get("tokenizer"):
             problems.append("the tokenizer (vocabulary) differs")
         weights = ckpt["model"]

@@ -457,6 +457,24 @@ def validate_search(section: Any, prefix: str = "") -> DictConfig:
     return search
 
 
+def config_diff(a: Any, b: Any, prefix: str = "") -> list[str]:
+    """Dotted keys where two plain nested dicts differ, as ``"key: checkpoint has A, now B"``
+    (the one config comparison: resume, fine-tuning, averaging)."""
+    if isinstance(a, dict) and isinstance(b, dict):
+        out: list[str] = []
+        for key in sorted(set(a) | set(b)):
+            out += config_diff(a.get(key, "<absent>"), b.get(key, "<absent>"), f"{prefix}.{key}")
+        return out
+    return [] if a == b else [f"{prefix.lstrip('.')}: checkpoint has {a!r}, now {b!r}"]
+
+
+def config_at(tree: Any, key: str) -> Any:
+    """The value at dotted ``key`` of a plain nested dict, or ``"<absent>"``."""
+    for part in key.split("."):
+        tree = tree.get(part, "<absent>") if isinstance(tree, dict) else "<absent>"
+    return tree
+
+
 def cfg_get(cfg: Any, key: str) -> Any:
     """``cfg[key]`` for a mapping (dict, DictConfig), else ``getattr(cfg, key)``."""
     from collections.abc import Mapping

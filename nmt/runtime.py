@@ -3,10 +3,19 @@ glibc's allocator, and a description of the machine for run summaries."""
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
+import json
 import os
 import platform
+import shutil
 import sys
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from nmt.config import ConfigError
 
 _M_TRIM_THRESHOLD = -1
 _M_MMAP_MAX = -4
@@ -77,8 +86,6 @@ def resolve_device(name: str):
     """
     import torch
 
-    from nmt.config import ConfigError
-
     if name in (None, "", "auto"):
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     if str(name).startswith("cuda") and not torch.cuda.is_available():
@@ -117,3 +124,56 @@ def machine_info(device=None) -> dict:
     if device is not None and getattr(device, "type", str(device)) == "cuda":
         info["gpu"] = torch.cuda.get_device_name(device)
     return info
+
+
+# ------------------------------------------------------------------ files
+@contextlib.contextmanager
+def atomic_path(path: str | Path, directory: bool = False) -> Iterator[Path]:
+    """Yield a temporary path beside ``path``; when the block ends without an exception,
+    rename it to ``path`` (replacing a file, or a directory when ``directory``), else delete it.
+
+    A crash at any point leaves the old ``path`` or the new one, never a torn one (POSIX
+    ``rename`` is atomic within a file system). The one helper for every file nmt writes
+    whole: checkpoints, JSON, token caches, tokenizers, exports.
+    """
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+               if directory else
+               tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)[1])
+    try:
+        yield tmp
+        if directory and path.exists():
+            shutil.rmtree(path)
+        os.replace(tmp, path)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True) if tmp.is_dir() else tmp.unlink(missing_ok=True)
+        raise
+
+
+def write_text_atomic(path: str | Path, text: str) -> None:
+    """Write ``text`` (UTF-8) to ``path`` through :func:`atomic_path`."""
+    with atomic_path(path) as tmp:
+        tmp.write_text(text, encoding="utf-8")
+
+
+def write_json_atomic(path: str | Path, data: Any) -> None:
+    """``json.dump`` (indent 2, trailing newline) to ``path`` through :func:`atomic_path`."""
+    write_text_atomic(path, json.dumps(data, indent=2) + "\n")
+
+
+def ensure_writable_dir(path: str | Path, key: str) -> Path:
+    """Create directory ``path`` and check that a file can be written in it, before long work.
+
+    Raises:
+        ConfigError: it cannot be created or written (names ``key=path`` and the reason).
+    """
+    path = Path(path)
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=path, prefix=".nmt_write_check_"):
+            pass
+    except OSError as err:
+        raise ConfigError(f"{key}={path} cannot be written ({err.strerror or err}): "
+                          f"choose a writable directory with {key}=DIR.") from None
+    return path
