@@ -11,30 +11,28 @@ alignment heatmaps. The Python API::
     result = translator.translate("Ein Hund läuft im Park .", beam_size=5)
     print(result.text)
     nmt.plot_alignment(result)
+
+Everything but ``train`` loads on first use, so ``import nmt`` (and every CLI's ``--help``)
+stays fast.
 """
 
 from __future__ import annotations
+
+import importlib
 
 __version__ = "0.1.0"
 
 __all__ = ["ForcedScore", "Translation", "Translator", "__version__", "plot_alignment", "train"]
 
+_LAZY = {"Translator": "nmt.inference.translator", "Translation": "nmt.inference.translator",
+         "ForcedScore": "nmt.inference.translator", "plot_alignment": "nmt.evaluation.plot"}
+
 
 def train(overrides: list[str] | tuple[str, ...] = ()) -> dict:
-    """Train (or resume) as ``nmt-train`` would with these Hydra overrides; returns the summary.
-
-    The run-directory rules are those of the command line (:mod:`nmt.training.rundir`):
-    the same overrides resume, a finished run returns its summary without training.
-
-    Args:
-        overrides: e.g. ``["model=rnn", "train.max_minutes=10", "run_dir=runs/rnn"]``.
-
-    Returns:
-        The ``summary.json`` contents (steps, best_bleu, train_tokens_per_s, ...).
-
-    Raises:
-        ConfigError, CorpusError, CheckpointError: user errors, before the first batch.
-    """
+    """Train (or resume) as ``nmt-train`` would with these Hydra overrides, e.g.
+    ``["model=rnn", "train.max_minutes=10", "run_dir=runs/rnn"]``; returns ``summary.json``'s
+    contents. User errors (ConfigError, CorpusError, CheckpointError) come before the first
+    batch."""
     from nmt.config import compose_config
     from nmt.training.trainer import train as run
 
@@ -42,10 +40,6 @@ def train(overrides: list[str] | tuple[str, ...] = ()) -> dict:
 
 
 def __getattr__(name: str):
-    # The API classes load torch and the models: import them on first use, so that
-    # `import nmt` (and every CLI's --help) stays fast.
-    if name in ("Translator", "Translation", "ForcedScore", "plot_alignment"):
-        from nmt.inference import translator
-
-        return getattr(translator, name)
+    if name in _LAZY:
+        return getattr(importlib.import_module(_LAZY[name]), name)
     raise AttributeError(f"module 'nmt' has no attribute {name!r}")

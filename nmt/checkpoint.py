@@ -26,9 +26,7 @@ opening a checkpoint never runs code from it.
 checkpoint alone is enough to translate: :func:`nmt.inference.loader.load_for_inference`
 rebuilds the model from its config and the tokenizer from its bytes. Every reader of
 weights -- inference, averaging, ``train.init_from`` -- takes ``model``; resuming reads
-``train_model``, and so does inference when asked for it (``weights=trained``). Checkpoints
-written before ``train_model`` and ``valid_bleu`` existed load unchanged (no average; BLEU
-from the ``trainer`` history, :func:`checkpoint_bleu`).
+``train_model``, and so does inference when asked for it (``weights=trained``).
 """
 
 from __future__ import annotations
@@ -38,7 +36,6 @@ import functools
 import os
 import pickle
 import re
-import tempfile
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
@@ -47,7 +44,8 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from nmt.config import ConfigError, compose_config, config_at, config_diff
+from nmt.config import ConfigError, compose_config, config_at, config_diff, to_plain
+from nmt.runtime import atomic_path
 
 CHECKPOINT_VERSION = 1
 
@@ -55,8 +53,16 @@ CHECKPOINT_VERSION = 1
 # renamed, moved or given a meaning that old values do not have, bump it and add a function
 # here that turns a plain config dict of version k into one of version k + 1. A key that is
 # only added needs no migration: :func:`upgrade_config` fills it with today's default.
-CONFIG_VERSION = 1
-MIGRATIONS: dict[int, Callable[[dict], dict]] = {}
+CONFIG_VERSION = 2
+
+
+def _drop_data_name(tree: dict) -> dict:
+    """1 -> 2: ``data.name`` is gone (nothing read it)."""
+    data = {k: v for k, v in (tree.get("data") or {}).items() if k != "name"}
+    return {**tree, "data": data}
+
+
+MIGRATIONS: dict[int, Callable[[dict], dict]] = {1: _drop_data_name}
 
 # Keys added after a checkpoint may have been written, whose absence means "off" and whose
 # current default is on for some model (the Transformer recipe's train.ema_decay=0.999): an
@@ -126,69 +132,37 @@ class CheckpointError(RuntimeError):
 
 
 def save_atomic(obj: Any, path: str | Path) -> None:
-    """``torch.save`` to a temporary file in the same directory, fsync, then rename.
-
-    A crash at any point leaves either the previous file or the new one, never a torn
-    file (POSIX ``rename`` is atomic within a file system).
-    """
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            torch.save(obj, f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    dir_fd = os.open(path.parent, os.O_RDONLY)
-    try:
-        os.fsync(dir_fd)
-    finally:
-        os.close(dir_fd)
-
-
-def _numpy_globals() -> list:
-    """NumPy array reconstruction, allowed only for checkpoints written before 2026-11-22,
-    which stored NumPy's RNG state as an array (data, not code)."""
-    import numpy as np
-
-    multiarray = getattr(np, "_core", None) or np.core
-    return [multiarray.multiarray._reconstruct, np.ndarray, np.dtype, type(np.dtype("uint32"))]
+    """``torch.save`` to a temporary file beside ``path``, fsync, then rename: a crash leaves
+    the previous file or the new one, never a torn one."""
+    with atomic_path(path) as tmp, open(tmp, "wb") as f:
+        torch.save(obj, f)
+        f.flush()
+        os.fsync(f.fileno())
 
 
 def load_checkpoint(path: str | Path, map_location: str | torch.device = "cpu") -> dict:
-    """Read a checkpoint dict safely (``weights_only=True``) and upgrade its config.
-
-    Returns:
-        The checkpoint dict; its ``config`` (when present) is brought up to this version of
-        nmt by :func:`upgrade_config` and returned as a plain dict.
+    """Read a checkpoint safely (``weights_only=True``: never runs code from the file) and
+    bring its ``config`` up to this version of nmt (:func:`upgrade_config`, as a plain dict).
 
     Raises:
-        CheckpointError: the file does not exist, is not a checkpoint (or holds objects other
-            than plain data, which are never unpickled), has another format version, or a
-            config this nmt cannot read.
+        CheckpointError: the file is missing, is not a checkpoint (not a file torch can read),
+            holds objects other than plain data, has another format version, or a config
+            this nmt cannot read.
     """
     path = Path(path)
     if not path.is_file():
         raise CheckpointError(f"{path}: no such checkpoint file.")
     try:
-        try:
-            ckpt = torch.load(path, map_location=map_location, weights_only=True)
-        except pickle.UnpicklingError:
-            with torch.serialization.safe_globals(_numpy_globals()):
-                ckpt = torch.load(path, map_location=map_location, weights_only=True)
+        ckpt = torch.load(path, map_location=map_location, weights_only=True)
     except pickle.UnpicklingError as err:
         unsafe = re.search(r"Unsupported global: GLOBAL (\S+)", str(err))
-        what = f" ({unsafe.group(1)})" if unsafe else ""
-        raise CheckpointError(f"{path}: holds objects other than plain data{what}, which nmt "
-                              "never unpickles (loading them could run code from the file): it "
-                              "was not written by nmt.") from None
+        if unsafe is None:
+            raise CheckpointError(f"{path}: not a checkpoint (torch cannot read it as one).") from None
+        raise CheckpointError(f"{path}: holds objects other than plain data ({unsafe.group(1)}), "
+                              "which nmt never unpickles: it was not written by nmt.") from None
     except Exception as err:  # torch raises many kinds for a torn or foreign file
-        msg = " ".join(str(err).split())[:300]
-        raise CheckpointError(f"{path}: not a readable checkpoint ({type(err).__name__}: {msg}).") from None
+        msg = " ".join(str(err).split())[:200]
+        raise CheckpointError(f"{path}: not a checkpoint ({type(err).__name__}: {msg}).") from None
     if not isinstance(ckpt, dict) or ckpt.get("version") != CHECKPOINT_VERSION:
         raise CheckpointError(f"{path}: not an nmt checkpoint of version {CHECKPOINT_VERSION}.")
     if isinstance(ckpt.get("config"), dict):
@@ -196,7 +170,7 @@ def load_checkpoint(path: str | Path, map_location: str | torch.device = "cpu") 
             upgraded = upgrade_config(ckpt["config"], ckpt.get("config_version"))
         except ConfigError as err:
             raise CheckpointError(f"{path}: {err}") from None
-        ckpt["config"] = OmegaConf.to_container(upgraded, resolve=True)
+        ckpt["config"] = to_plain(upgraded)
     return ckpt
 
 
@@ -339,95 +313,7 @@ def set_rng_state(state: dict) -> None:
         torch.cuda.set_rng_state_all(state["cuda"])
 
 
-# Keys whose change makes a saved model/optimizer unusable for the current run. Dropout rates
-# (any model key containing "dropout") and subword sampling are regularisation, not
-# architecture or vocabulary: they may change (:func:`_regularisation`).
-COMPATIBILITY_KEYS = ("model", "data.src_lang", "data.tgt_lang", "data.tokenizer")
-SAMPLING_KEYS = ("data.tokenizer.sampling_alpha", "data.tokenizer.nbest_size")
-# Keys that fix the batch order of an epoch: a change is allowed on resume, but the saved
-# position ``batch_in_epoch`` then points into a different batch list (warned, not refused).
-BATCH_ORDER_KEYS = ("train.batch_tokens", "train.seed", "train.accum_steps", *SAMPLING_KEYS)
-
-
-def _regularisation(problem: str) -> bool:
-    """Whether a :func:`_diff` line names a key that may change between runs of one model."""
-    key = problem.split(":")[0]
-    return "dropout" in key or key in SAMPLING_KEYS
-
-
-# Keys that may differ between the runs of one run_dir without changing what is trained.
-UNCHECKED_KEYS = ("run_dir", "device", "data.cache_dir", "train.resume")
-
-
-def config_changes(ckpt: dict, cfg: DictConfig) -> list[str]:
-    """Every setting of ``cfg`` that differs from the checkpoint's (but :data:`UNCHECKED_KEYS`).
-
-    Returns:
-        ``["train.lr: checkpoint has 0.001, now 0.002", ...]`` (empty when nothing changed).
-    """
-    saved = ckpt.get("config") or {}
-    now = OmegaConf.to_container(cfg, resolve=True)
-    return [p for p in config_diff(saved, now, "") if p.split(":")[0].lstrip(".") not in UNCHECKED_KEYS]
-
-
-def batch_order_changes(ckpt: dict, cfg: DictConfig) -> list[str]:
-    """The :data:`BATCH_ORDER_KEYS` whose value differs between the checkpoint and ``cfg``.
-
-    Returns:
-        ``["train.seed: checkpoint has 1, now 2", ...]`` (empty when nothing changed).
-    """
-    saved = ckpt.get("config") or {}
-    now = OmegaConf.to_container(cfg, resolve=True)
-    return [f"{key}: checkpoint has {config_at(saved, key)!r}, now {config_at(now, key)!r}"
-            for key in BATCH_ORDER_KEYS if config_at(saved, key) != config_at(now, key)]
-
-
-def check_compatible(path: str | Path, ckpt: dict, cfg: DictConfig,
-                     model: torch.nn.Module | None = None) -> None:
-    """Refuse to resume from a checkpoint made for another model or vocabulary.
-
-    Compares the model section (dropout rates excepted), the language pair and the tokenizer
-    settings of the saved config with ``cfg``, then (when ``model`` is given) every parameter shape of the saved
-    weights with ``model``'s: a different vocabulary shows up as a different embedding shape.
-
-    Raises:
-        CheckpointError: one paragraph naming every difference and how to proceed.
-    """
-    saved = ckpt.get("config") or {}
-    now = OmegaConf.to_container(cfg, resolve=True)
-    problems: list[str] = []
-    for key in COMPATIBILITY_KEYS:
-        a, b = config_at(saved, key), config_at(now, key)
-        problems += [p for p in config_diff(a, b, key) if not _regularisation(p)]
-    if model is not None and not problems:
-        saved_w, now_w = ckpt.get("model") or {}, model.state_dict()
-        for name in sorted(set(saved_w) | set(now_w)):
-            a = tuple(saved_w[name].shape) if name in saved_w else "<absent>"
-            b = tuple(now_w[name].shape) if name in now_w else "<absent>"
-            if a != b:
-                problems.append(f"weight {name}: checkpoint has shape {a}, now {b}")
-            if len(problems) >= 4:
-                problems.append("...")
-                break
-    if problems:
-        raise CheckpointError(
-            f"{path} was written by an incompatible run ({'; '.join(problems)}). Resume with the "
-            "original settings, or start afresh with another run_dir=... (or delete the old one)."
-        )
-
-
 # ------------------------------------------------------------------ checkpoint averaging
-def checkpoint_bleu(ckpt: dict) -> float | None:
-    """The validation BLEU of a checkpoint's weights: its ``valid_bleu``, or for a checkpoint
-    written before that key existed the ``trainer`` history's entry of its step; None when
-    neither says (a checkpoint not written by ``nmt-train``, or an unvalidated step)."""
-    if ckpt.get("valid_bleu") is not None:
-        return float(ckpt["valid_bleu"])
-    history = (ckpt.get("trainer") or {}).get("history") or []
-    scores = [h.get("bleu") for h in history if h.get("step") == ckpt.get("step")]
-    return float(scores[-1]) if scores and scores[-1] is not None else None
-
-
 def average_checkpoints(paths: list[str | Path]) -> dict:
     """Average the weights of several checkpoints of one run (Vaswani et al. 2017, section 6.1).
 

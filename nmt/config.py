@@ -1,29 +1,20 @@
 """One typed config tree, composed by Hydra from ``configs/`` and validated once.
 
-The YAML files under ``configs/`` (installed as the package ``nmt.configs``, found through
-the search path :data:`CONFIG_PATH`) hold every default, each in exactly one place. The
-dataclasses below hold only the *types* (all fields ``MISSING``). They are registered in
-Hydra's ConfigStore (``nmt_train``, ``nmt_evaluate``, ...) and each primary config lists its
-schema first in its defaults list, so Hydra itself rejects a non-numeric
-``train.max_steps=abc`` or an unknown key (also one added with ``+key=...``, which appends a
-key that the schema does not have). :func:`validate` adds the range checks that types cannot
-express. Every problem becomes a :class:`ConfigError` whose message says which key to change.
+The YAML files under ``configs/`` (installed as the package ``nmt.configs``) hold the defaults
+and their meaning, each key in one place; the dataclasses below hold the types. Each tool's
+primary config lists its schema first, so Hydra itself rejects a mistyped value or an unknown
+key; :func:`validate` adds the range checks that types cannot express, before any data is
+read. Every problem is a one-line :class:`ConfigError` naming the key::
 
-Usage (tests, scripts, notebooks; the ``nmt-*`` tools are ``hydra.main`` applications)::
-
-    cfg = compose_config(["model=rnn", "train.max_steps=100"])   # validated DictConfig
-
-Checkpoints store the resolved config as plain containers with :data:`CONFIG_VERSION`;
-:func:`upgrade_config` brings an old one up to date (migrations, then the current
-defaults for every key it lacks), so adding a key never makes old checkpoints unloadable.
+    cfg = compose_config(["model=rnn", "train.max_steps=100"])   # tests, scripts, notebooks
 """
 
 from __future__ import annotations
 
 import copy
+import enum
 import dataclasses
 import functools
-import hashlib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -36,10 +27,8 @@ CONFIG_MODULE = "nmt.configs"
 
 
 def _config_path() -> str:
-    """Where the tools' Hydra config tree is: ``pkg://nmt.configs`` in an installed package;
-    in a source checkout (``configs/`` beside ``nmt/``, editable installs included) that
-    directory, so code and configs always come from the same tree, whichever checkout an
-    editable install points at."""
+    """``configs/`` beside ``nmt/`` in a source checkout (so code and configs come from one
+    tree), else the installed package ``pkg://nmt.configs``."""
     source = Path(__file__).resolve().parents[1] / "configs"
     if (source / "nmt_tool.yaml").is_file() and (source / "__init__.py").is_file():
         return str(source)
@@ -50,14 +39,42 @@ CONFIG_PATH = _config_path()   # config_path of every hydra.main entry point
 
 
 class ConfigError(ValueError):
-    """A configuration value is missing, mistyped or out of range.
-
-    The message is one paragraph meant for the user: it names the key and says what to
-    change. CLIs print it and exit with status 2 instead of showing a traceback.
-    """
+    """A configuration value is missing, mistyped or out of range; the message names the key
+    (the CLIs print it and exit with status 2, no traceback)."""
 
 
 # --------------------------------------------------------------------------- schemas
+class Choice(str, enum.Enum):
+    """A choice field: Hydra rejects any other value (naming the key and the choices); a
+    member compares equal to, prints and formats as its value."""
+
+    def __str__(self) -> str:
+        return self.value
+
+    def __format__(self, spec: str) -> str:
+        return format(self.value, spec)
+
+
+def _choice_type(name: str, *values: str) -> type[Choice]:
+    return Choice(name, {v: v for v in values}, module=__name__)
+
+
+DataFormat = _choice_type("DataFormat", "text", "tsv", "hf")
+TokenizerType = _choice_type("TokenizerType", "unigram", "bpe")
+Optimizer = _choice_type("Optimizer", "adam", "adamw")
+Schedule = _choice_type("Schedule", "inverse_sqrt", "constant", "plateau")
+Precision = _choice_type("Precision", "auto", "fp32", "bf16", "fp16")
+Resume = _choice_type("Resume", "auto", "force")
+Engine = _choice_type("Engine", "pytorch", "ctranslate2")
+Weights = _choice_type("Weights", "inference", "trained")
+AttentionStored = _choice_type("AttentionStored", "alignment", "all")
+PlotFormat = _choice_type("PlotFormat", "png", "html")
+AttentionKind = _choice_type("AttentionKind", "alignment", "cross", "encoder", "decoder")
+LinkMethod = _choice_type("LinkMethod", "argmax", "threshold")
+ExportFormat = _choice_type("ExportFormat", "ctranslate2")
+Quantization = _choice_type("Quantization", "float32", "int8")
+
+
 @dataclass
 class TransformerSchema:
     name: str = MISSING
@@ -94,7 +111,7 @@ MODEL_SCHEMAS: dict[str, type] = {"transformer": TransformerSchema, "rnn": RNNSc
 
 @dataclass
 class TokenizerSchema:
-    type: str = MISSING
+    type: TokenizerType = MISSING
     vocab_size: int = MISSING
     character_coverage: float = MISSING
     joint: bool = MISSING
@@ -106,8 +123,7 @@ class TokenizerSchema:
 
 @dataclass
 class DataSchema:
-    name: str = MISSING
-    format: str = MISSING
+    format: DataFormat = MISSING
     root: str = MISSING
     src_lang: str = MISSING
     tgt_lang: str = MISSING
@@ -132,38 +148,43 @@ class TrainSchema:
     eval_every_steps: int = MISSING
     log_every_steps: int = MISSING
     label_smoothing: float = MISSING
-    optimizer: str = MISSING
+    optimizer: Optimizer = MISSING
     lr: float = MISSING
     betas: list[float] = MISSING
     eps: float = MISSING
     weight_decay: float = MISSING
-    schedule: str = MISSING
+    schedule: Schedule = MISSING
     warmup_steps: int = MISSING
     cooldown: float = MISSING
     plateau_factor: float = MISSING
     plateau_patience: int = MISSING
     min_lr: float = MISSING
     clip_grad_norm: float = MISSING
-    precision: str = MISSING
+    precision: Precision = MISSING
     compile: bool = MISSING
     prefetch: bool = MISSING
     early_stopping_patience: int | None = MISSING
     keep_last: int = MISSING
     keep_best: int = MISSING
     ema_decay: float | None = MISSING
-    resume: str = MISSING
+    resume: Resume = MISSING
     init_from: str | None = MISSING
 
 
 @dataclass
 class SearchSchema:
-    beam_size: int = MISSING
-    length_penalty: float = MISSING
-    max_len_a: float = MISSING
-    max_len_b: int = MISSING
-    batch_sentences: int = MISSING
-    batch_tokens: int = MISSING
-    n_best: int = MISSING
+    """Search settings: nmt-train's validation (``search.*``, greedy there), and the top level of
+    nmt-evaluate and nmt-translate. The defaults live here (configs/search/default.yaml only
+    selects them), so the Python API (``Translator.translate``) reads the same ones."""
+
+    beam_size: int = 5             # 1 = greedy search
+    length_penalty: float = 1.0    # alpha of Wu et al. (2016): score / ((5 + |y|) / 6) ** alpha
+    max_len_a: float = 1.5         # max output length = a * |src| + b (subword tokens)
+    max_len_b: int = 10
+    batch_sentences: int = 200     # sentences per search batch (x beam_size rows)
+    batch_tokens: int = 0          # and at most this many source subwords per batch, padding
+    #                                included (sentences sorted by length); 0 = no token limit
+    n_best: int = 1                # hypotheses returned per sentence (<= beam_size)
 
 
 # Primary configs of the tools (configs/<name>.yaml lists its schema first).
@@ -184,18 +205,21 @@ class DataRootOverride:
 
 @dataclass
 class SamplingSchema:
-    sampling: bool = MISSING
-    temperature: float = MISSING
-    top_k: int = MISSING
-    top_p: float = MISSING
-    seed: int = MISSING
+    """Sampling instead of search (nmt-evaluate, nmt-translate), e.g. for back-translation:
+    ``nmt-translate checkpoint=... sampling=true top_p=0.9 seed=1 < mono.de > bt.en``."""
+
+    sampling: bool = False         # draw one translation per sentence (beam_size ignored)
+    temperature: float = 1.0       # > 1 flatter, < 1 sharper; 0 = the most probable token
+    top_k: int = 0                 # keep the k most probable tokens; 0 = all
+    top_p: float = 1.0             # nucleus sampling (Holtzman et al. 2020): smallest set with this mass
+    seed: int = 0                  # samples are a function of seed, input and batch_sentences
 
 
 @dataclass
 class EngineSchema:
-    engine: str = MISSING                # pytorch | ctranslate2
+    engine: Engine = MISSING
     model_dir: str | None = MISSING      # the nmt-export directory (engine=ctranslate2)
-    weights: str = MISSING               # inference | trained (engine=pytorch)
+    weights: Weights = MISSING           # engine=pytorch
 
 
 @dataclass
@@ -207,7 +231,7 @@ class EvaluateConfig(EngineSchema, SamplingSchema, SearchSchema):
     ref_file: str | None = MISSING
     out_dir: str | None = MISSING
     save_alignments: bool = MISSING
-    attention: str = MISSING
+    attention: AttentionStored = MISSING
     device: str = MISSING
 
 
@@ -224,8 +248,8 @@ class PlotConfig:
     alignments: str = MISSING
     index: Any = MISSING                 # int, "all" or "start:stop"
     out: str = MISSING
-    format: str = MISSING
-    kind: str | None = MISSING
+    format: PlotFormat = MISSING
+    kind: AttentionKind | None = MISSING
     layer: Any = MISSING                 # None, int, "all" or "mean"
     head: Any = MISSING                  # None, int, "all" or "mean"
     gold: str | None = MISSING
@@ -251,7 +275,7 @@ class AlignConfig:
     input: str | None = MISSING
     out: str = MISSING
     one_based: bool = MISSING
-    method: str = MISSING
+    method: LinkMethod = MISSING
     threshold: float | None = MISSING
     shift: bool = MISSING
     layer: Any = MISSING                 # int (negative counts from the end) or "mean"
@@ -268,9 +292,9 @@ class AlignConfig:
 @dataclass
 class ExportConfig:
     checkpoint: str = MISSING
-    format: str = MISSING
+    format: ExportFormat = MISSING
     out_dir: str = MISSING
-    quantization: str = MISSING
+    quantization: Quantization = MISSING
     max_positions: int = MISSING
 
 
@@ -280,83 +304,28 @@ TOOL_SCHEMAS: dict[str, type] = {"nmt_train": TrainConfig, "nmt_evaluate": Evalu
                                  "nmt_export": ExportConfig}
 
 
-# Keys that never name a sweep job's directory (paths, and where it runs).
-DIRNAME_EXCLUDED_KEYS = ("run_dir", "device", "data.root", "data.cache_dir",
-                         "data.tokenizer.model", "train.init_from")
-
-
-def _override_key(override: str) -> str:
-    return override.split("=", 1)[0].lstrip("+~")
-
-
-def _command_line_keys(argv: list[str]) -> tuple[set[str], set[str]]:
-    """(keys swept on a sweep's command line, keys given there with one value only)."""
-    from hydra.core.override_parser.overrides_parser import OverridesParser
-
-    parser, swept, fixed = OverridesParser.create(), set(), set()
-    for arg in argv:
-        if arg.startswith("-"):
-            continue
-        try:
-            sweep = parser.parse_override(arg).is_sweep_override()
-        except Exception:  # not an override: Hydra reports it elsewhere
-            continue
-        (swept if sweep else fixed).add(_override_key(arg))
-    return swept, fixed - swept
-
-
-def job_dirname(task_overrides: Any, limit: int = 120) -> str:
-    """A sweep job's directory name (``hydra.sweep.subdir``) from its overrides.
-
-    Keeps the overrides that vary between the jobs: the job's own (``hydra.overrides.task``,
-    the last one of each key) less the keys given with one value only on the sweep's command
-    line and :data:`DIRNAME_EXCLUDED_KEYS`; sorted and joined as Hydra's
-    ``override_dirname`` (``train.lr=0.001,train.warmup_steps=300``). Keys a sweeper adds
-    itself (Optuna's search space) are kept. A ``/`` becomes ``_``; a name longer than
-    ``limit`` characters is cut and given an 8-character hash of the whole, so two jobs never
-    share a directory and names stay under the 255-byte limit; no override gives ``default``.
-    """
-    import sys
-
-    swept, fixed = _command_line_keys(sys.argv[1:])
-    own: dict[str, str] = {}
-    for override in map(str, task_overrides):
-        key = _override_key(override)
-        if key not in DIRNAME_EXCLUDED_KEYS and key not in fixed:
-            own[key] = override
-    name = ",".join(sorted(own.values())).replace("/", "_") or "default"
-    if len(name) > limit:
-        name = f"{name[:limit]}..{hashlib.sha256(name.encode()).hexdigest()[:8]}"
-    return name
-
-
 def register_configs() -> None:
-    """Put the tool schemas into Hydra's ConfigStore and the ``nmt.dirname`` resolver into
-    OmegaConf (idempotent; done when this module is imported)."""
+    """Put the tool schemas into Hydra's ConfigStore (idempotent; done when this module is
+    imported)."""
     from hydra.core.config_store import ConfigStore
 
     store = ConfigStore.instance()
     for name, schema in TOOL_SCHEMAS.items():
         store.store(name=name, node=schema)
-    if not OmegaConf.has_resolver("nmt.dirname"):
-        OmegaConf.register_new_resolver("nmt.dirname", job_dirname)
 
 
 # ------------------------------------------------------------------------- checks
 def _choice(cfg: DictConfig, key: str, choices: tuple[str, ...]) -> None:
     value = OmegaConf.select(cfg, key)
     if value not in choices:
-        raise ConfigError(f"{key}={value!r} is not one of {', '.join(choices)}: set {key}=<one of them>.")
+        raise ConfigError(f"{key}={value!r} is not one of {', '.join(choices)}.")
 
 
-def _positive(cfg: DictConfig, *keys: str, allow_zero: bool = False) -> None:
+def _positive(cfg: DictConfig, *keys: str, allow_zero: bool = False, prefix: str = "") -> None:
     for key in keys:
         value = OmegaConf.select(cfg, key)
-        if value is None:
-            continue
-        if value < 0 or (value == 0 and not allow_zero):
-            bound = ">= 0" if allow_zero else "> 0"
-            raise ConfigError(f"{key}={value} is impossible: it must be {bound}.")
+        if value is not None and (value < 0 or (value == 0 and not allow_zero)):
+            raise ConfigError(f"{prefix}{key}={value} must be {'>= 0' if allow_zero else '> 0'}.")
 
 
 def _unit_interval(cfg: DictConfig, *keys: str) -> None:
@@ -367,23 +336,15 @@ def _unit_interval(cfg: DictConfig, *keys: str) -> None:
 
 
 def _check_sampling(tok: DictConfig) -> None:
-    """Range checks of subword regularisation (``data.tokenizer.sampling_alpha``, ``nbest_size``).
-
-    Raises:
-        ConfigError: a negative alpha, a BPE dropout rate of 1 or more, or an ``nbest_size``
-            that samples nothing (0 or 1) or is below -1.
-    """
+    """Subword regularisation: alpha >= 0 (a BPE-dropout rate < 1), nbest_size -1 or >= 2."""
     alpha, nbest = tok.sampling_alpha, tok.nbest_size
     if alpha is not None and alpha < 0:
-        raise ConfigError(f"data.tokenizer.sampling_alpha={alpha} is impossible: it must be >= 0 "
-                          "(null or 0 = no subword sampling).")
+        raise ConfigError(f"data.tokenizer.sampling_alpha={alpha} must be >= 0 (null or 0 = off).")
     if alpha and tok.type == "bpe" and alpha >= 1.0:
         raise ConfigError(f"data.tokenizer.sampling_alpha={alpha} must lie in [0, 1) with "
-                          "data.tokenizer.type=bpe: it is the probability of dropping a merge "
-                          "(BPE-dropout, Provilkov et al. 2020; they use 0.1).")
+                          "data.tokenizer.type=bpe (a merge-dropping probability).")
     if not (nbest == -1 or nbest >= 2):
-        raise ConfigError(f"data.tokenizer.nbest_size={nbest} samples nothing: use -1 (sample from "
-                          "all segmentations) or a number >= 2 (sample from the n best).")
+        raise ConfigError(f"data.tokenizer.nbest_size={nbest} samples nothing: use -1 or >= 2.")
 
 
 def validate_model(model: DictConfig) -> DictConfig:
@@ -429,31 +390,13 @@ def validate_model(model: DictConfig) -> DictConfig:
 
 
 def validate_search(section: Any, prefix: str = "") -> DictConfig:
-    """Type-check and range-check the search keys (``configs/search/default.yaml``).
-
-    Args:
-        section: a mapping with exactly the keys of :class:`SearchSchema`.
-        prefix: how the keys are spelled on the command line (``"search."`` for nmt-train,
-            ``""`` for nmt-evaluate / nmt-translate, where they sit at the top level).
-
-    Raises:
-        ConfigError: non-numeric value, beam_size/batch_sentences/n_best < 1, negative
-            max_len_a/max_len_b, or n_best > beam_size.
-    """
+    """Type and range checks of the search keys (:class:`SearchSchema`); ``prefix`` is how they
+    are spelled on the command line (``search.`` in nmt-train, none in evaluate/translate)."""
     search = _merge_typed(SearchSchema, section, prefix.rstrip(".") or "search")
-    wrapped = OmegaConf.create({"s": search})
-
-    def spelled(err: ConfigError) -> ConfigError:
-        return ConfigError(str(err).replace("s.", prefix, 1))
-
-    try:
-        _positive(wrapped, "s.beam_size", "s.batch_sentences", "s.n_best")
-        _positive(wrapped, "s.max_len_a", "s.max_len_b", "s.batch_tokens", allow_zero=True)
-    except ConfigError as err:
-        raise spelled(err) from None
+    _positive(search, "beam_size", "batch_sentences", "n_best", prefix=prefix)
+    _positive(search, "max_len_a", "max_len_b", "batch_tokens", allow_zero=True, prefix=prefix)
     if search.n_best > search.beam_size:
-        raise ConfigError(f"{prefix}n_best={search.n_best} exceeds {prefix}beam_size={search.beam_size}: "
-                          "a beam search returns at most beam_size hypotheses.")
+        raise ConfigError(f"{prefix}n_best={search.n_best} must be <= {prefix}beam_size={search.beam_size}.")
     return search
 
 
@@ -475,6 +418,12 @@ def config_at(tree: Any, key: str) -> Any:
     return tree
 
 
+def to_plain(cfg: DictConfig) -> dict:
+    """A resolved config as plain containers, choices as strings: what checkpoints and exports
+    store (they load with ``weights_only=True``, which refuses Enum objects)."""
+    return OmegaConf.to_container(cfg, resolve=True, enum_to_str=True)
+
+
 def cfg_get(cfg: Any, key: str) -> Any:
     """``cfg[key]`` for a mapping (dict, DictConfig), else ``getattr(cfg, key)``."""
     from collections.abc import Mapping
@@ -483,11 +432,7 @@ def cfg_get(cfg: Any, key: str) -> Any:
 
 
 def validate(cfg: DictConfig) -> DictConfig:
-    """Validate a composed ``nmt-train`` config; returns it typed and read-only.
-
-    Raises:
-        ConfigError: with a one-paragraph message naming the key and the fix.
-    """
+    """Type and range checks of a composed ``nmt-train`` config; returns it typed, read-only."""
     out = OmegaConf.create(
         {
             "model": validate_model(cfg.model),
@@ -498,47 +443,32 @@ def validate(cfg: DictConfig) -> DictConfig:
             "device": str(cfg.device),
         }
     )
-    _choice(out, "data.format", ("text", "tsv", "hf"))
-    _choice(out, "data.tokenizer.type", ("unigram", "bpe"))
+    data, train = out.data, out.train
     _positive(out, "data.tokenizer.vocab_size", "data.tokenizer.input_sentence_size",
               "data.max_len", "data.max_len_ratio", "data.max_train_pairs")
-    if out.data.src_lang == out.data.tgt_lang:
-        raise ConfigError(f"data.src_lang and data.tgt_lang are both {out.data.src_lang!r}: set two different languages.")
-    _choice(out, "train.optimizer", ("adam", "adamw"))
-    _choice(out, "train.schedule", ("inverse_sqrt", "constant", "plateau"))
-    _choice(out, "train.precision", ("auto", "fp32", "bf16", "fp16"))
+    if data.src_lang == data.tgt_lang:
+        raise ConfigError(f"data.src_lang={data.src_lang!r} must differ from data.tgt_lang.")
     _positive(out, "train.batch_tokens", "train.accum_steps", "train.max_steps", "train.max_epochs",
               "train.max_minutes", "train.eval_every_steps", "train.log_every_steps", "train.lr",
-              "train.plateau_patience", "train.early_stopping_patience")
+              "train.plateau_patience", "train.early_stopping_patience", "train.eps")
     _positive(out, "train.warmup_steps", "train.clip_grad_norm", "train.weight_decay",
               "train.keep_last", "train.keep_best", "train.min_lr", allow_zero=True)
     _unit_interval(out, "train.label_smoothing", "train.cooldown")
-    if out.train.cooldown > 0 and out.train.max_steps is None and out.train.max_minutes is None:
-        raise ConfigError(f"train.cooldown={out.train.cooldown} decays the lr over the end of the "
-                          "budget, but the run has none: set train.max_steps or train.max_minutes.")
-    _choice(out, "train.resume", ("auto", "force"))
-    if len(out.train.betas) != 2 or not all(0.0 <= b < 1.0 for b in out.train.betas):
-        raise ConfigError(f"train.betas={list(out.train.betas)} must hold two numbers in [0, 1), "
-                          "e.g. train.betas=[0.9,0.98] (Adam's beta1, beta2).")
-    _positive(out, "train.eps")
-    if not 0.0 < out.train.plateau_factor < 1.0:
-        raise ConfigError(f"train.plateau_factor={out.train.plateau_factor} must lie in (0, 1): "
-                          "the learning rate is multiplied by it on a plateau.")
-    ema = out.train.ema_decay
-    if ema is not None and not 0.0 < ema < 1.0:
-        raise ConfigError(f"train.ema_decay={ema} must lie in (0, 1): each step the average keeps "
-                          "this share of itself and takes the rest from the new weights, so it "
-                          "spans about 1 / (1 - decay) steps (0.999: the last ~1,000). Use e.g. "
-                          "train.ema_decay=0.999, or null to train without an average.")
-    _check_sampling(out.data.tokenizer)
-    if out.train.init_from and out.data.tokenizer.model:
-        raise ConfigError("train.init_from and data.tokenizer.model both name a tokenizer: a "
-                          "fine-tuning run uses its checkpoint's tokenizer, so drop data.tokenizer.model.")
-    if out.model.tie_embeddings and not out.data.tokenizer.joint:
-        raise ConfigError(
-            "model.tie_embeddings=true needs one vocabulary for both sides, but "
-            "data.tokenizer.joint=false: set data.tokenizer.joint=true or model.tie_embeddings=false."
-        )
+    if train.cooldown > 0 and train.max_steps is None and train.max_minutes is None:
+        raise ConfigError(f"train.cooldown={train.cooldown} needs a budget: set train.max_steps "
+                          "or train.max_minutes.")
+    if len(train.betas) != 2 or not all(0.0 <= b < 1.0 for b in train.betas):
+        raise ConfigError(f"train.betas={list(train.betas)} must be two numbers in [0, 1).")
+    for key in ("plateau_factor", "ema_decay"):
+        if train[key] is not None and not 0.0 < train[key] < 1.0:
+            raise ConfigError(f"train.{key}={train[key]} must lie in (0, 1).")
+    _check_sampling(data.tokenizer)
+    if train.init_from and data.tokenizer.model:
+        raise ConfigError("data.tokenizer.model must be null with train.init_from (a fine-tuning "
+                          "run uses its checkpoint's tokenizer).")
+    if out.model.tie_embeddings and not data.tokenizer.joint:
+        raise ConfigError("data.tokenizer.joint=false, but model.tie_embeddings=true needs one "
+                          "vocabulary for both sides.")
     if not (out.device in ("auto", "cpu", "cuda") or out.device.startswith("cuda:")):
         raise ConfigError(f"device={out.device!r} must be auto, cpu, cuda or cuda:N.")
     OmegaConf.set_readonly(out, True)
@@ -570,25 +500,9 @@ def _hydra_error_message(err: BaseException) -> str:
 
 def compose_config(overrides: list[str] | tuple[str, ...] = (), config_name: str = "config",
                    validate_fn: Callable[[DictConfig], DictConfig] | None = validate) -> DictConfig:
-    """Compose ``configs/<config_name>.yaml`` with Hydra overrides and validate it.
-
-    For tests, scripts and notebooks; the tools themselves are ``hydra.main`` applications.
-    A caller's own Hydra context (a ``hydra.initialize`` block, or a running ``hydra.main``
-    job) is left as it was: this function composes in a private one and restores the
-    caller's afterwards.
-
-    Args:
-        overrides: Hydra override strings, e.g. ``["model=rnn", "train.max_steps=10"]``.
-        config_name: primary config (``config``, ``evaluate``, ``translate``, ``plot``,
-            ``average``, ``align``, ``export``).
-        validate_fn: checker applied to the composed config (``None``: return unchecked).
-
-    Returns:
-        The composed config with interpolations resolved (``validate_fn``'s result).
-
-    Raises:
-        ConfigError: unknown group option, unknown key, bad override syntax or invalid value.
-    """
+    """Compose ``configs/<config_name>.yaml`` with Hydra overrides, resolve and validate it
+    (``validate_fn=None``: unchecked). For tests, scripts and notebooks: it composes in a private
+    Hydra context (popping Hydra's singletons, a private API) and restores the caller's."""
     from hydra import compose, initialize_config_dir, initialize_config_module
     from hydra.core.global_hydra import GlobalHydra
     from hydra.core.singleton import Singleton
@@ -615,11 +529,8 @@ def compose_config(overrides: list[str] | tuple[str, ...] = (), config_name: str
 
 
 def _unknown_keys(node: Any, prefix: str = "") -> list[str]:
-    """Dotted keys under ``node`` that its schema (dataclass) does not have.
-
-    Hydra's ``+key=value`` appends such a key to a typed node (it opens the node first);
-    no tool would read it, so it is an error rather than silently ignored.
-    """
+    """Dotted keys under ``node`` that its schema does not have (Hydra's ``+key=value`` can
+    append one to a typed node; no tool would read it, so it is an error)."""
     if not isinstance(node, DictConfig):
         return []
     schema = OmegaConf.get_type(node)
@@ -637,14 +548,8 @@ def _unknown_keys(node: Any, prefix: str = "") -> list[str]:
 
 def finish_config(cfg: DictConfig, validate_fn: Callable[[DictConfig], DictConfig] | None = validate
                   ) -> DictConfig:
-    """Resolve interpolations (run_dir, environment variables) and validate.
-
-    Used on what Hydra composed, by :func:`compose_config` and by the tools' ``hydra.main``
-    task functions alike, so saved configs are self-contained.
-
-    Raises:
-        ConfigError: an interpolation cannot be resolved, or ``validate_fn`` rejects the config.
-    """
+    """Resolve interpolations (saved configs are self-contained), refuse unknown keys and
+    validate what Hydra composed (:func:`compose_config` and the tools' task functions)."""
     cfg = copy.deepcopy(cfg)
     try:
         OmegaConf.resolve(cfg)
@@ -652,8 +557,7 @@ def finish_config(cfg: DictConfig, validate_fn: Callable[[DictConfig], DictConfi
         raise ConfigError(f"Could not resolve the config: {_hydra_error_message(err)}") from None
     unknown = _unknown_keys(cfg)
     if unknown:
-        raise ConfigError(f"{unknown[0]} is not a setting of this tool (added with +{unknown[0]}=...?): "
-                          "see --help for the keys there are.")
+        raise ConfigError(f"{unknown[0]} is not a setting of this tool (see --help).")
     return validate_fn(cfg) if validate_fn is not None else cfg
 
 

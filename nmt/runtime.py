@@ -11,6 +11,7 @@ import platform
 import shutil
 import sys
 import tempfile
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -138,14 +139,18 @@ def atomic_path(path: str | Path, directory: bool = False) -> Iterator[Path]:
     """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-               if directory else
-               tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)[1])
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp")
+    if directory:
+        tmp.mkdir()      # files and directories get the umask's permissions, as open() gives
     try:
         yield tmp
-        if directory and path.exists():
-            shutil.rmtree(path)
-        os.replace(tmp, path)
+        if directory and path.exists():    # rename the old one aside, the new one in, then delete
+            old = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".old", dir=path.parent))
+            os.replace(path, old / path.name)
+            os.replace(tmp, path)
+            shutil.rmtree(old, ignore_errors=True)
+        else:
+            os.replace(tmp, path)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True) if tmp.is_dir() else tmp.unlink(missing_ok=True)
         raise
@@ -177,3 +182,20 @@ def ensure_writable_dir(path: str | Path, key: str) -> Path:
         raise ConfigError(f"{key}={path} cannot be written ({err.strerror or err}): "
                           f"choose a writable directory with {key}=DIR.") from None
     return path
+
+
+def compile_stats() -> dict[str, Any]:
+    """``{"graphs": int, "compile_s": float}``: the graphs Dynamo built in this process and the
+    seconds spent compiling them (tracing and Inductor code generation, forward and backward)."""
+    from torch._dynamo import utils as dynamo_utils
+
+    spent = dynamo_utils.calculate_time_spent()
+    return {"graphs": int(dynamo_utils.counters["stats"]["unique_graphs"]),
+            "compile_s": float(spent.get("total_wall_time", 0.0))}
+
+
+def peak_rss_mb() -> float:
+    """This process's peak resident memory so far, MiB (``getrusage``; Linux reports KiB)."""
+    import resource
+
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024

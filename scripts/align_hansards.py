@@ -7,7 +7,7 @@ Reads ``enfr.src-tgt`` (``English ||| French``) and ``enfr.gold`` (1-based ``i-j
 ``ipj`` possible links, English word i, French word j) from ``gold_dir`` (default
 ``$NMT_ALIGNMENT_ROOT``, else ``../shared/data/alignment/hansards_en_fr`` beside the
 repository). Each model teacher-forces the 447 reference pairs once
-(:func:`nmt.extras.forced_alignment.force_align`); then every extraction is scored with
+(:func:`nmt.extras.word_alignment.force_align`); then every extraction is scored with
 AER (Och and Ney 2003): each decoder layer (head mean) and the mean of the layers, with and
 without the shift of Chen et al. (2020); the fr->en model on the flipped pairs and gold; and
 the symmetrisations (Koehn et al. 2003) of the best en->fr and fr->en settings. Prints one
@@ -41,9 +41,16 @@ def _settings(argv: list[str]) -> dict[str, str]:
 def main(argv: list[str]) -> int:
     import torch
 
-    from nmt.extras.forced_alignment import force_align, read_pair_file, word_links
-    from nmt.extras.word_alignment import alignment_scores, flip_links, read_gold, symmetrize
-    from nmt.inference.loader import load_for_inference
+    from nmt.extras.word_alignment import (
+        alignment_scores,
+        flip_links,
+        force_align,
+        read_gold,
+        read_pair_file,
+        symmetrize,
+        word_links,
+    )
+    from nmt.inference.translator import load_for_inference
     from nmt.runtime import resolve_device
 
     opts = _settings(argv)

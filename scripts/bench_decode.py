@@ -8,7 +8,7 @@ length_penalty, max_len_a, max_len_b, batch_sentences) plus:
 
 * ``random=transformer|rnn``: instead of a checkpoint, a randomly initialised model of the
   reference config (configs/model/*.yaml) with the tokenizer that ``nmt-train`` would use
-  for the default data config (``nmt.data.prepare_data``: the same cache entry, trained on
+  for the default data config (``nmt.data.batching.prepare_data``: the same cache entry, trained on
   Multi30k train if not cached). Untrained models rarely emit EOS early, so
   their outputs run to the maximum length: a pessimistic measurement.
 * ``repeats=N`` (default 1): run each search N times, report the median time.
@@ -40,8 +40,8 @@ from pathlib import Path
 import torch
 from omegaconf import OmegaConf
 
-from nmt.cli.common import check_search, exit_on_user_error, search_settings
-from nmt.config import ConfigError, compose_config
+from nmt.cli.common import decode_settings, exit_on_user_error
+from nmt.config import ConfigError, SearchSchema, compose_config, validate_search
 from nmt.runtime import resolve_device
 
 
@@ -55,7 +55,6 @@ def _pop(argv: list[str], key: str, default: str | None) -> str | None:
 
 def random_model(name: str, device):
     """Untrained reference-size model + the tokenizer nmt-train builds for the default data config."""
-    from nmt.config import compose_config
     from nmt.data.batching import prepare_data
     from nmt.models import build_model
 
@@ -80,12 +79,11 @@ def ctranslate2_engines(translator, use: str, tmp: Path, device) -> list[tuple[s
     name = translator.config.model.name
     if use == "auto" and (importlib.util.find_spec("ctranslate2") is None or name != "transformer"):
         return []
-    from nmt.extras.ctranslate2 import CTranslate2Translator, export_model
+    from nmt.extras.ctranslate2 import CTranslate2Translator, export
 
     engines = []
     for quantization in ("float32", "int8"):
-        out = export_model(translator.model, translator.tokenizer, translator.config,
-                           tmp / quantization, quantization=quantization)
+        out = export(translator, tmp / quantization, quantization=quantization)
         engine = CTranslate2Translator.from_dir(out, device, intra_threads=torch.get_num_threads(),
                                                 inter_threads=1)
         engines.append((f"ct2_{quantization.replace('float', 'fp')}_", engine))
@@ -147,7 +145,8 @@ def main(argv: list[str] | None = None) -> int:
             raise ConfigError("give checkpoint=PATH or random=transformer|rnn.")
         if use_ct2 not in ("auto", "true", "false"):
             raise ConfigError(f"ctranslate2={use_ct2} must be auto, true or false.")
-        return check_search(cfg)
+        validate_search(decode_settings(cfg, (SearchSchema,)))
+        return cfg
 
     def run(cfg) -> int:
         from nmt.cli.evaluate import load_texts
@@ -166,7 +165,7 @@ def main(argv: list[str] | None = None) -> int:
         engines = [("", translator)]
         with tempfile.TemporaryDirectory(prefix="bench_decode_ct2_") as tmp:
             engines += ctranslate2_engines(translator, use_ct2, Path(tmp), device)
-            fields = timings(engines, src, ref, search_settings(cfg), repeats)
+            fields = timings(engines, src, ref, decode_settings(cfg, (SearchSchema,)), repeats)
         print(" ".join(f"{k}={v}" for k, v in fields.items()))
         return 0
 

@@ -6,20 +6,21 @@ Usage::
     python scripts/bench_model.py model=rnn
     python scripts/bench_model.py model=transformer --steps 20 --profile   # + torch.profiler table
 
-Positional arguments are Hydra overrides of ``configs/config.yaml`` (``compose_config``);
-options: ``--warmup N`` (untimed steps, default 3), ``--steps N`` (timed steps, default 10),
-``--threads N`` (torch threads, default 2), ``--precision fp32|bf16`` (autocast dtype of the
-forward, as ``train.precision``; default fp32), ``--profile`` (print the top ops of a
-torch.profiler run after timing), ``--no-malloc-tune`` (keep glibc's default malloc, see
-:func:`nmt.runtime.tune_malloc`), and two A/B comparisons, each in one process, alternating
-A and B step by step over the same batches (the host's speed drifts: only ratios measured
-side by side are compared; the speedup is the median of the per-pair ratios):
+The other arguments, before, between or after the options, are Hydra overrides of
+``configs/config.yaml`` (``compose_config``). Options: ``--warmup N`` (untimed steps, default
+3), ``--steps N`` (timed steps, default 10), ``--threads N`` (torch threads, default 2),
+``--precision fp32|bf16`` (autocast dtype of the forward, as ``train.precision``; default
+fp32), ``--profile`` (print the top ops of a torch.profiler run after timing),
+``--no-malloc-tune`` (keep glibc's default malloc, see :func:`nmt.runtime.tune_malloc`), and
+two A/B comparisons, each in one process, alternating A and B step by step over the same
+batches (the host's speed drifts: only ratios measured side by side are compared; the
+speedup is the median of the per-pair ratios):
 
 ``--compile``            eager (A) vs ``torch.compile`` (B) as ``train.compile=true`` builds it
-                         (:func:`nmt.training.trainer.compile_model`: dynamic shapes); the
-                         compiled model is warmed up on every timed batch first, so no timed
-                         step compiles; ``compile_s`` is the wall time of that warm-up minus
-                         the eager time of the same steps, ``graphs`` the graphs Dynamo built.
+                         (``model.compiled()``: dynamic shapes); the compiled model is
+                         warmed up on every timed batch first, so no timed step compiles;
+                         ``compile_s`` is the wall time of that warm-up minus the eager
+                         time of the same steps, ``graphs`` the graphs Dynamo built.
 ``--compare-precision``  fp32 (A) vs bf16 autocast (B).
 
 One step = forward (teacher forcing, ``need_alignment=False``), label-smoothed cross-entropy
@@ -63,14 +64,18 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from nmt.config import compose_config  # noqa: E402
-from nmt.data.vocab import PAD_ID  # noqa: E402
+from nmt.config import ConfigError, compose_config  # noqa: E402
 from nmt.data.batching import TokenBatchSampler, prepare_data  # noqa: E402
+from nmt.data.vocab import PAD_ID  # noqa: E402
 from nmt.models import build_model  # noqa: E402
-from nmt.runtime import bound_onednn_cache, tune_malloc  # noqa: E402
+from nmt.runtime import (  # noqa: E402
+    bound_onednn_cache,
+    compile_stats,  # noqa: E402
+    tune_malloc,
+)
 from nmt.training.ema import WeightAverage  # noqa: E402
 from nmt.training.loss import label_smoothed_nll  # noqa: E402
-from nmt.training.trainer import build_optimizer, compile_model, compile_stats  # noqa: E402
+from nmt.training.trainer import build_optimizer  # noqa: E402
 
 
 def measure_peak_gflops(n: int = 2048, repeats: int = 5) -> float:
@@ -97,7 +102,11 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--profile", action="store_true")
     parser.add_argument("--no-malloc-tune", action="store_true",
                         help="leave glibc malloc at its defaults (see tune_malloc)")
-    args = parser.parse_args(argv)
+    args = parser.parse_intermixed_args(argv)
+    if args.compile and args.compare_precision:
+        raise ConfigError("--compile and --compare-precision are two separate A/B runs; give "
+                          "one of them.")
+    cfg = compose_config(args.overrides)
     malloc_tuned = False if args.no_malloc_tune else tune_malloc()
     bound_onednn_cache()
     torch.set_num_threads(args.threads)
@@ -105,7 +114,6 @@ def main(argv: list[str] | None = None) -> dict:
 
     peak = measure_peak_gflops()
     print(f"fp32 matmul peak: {peak:.1f} GFLOP/s ({args.threads} threads)", flush=True)
-    cfg = compose_config(args.overrides)
     data = prepare_data(cfg.data)
     tok = data.tokenizer
     sampler = TokenBatchSampler(data.train.src_lens, data.train.tgt_lens, cfg.train.batch_tokens,
@@ -118,10 +126,7 @@ def main(argv: list[str] | None = None) -> dict:
     trainable = [p for p in model.parameters() if p.requires_grad]
     opt = build_optimizer(trainable, cfg.train)
     eps, clip = float(cfg.train.label_smoothing), float(cfg.train.clip_grad_norm)
-    if args.compile and args.compare_precision:
-        raise SystemExit("bench_model.py: --compile and --compare-precision are two separate A/B "
-                         "runs; give one of them.")
-    compiled = compile_model(model) if (args.compile or cfg.train.compile) else None
+    compiled = model.compiled() if (args.compile or cfg.train.compile) else None
 
     def step(b, fwd, bf16: bool) -> float:
         with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):

@@ -5,7 +5,7 @@
 Columns: the job's directory, its overrides (those shared by every job are printed above the
 table), steps, best validation BLEU and its step, training tokens/s and minutes, and the
 stop reason ("not finished" for a job without summary.json). The same table that
-``nmt-train -m`` prints when the sweep ends (:mod:`nmt.training.sweeps`).
+``nmt-train -m`` prints when the sweep ends (:mod:`nmt.training.run`).
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import sys
 
 from nmt.cli.common import exit_on_user_error
 from nmt.config import ConfigError
-from nmt.training.sweeps import format_sweep_table, sweep_rows
+from nmt.training.run import format_sweep_table, sweep_rows
 
 
 def main(argv: list[str]) -> int:

@@ -13,13 +13,15 @@ Data fixtures (reuse them instead of writing corpora by hand):
 ``multi30k_root``   path of the real Multi30k files (``$NMT_DATA_ROOT`` or
                     ``<repo>/../shared/data/multi30k``); the test is skipped when absent.
 
-Helpers (plain functions): ``make_pairs``, ``write_corpus``, ``tiny_transformer(root,
-n_test)`` for a dim-16 model with its config and tokenizer (checkpoint fixtures build on it),
-and ``fit_pairs(model, pairs)`` to make a tiny model learn a few id pairs by heart.
+Helpers (plain functions): ``make_pairs``, ``write_corpus``, ``train_tokenizer(tok_cfg,
+pairs, cache_dir)`` for a tokenizer of a list of pairs, ``tiny_transformer(root, n_test)``
+for a dim-16 model with its config and tokenizer (checkpoint fixtures build on it), and
+``fit_pairs(model, pairs)`` to make a tiny model learn a few id pairs by heart.
 """
 
 from __future__ import annotations
 
+import hashlib
 import os
 import random
 from pathlib import Path
@@ -82,14 +84,26 @@ def write_corpus(root: Path, sizes: dict[str, int] | None = None) -> Path:
     return root
 
 
+def train_tokenizer(tok_cfg, pairs: list[tuple[str, str]], cache_dir: Path):
+    """The (de, en) tokenizer of ``data.tokenizer`` settings ``tok_cfg`` (a dict or a config)
+    trained on ``pairs``, cached under ``cache_dir`` by a hash of the pairs."""
+    from omegaconf import OmegaConf
+
+    from nmt.data.tokenizer import tokenizer_from_pairs
+
+    data_hash = hashlib.sha256(repr(pairs).encode()).hexdigest()
+    return tokenizer_from_pairs(OmegaConf.create(tok_cfg), "de", "en", lambda: iter(pairs),
+                                cache_dir, data_hash)
+
+
 def tiny_transformer(root: Path, n_test: int):
     """A dim-16, one-layer Transformer over a generated corpus under ``root``: writes
     ``root/corpus`` (100 train pairs, ``n_test`` test pairs), trains a 100-piece tokenizer
     into ``root/cache`` and returns ``(cfg, tokenizer, model)`` (model freshly initialized
     from torch's current RNG state)."""
     from nmt.config import compose_config
-    from nmt.data.corpus import read_parallel
-    from nmt.data.tokenizer import train_or_load_tokenizer
+    from nmt.data.corpus import iter_parallel, split_fingerprint
+    from nmt.data.tokenizer import tokenizer_from_pairs
     from nmt.models import build_model
 
     corpus = write_corpus(root / "corpus", {"train": 100, "test": n_test})
@@ -97,8 +111,8 @@ def tiny_transformer(root: Path, n_test: int):
                           "data.test_split=test", "data.tokenizer.vocab_size=100",
                           "model.d_model=16", "model.heads=2", "model.ff_dim=32",
                           "model.encoder_layers=1", "model.decoder_layers=1"])
-    src, tgt = read_parallel(cfg.data, "train")
-    tok = train_or_load_tokenizer(cfg.data.tokenizer, "de", "en", src, tgt, cfg.data.cache_dir)
+    tok = tokenizer_from_pairs(cfg.data.tokenizer, "de", "en", lambda: iter_parallel(cfg.data, "train"),
+                               cfg.data.cache_dir, split_fingerprint(cfg.data, "train"))
     return cfg, tok, build_model(cfg.model, tok.src_vocab_size, tok.tgt_vocab_size)
 
 
@@ -113,7 +127,7 @@ def fit_pairs(model, pairs: list[tuple[list[int], list[int]]], steps: int = 200,
     import torch.nn.functional as F
 
     from nmt.data.batching import make_src_batch
-    from nmt.data.tokenizer import BOS_ID, EOS_ID, PAD_ID
+    from nmt.data.vocab import BOS_ID, EOS_ID, PAD_ID
 
     src, mask = make_src_batch([s for s, _ in pairs])
     width = max(len(t) for _, t in pairs) + 1
@@ -165,3 +179,12 @@ def multi30k_root() -> Path:
     if not (root / "train.de").is_file():
         pytest.skip(f"Multi30k not found at {root} (set NMT_DATA_ROOT)")
     return root
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A TCP port on ``host`` that is free right now (for launching local torchrun jobs)."""
+    import socket
+
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind((host, 0))
+        return sock.getsockname()[1]

@@ -1,4 +1,4 @@
-"""Attention: hand-computed values, masks, fused == explicit."""
+"""nmt.models.attention: hand-computed values, masks, the paper's formulas, fused == explicit."""
 
 import math
 
@@ -72,6 +72,27 @@ def test_additive_attention_tiny_example():
     assert torch.allclose(context[0], a[0] * memory[0, 0] + a[1] * memory[0, 1], atol=1e-6)
 
 
+def test_multi_head_forward_is_the_papers_formula():
+    """MultiHead(Q,K,V) = Concat(head_1..head_h) W^O, head_i = Attention(Q W_i^Q, K W_i^K, V W_i^V)."""
+    torch.manual_seed(0)
+    d, h = 12, 3
+    mha = MultiHeadAttention(d, h, self_attention=False).eval()
+    x, mem = torch.randn(2, 4, d), torch.randn(2, 5, d)
+    mask = torch.tensor([[True] * 5, [True] * 3 + [False] * 2])[:, None, None, :]
+    out, weights = mha(x, mem, mask, need_weights=True)
+    w_q, b_q = mha.q_proj.weight, mha.q_proj.bias
+    (w_k, w_v), (b_k, b_v) = mha.kv_proj.weight.chunk(2), mha.kv_proj.bias.chunk(2)
+    heads = []
+    for i in range(h):
+        part = slice(i * d // h, (i + 1) * d // h)
+        q = x @ w_q[part].T + b_q[part]
+        k, v = mem @ w_k[part].T + b_k[part], mem @ w_v[part].T + b_v[part]
+        head, head_weights = scaled_dot_product_attention(q, k, v, mask[:, 0], need_weights=True)
+        heads.append(head)
+        torch.testing.assert_close(weights[:, i], head_weights)
+    torch.testing.assert_close(out, mha.out_proj(torch.cat(heads, -1)), atol=1e-6, rtol=0)
+
+
 @pytest.mark.parametrize("self_attention", [True, False])
 def test_multi_head_fused_equals_explicit(self_attention):
     torch.manual_seed(0)
@@ -80,16 +101,17 @@ def test_multi_head_fused_equals_explicit(self_attention):
     mask = torch.ones(3, 1, 1, 6, dtype=torch.bool)
     mask[1, ..., 4:] = False
     if self_attention:
-        q, k, v = mha.project_qkv(x)
-        a, _ = mha.attend(q, k, v, causal=True)
-        b, w = mha.attend(q, k, v, causal=True, need_weights=True)
+        a, none = mha(x, x, causal=True)
+        b, w = mha(x, x, causal=True, need_weights=True)
         assert w.shape == (3, 4, 5, 5) and w.triu(1).eq(0).all()
+        q, k, v = mha.project_qkv(x)                      # the cached path's pieces
+        cached, _ = mha.attend(q, k, v, causal=True)
     else:
-        q = mha.project_q(x)
-        k, v = mha.project_kv(mem)
-        a, _ = mha.attend(q, k, v, mask)
-        b, w = mha.attend(q, k, v, mask, need_weights=True)
+        a, none = mha(x, mem, mask)
+        b, w = mha(x, mem, mask, need_weights=True)
         assert w[1, ..., 4:].eq(0).all()
-    assert a.shape == (3, 5, 16)
+        cached, _ = mha.attend(mha.project_q(x), *mha.project_kv(mem), mask)
+    assert none is None and a.shape == (3, 5, 16)
+    assert torch.equal(cached, a)
     assert torch.allclose(a, b, atol=1e-5)
     assert torch.allclose(w.sum(-1), torch.ones(()), atol=1e-5)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-import pickle
 from pathlib import Path
 
 import numpy as np
@@ -16,14 +15,19 @@ from nmt.data.batching import (
     TokenBatchSampler,
     TokenizedSplit,
     make_src_batch,
-    pad_efficiency,
     prepare_data,
     sample_split,
     write_pairs,
-    write_split,
 )
 from nmt.data.corpus import CorpusError
-from nmt.data.tokenizer import BOS_ID, EOS_ID, PAD_ID, Tokenizer
+from nmt.data.tokenizer import Tokenizer
+from nmt.data.vocab import BOS_ID, EOS_ID, PAD_ID
+
+
+def pad_efficiency(batches, src_lens, tgt_lens):
+    """Real tokens / padded positions over ``batches``: sum(S_i + T_i) / sum(B * (S + T))."""
+    real = sum(int(src_lens[b].sum() + tgt_lens[b].sum()) for b in batches)
+    return real / sum(len(b) * int(src_lens[b].max() + tgt_lens[b].max()) for b in batches)
 
 
 class WordTokenizer:
@@ -46,7 +50,7 @@ def hand_split(tmp_path):
     # ids: a=10 b=11 c=12 | x=13 y=14 z=15 w=16
     src = ["a b c", "a", "", "b b"]
     tgt = ["x y", "z w x y", "x", ""]
-    write_split(tmp_path / "s.arrow", src, tgt, WordTokenizer())
+    write_pairs(tmp_path / "s.arrow", zip(src, tgt, strict=True), WordTokenizer())
     return TokenizedSplit(tmp_path / "s.arrow")
 
 
@@ -58,7 +62,6 @@ def test_collate_exact_values(hand_split):
     assert split.src_ids(0) == [10, 11, 12] and split.tgt_ids(1) == [15, 16, 13, 14]
     assert split.src_texts() == ["a b c", "a", "", "b b"]
     assert split.tgt_texts()[1] == "z w x y"
-    assert split.rows.tolist() == [0, 1, 2, 3]
 
     b = split.collate([1, 0, 2])
     P, E, S = PAD_ID, EOS_ID, BOS_ID
@@ -66,47 +69,42 @@ def test_collate_exact_values(hand_split):
     assert b.src_mask.tolist() == [[1, 1, 0, 0], [1, 1, 1, 1], [1, 0, 0, 0]]
     assert b.tgt_in.tolist() == [[S, 15, 16, 13, 14], [S, 13, 14, P, P], [S, 13, P, P, P]]
     assert b.tgt_out.tolist() == [[15, 16, 13, 14, E], [13, 14, E, P, P], [13, E, P, P, P]]
-    assert b.tgt_mask.tolist() == [[1, 1, 1, 1, 1], [1, 1, 1, 0, 0], [1, 1, 0, 0, 0]]
-    assert b.indices.tolist() == [1, 0, 2]
     assert (b.n_src_tokens, b.n_tgt_tokens) == (7, 10)
-    assert b.src.dtype == b.tgt_in.dtype == b.tgt_out.dtype == b.indices.dtype == torch.int64
-    assert b.src_mask.dtype == b.tgt_mask.dtype == torch.bool
+    assert b.src.dtype == b.tgt_in.dtype == b.tgt_out.dtype == torch.int64
+    assert b.src_mask.dtype == torch.bool
     # tgt_in is tgt_out shifted right by one, BOS in front
-    assert torch.equal(b.tgt_in[:, 1:][b.tgt_mask[:, 1:]], b.tgt_out[:, :-1][b.tgt_mask[:, 1:]])
+    real = b.tgt_in[:, 1:] != P
+    assert torch.equal(b.tgt_in[:, 1:][real], b.tgt_out[:, :-1][real])
 
     empty_tgt = split.collate([3])
     assert empty_tgt.tgt_in.tolist() == [[S]] and empty_tgt.tgt_out.tolist() == [[E]]
-    clone = pickle.loads(pickle.dumps(split))  # reopens the memory map from the path
-    assert torch.equal(clone.collate([1, 0, 2]).tgt_in, b.tgt_in)
     moved = b.to("cpu")
     assert torch.equal(moved.src, b.src) and moved.n_tgt_tokens == 10 and len(moved) == 3
-    with pytest.raises(IndexError):
-        split.collate([4])
 
 
 def test_multi_chunk_split_collates_like_single(tmp_path, monkeypatch):
     src = [" ".join("abcdefg"[: 1 + i % 7]) for i in range(23)]
     tgt = [" ".join("uvwxyz"[: 1 + (i * 3) % 6]) for i in range(23)]
-    write_split(tmp_path / "one.arrow", src, tgt, WordTokenizer())
+    write_pairs(tmp_path / "one.arrow", zip(src, tgt, strict=True), WordTokenizer())
     monkeypatch.setattr(batching, "_CHUNK_ROWS", 5)
-    write_split(tmp_path / "many.arrow", src, tgt, WordTokenizer())
+    write_pairs(tmp_path / "many.arrow", zip(src, tgt, strict=True), WordTokenizer())
     one, many = TokenizedSplit(tmp_path / "one.arrow"), TokenizedSplit(tmp_path / "many.arrow")
     assert len(many._chunks) == 5 and len(one._chunks) == 1
     idx = [22, 0, 5, 6, 11, 17, 3]
     a, b = one.collate(idx), many.collate(idx)
-    for name in ("src", "src_mask", "tgt_in", "tgt_out", "tgt_mask", "indices"):
+    for name in ("src", "src_mask", "tgt_in", "tgt_out"):
         assert torch.equal(getattr(a, name), getattr(b, name)), name
     assert many.src_ids(17) == one.src_ids(17) and many.tgt_texts() == tgt
 
 
-def test_write_split_filters(tmp_path):
+def test_write_pairs_filters(tmp_path):
     src = ["a b c d e", "a", "a b", "a"]
     tgt = ["x", "x y z w", "x y", "x"]
-    stats = write_split(tmp_path / "f.arrow", src, tgt, WordTokenizer(), rows=[5, 6, 7, 8],
+    stats = write_pairs(tmp_path / "f.arrow", zip(src, tgt, strict=True), WordTokenizer(),
                         max_len=4, max_len_ratio=3.0)
     assert stats == {"pairs": 2, "too_long": 1, "bad_ratio": 1}
     split = TokenizedSplit(tmp_path / "f.arrow")
-    assert split.rows.tolist() == [7, 8] and split.src_texts() == ["a b", "a"]
+    assert split.src_texts() == ["a b", "a"] and split.tgt_texts() == ["x y", "x"]
 
 
 def test_make_src_batch():
@@ -201,10 +199,10 @@ def test_sample_split_keeps_pairs_and_falls_back_beyond_the_longest_side(hand_sp
     assert [split.src_ids(i) for i in range(4)] == [[10, 11, 12], [10], [], [11, 11, 11, 11]]
     assert [split.tgt_ids(i) for i in range(4)] == [[13, 14], [15, 16, 13, 14], [13, 13], []]
     assert split.src_lens.tolist() == [4, 2, 1, 5] and split.tgt_lens.tolist() == [3, 5, 3, 1]
-    assert split.src_texts() == hand_split.src_texts() and split.rows.tolist() == [0, 1, 2, 3]
+    assert split.src_texts() == hand_split.src_texts()
     b = split.collate([3, 2])
     assert b.src.tolist() == [[11, 11, 11, 11, EOS_ID], [EOS_ID, PAD_ID, PAD_ID, PAD_ID, PAD_ID]]
-    again = pickle.loads(pickle.dumps(split))                # in memory, picklable all the same
+    again = TokenizedSplit.from_bytes(split.ipc_bytes())
     assert again.tgt_ids(2) == [13, 13] and again.path is None
 
 
@@ -225,9 +223,8 @@ def test_sampled_epochs_of_a_real_tokenizer_are_cached_per_seed(tiny_cfg):
     assert other.path != first.path
     assert sum(a != b for a, b in zip(ids(first), ids(other), strict=True)) > n // 2
     assert sum(first.src_ids(i) != train.src_ids(i) for i in range(n)) > n // 2
-    assert [tok.decode_src(first.src_ids(i)) for i in range(n)] == train.src_texts()
+    assert [tok.decode_tgt(first.src_ids(i)) for i in range(n)] == train.src_texts()
     assert [tok.decode_tgt(first.tgt_ids(i)) for i in range(n)] == train.tgt_texts()
-    assert first.rows.tolist() == train.rows.tolist()
     assert max(first.src_lens.max(), first.tgt_lens.max()) <= max(train.src_lens.max(),
                                                                   train.tgt_lens.max())
     moved = TokenizedSplit.from_bytes(first.ipc_bytes())                 # what DDP ranks get
@@ -245,7 +242,7 @@ def test_prepare_data_filters_train_only(tiny_overrides, tiny_corpus):
     assert len(data.train) == 200  # long, empty and one-sided pairs dropped
     assert len(data.valid) == 23  # validation untouched
     assert data.valid.src_texts()[-3:] == [long_de, "  ", "Ein Hund ."]
-    assert data.train.rows.max() == 199
+    assert data.train.src_texts()[-1] == (tiny_corpus / "train.de").read_text().splitlines()[199]
     capped = prepare_data(compose_config(tiny_overrides + ["data.max_train_pairs=50"]).data)
     assert len(capped.train) == 50
     with pytest.raises(CorpusError, match="no training pair is left"):
@@ -255,11 +252,11 @@ def test_prepare_data_filters_train_only(tiny_overrides, tiny_corpus):
 def test_multi30k_pad_efficiency(multi30k_root):
     """Length bucketing on the real corpus (word counts + EOS stand in for subword lengths;
     scripts/bench_data.py measures the subword figure)."""
-    from nmt.data.corpus import read_text_pair
+    from nmt.data.corpus import iter_text_pair
 
-    src, tgt = read_text_pair(multi30k_root / "train.de", multi30k_root / "train.en")
-    src_lens = np.array([len(s.split()) + 1 for s in src])
-    tgt_lens = np.array([len(t.split()) + 1 for t in tgt])
+    pairs = list(iter_text_pair(multi30k_root / "train.de", multi30k_root / "train.en"))
+    src_lens = np.array([len(s.split()) + 1 for s, _ in pairs])
+    tgt_lens = np.array([len(t.split()) + 1 for _, t in pairs])
     batches = TokenBatchSampler(src_lens, tgt_lens, 4096, seed=1).batches(0)
     assert pad_efficiency(batches, src_lens, tgt_lens) >= 0.9
     assert sum(len(b) for b in batches) == 29000
@@ -268,35 +265,34 @@ def test_multi30k_pad_efficiency(multi30k_root):
 # ------------------------------------------------------------------ streamed preparation
 def _split_contents(split):
     return ([split.src_ids(i) for i in range(len(split))], [split.tgt_ids(i) for i in range(len(split))],
-            split.rows.tolist(), split.src_texts(), split.tgt_texts())
+            split.src_texts(), split.tgt_texts())
 
 
-def test_chunked_stream_writes_the_same_split_as_one_chunk(tmp_path):
+def test_chunked_stream_writes_the_same_split_as_one_chunk(tmp_path, monkeypatch):
     src = ["a b c d e", "a", "a b", "", "b b", "a b c", "c", "a a a a a a", "b"]
     tgt = ["x", "x y z w", "x y", "x", "", "y z", "w w w w w", "x y", "z"]
-    stream = ((10 + i, s, t) for i, (s, t) in enumerate(zip(src, tgt, strict=True)))
-    chunked = write_pairs(tmp_path / "c.arrow", stream, WordTokenizer(), max_len=5,
-                          max_len_ratio=3.0, chunk_rows=3)
-    whole = write_split(tmp_path / "w.arrow", src, tgt, WordTokenizer(), rows=range(10, 19),
-                        max_len=5, max_len_ratio=3.0, chunk_rows=100)
+    whole = write_pairs(tmp_path / "w.arrow", zip(src, tgt, strict=True), WordTokenizer(),
+                        max_len=5, max_len_ratio=3.0)
+    monkeypatch.setattr(batching, "_CHUNK_ROWS", 3)
+    chunked = write_pairs(tmp_path / "c.arrow", zip(src, tgt, strict=True), WordTokenizer(),
+                          max_len=5, max_len_ratio=3.0)
     assert chunked == whole == {"pairs": 5, "too_long": 1, "bad_ratio": 3}
     a, b = TokenizedSplit(tmp_path / "c.arrow"), TokenizedSplit(tmp_path / "w.arrow")
     assert len(a._chunks) == 2 and len(b._chunks) == 1                # 3 + 2 kept pairs
     assert _split_contents(a) == _split_contents(b)
-    assert a.rows.tolist() == [12, 13, 14, 15, 18]                 # a ratio of 2 passes
+    assert a.src_texts() == ["a b", "", "b b", "a b c", "b"]          # a ratio of 2 passes
     assert a.src_ids(4) == [11] and a.tgt_ids(0) == [13, 14] and a.src_ids(1) == []
-    with pytest.raises(ValueError, match="chunk_rows=0"):
-        write_pairs(tmp_path / "z.arrow", iter([]), WordTokenizer(), chunk_rows=0)
 
 
-def test_stream_error_leaves_no_file(tmp_path):
+def test_stream_error_leaves_no_file(tmp_path, monkeypatch):
     def broken():
-        yield from ((i, "a", "x") for i in range(7))
+        yield from (("a", "x") for _ in range(7))
         raise CorpusError("train.de, line 8: invalid UTF-8")
 
     (tmp_path / "old.arrow").write_bytes(b"kept")
+    monkeypatch.setattr(batching, "_CHUNK_ROWS", 3)
     with pytest.raises(CorpusError, match="line 8"):
-        write_pairs(tmp_path / "old.arrow", broken(), WordTokenizer(), chunk_rows=3)
+        write_pairs(tmp_path / "old.arrow", broken(), WordTokenizer())
     assert [p.name for p in tmp_path.iterdir()] == ["old.arrow"]      # no temp file left
     assert (tmp_path / "old.arrow").read_bytes() == b"kept"
 

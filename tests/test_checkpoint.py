@@ -1,24 +1,29 @@
 """Atomic checkpoint writes, step-file rotation, RNG round trip, incompatibility messages."""
 
+import json
+import os
 import random
+from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
+from conftest import REPO_ROOT
+from omegaconf import OmegaConf
 
 import nmt.checkpoint as ckpt_mod
-from nmt.config import compose_config
-from nmt.inference.loader import load_for_inference
+from nmt.config import to_plain
 from nmt.checkpoint import (
     CheckpointError,
     CheckpointManager,
-    batch_order_changes,
-    check_compatible,
     load_checkpoint,
     rng_state,
     save_atomic,
     set_rng_state,
+    upgrade_config,
 )
+from nmt.config import ConfigError, compose_config
+from nmt.inference.translator import load_for_inference
 
 
 def _ckpt(step: int, **extra) -> dict:
@@ -91,38 +96,6 @@ def test_rng_state_round_trip():
     assert first[0] == again[0] and first[1] == again[1] and torch.equal(first[2], again[2])
 
 
-def test_incompatible_config_or_vocabulary_is_named():
-    from omegaconf import OmegaConf
-
-    cfg = compose_config(["model.d_model=64", "model.heads=2"])
-    saved = {"version": 1, "config": OmegaConf.to_container(cfg), "model": {"emb": torch.zeros(10, 4)}}
-    check_compatible("last.pt", saved, cfg)                       # same config: fine
-    other = compose_config(["model.d_model=128", "model.heads=2"])
-    with pytest.raises(CheckpointError, match=r"model\.d_model: checkpoint has 64, now 128"):
-        check_compatible("last.pt", saved, other)
-
-    class Tiny(torch.nn.Module):
-        def __init__(self, vocab):
-            super().__init__()
-            self.emb = torch.nn.Parameter(torch.zeros(vocab, 4))
-
-    check_compatible("last.pt", saved, cfg, Tiny(10))
-    with pytest.raises(CheckpointError, match=r"weight emb: checkpoint has shape \(10, 4\), now \(12, 4\)"):
-        check_compatible("last.pt", saved, cfg, Tiny(12))
-
-
-def test_dropout_and_subword_sampling_changes_are_allowed_on_resume():
-    from omegaconf import OmegaConf
-
-    cfg = compose_config([])
-    saved = {"version": 1, "config": OmegaConf.to_container(cfg)}
-    check_compatible("last.pt", saved, compose_config(["model.dropout=0.3"]))
-    sampling = compose_config(["data.tokenizer.sampling_alpha=0.2", "data.tokenizer.nbest_size=8"])
-    check_compatible("last.pt", saved, sampling)               # regularisation, not vocabulary
-    assert [c.split(":")[0] for c in batch_order_changes(saved, sampling)] == [
-        "data.tokenizer.sampling_alpha", "data.tokenizer.nbest_size"]
-
-
 @pytest.mark.parametrize("tokenizer", [{"version": 99}, None,
                                        {"version": 1, "joint": True, "src_model": b"junk",
                                         "tgt_model": None, "settings": {}}])
@@ -130,18 +103,83 @@ def test_unusable_tokenizer_state_is_a_checkpoint_error_naming_the_file(tmp_path
     from omegaconf import OmegaConf
 
     path = tmp_path / "last.pt"
-    save_atomic({"version": 1, "config": OmegaConf.to_container(compose_config([])),
+    save_atomic({"version": 1, "config": to_plain(compose_config([])),
                  "tokenizer": tokenizer, "model": {}}, path)
     with pytest.raises(CheckpointError, match="the saved tokenizer cannot be rebuilt") as err:
         load_for_inference(path)
     assert str(path) in str(err.value) and err.value.__suppress_context__
 
 
-def test_batch_order_changes_are_named():
-    from omegaconf import OmegaConf
+def test_random_bytes_are_not_a_checkpoint(tmp_path):
+    path = tmp_path / "random.pt"
+    path.write_bytes(random.Random(0).randbytes(4096))
+    with pytest.raises(CheckpointError, match="random.pt: not a checkpoint"):
+        load_checkpoint(path)
 
-    saved = {"config": OmegaConf.to_container(compose_config([]))}
-    assert batch_order_changes(saved, compose_config(["model.dropout=0.3"])) == []
-    changed = batch_order_changes(saved, compose_config(["train.seed=7", "train.accum_steps=2"]))
-    assert [c.split(":")[0] for c in changed] == ["train.seed", "train.accum_steps"]
-    assert changed[0].endswith("now 7")
+
+GOLDEN = REPO_ROOT / "tests" / "data" / "tiny_transformer_2026-11-22.pt"
+
+
+def test_checkpoint_with_code_is_never_unpickled(tmp_path):
+    class Evil:
+        def __reduce__(self):
+            return (os.system, ("touch pwned",))
+
+    path = tmp_path / "evil.pt"
+    torch.save({"version": 1, "model": Evil()}, path)
+    with pytest.raises(CheckpointError, match="evil.pt"):
+        load_checkpoint(path)
+    assert not Path("pwned").exists()
+
+
+def test_checkpoint_of_2026_11_22_loads_and_translates():
+    from nmt.inference.translator import decode
+
+    expected = json.loads(GOLDEN.with_suffix(".json").read_text(encoding="utf-8"))
+    model, tok, cfg = load_for_inference(GOLDEN)
+    assert cfg.model.d_model == 32 and cfg.train.resume == "auto"   # a key added since: defaulted
+    for name, beam in (("greedy", 1), ("beam3", 3)):
+        search = {"beam_size": beam, "length_penalty": 1.0, "max_len_a": 1.5, "max_len_b": 10,
+                  "batch_sentences": 10, "batch_tokens": 0, "n_best": 1}
+        hyps = decode(model, tok.encode_src_batch(expected["source"]), search)
+        assert [tok.decode_tgt(h[0].tokens) for h in hyps] == expected[name]
+        assert [h[0].score for h in hyps] == pytest.approx(expected[f"{name}_scores"], abs=1e-3)
+
+
+def test_upgrade_config_fills_new_keys_and_runs_migrations(monkeypatch):
+    import nmt.checkpoint as config
+
+    saved = OmegaConf.to_container(compose_config(["model=rnn"]))
+    del saved["model"]["maxout"], saved["train"]["init_from"]       # "older" checkpoint
+    for key in ("ema_decay", "keep_best"):                          # added later
+        del saved["train"][key]
+    del saved["data"]["tokenizer"]["sampling_alpha"], saved["data"]["tokenizer"]["nbest_size"]
+    cfg = upgrade_config(saved)
+    assert cfg.model.maxout is True and cfg.train.init_from is None
+    assert (cfg.train.ema_decay, cfg.train.keep_best) == (None, 5)
+    assert (cfg.data.tokenizer.sampling_alpha, cfg.data.tokenizer.nbest_size) == (None, -1)
+    # The Transformer's default is a moving average now; a config from before the key ran
+    # without one, and says so after the upgrade (a config that sets it keeps its value).
+    transformer = OmegaConf.to_container(compose_config(["model=transformer"]))
+    assert transformer["train"]["ema_decay"] == 0.999
+    assert upgrade_config(transformer).train.ema_decay == 0.999
+    del transformer["train"]["ema_decay"]
+    assert upgrade_config(transformer).train.ema_decay is None
+    # A renamed key: version 1 -> 2 moves train.lr to train.peak_lr (simulated).
+    monkeypatch.setattr(config, "CONFIG_VERSION", 2)
+    monkeypatch.setitem(config.MIGRATIONS, 1, lambda t: {**t, "train": {
+        **{k: v for k, v in t["train"].items() if k != "lr"}, "peak_lr": t["train"]["lr"]}})
+
+    def defaults_v2(name):
+        tree = OmegaConf.to_container(compose_config([f"model={name}"], validate_fn=None))
+        tree["train"]["peak_lr"] = tree["train"].pop("lr")
+        cfg = OmegaConf.create(tree)
+        OmegaConf.set_struct(cfg, True)
+        return cfg
+
+    monkeypatch.setattr(config, "_defaults_for", defaults_v2)
+    with pytest.raises(ConfigError, match="train.lr, which this nmt does not know"):
+        upgrade_config({**saved, "train": {**saved["train"], "lr": 0.5}}, version=2)
+    assert upgrade_config({**saved, "train": {**saved["train"], "lr": 0.5}}, 1).train.peak_lr == 0.5
+    with pytest.raises(ConfigError, match="version 3, newer"):
+        upgrade_config(saved, version=3)

@@ -32,33 +32,37 @@ def test_data_root_comes_from_the_environment(monkeypatch):
 
 
 @pytest.mark.parametrize(
-    ("overrides", "message"),
+    ("overrides", "key"),
     [
-        (["model=foo"], "Could not find 'model/foo'"),
         (["train.max_steps=abc"], "train.max_steps"),
-        (["model.heads=3"], "not divisible by model.heads=3"),
-        (["model.encoder_layers=0"], "model.encoder_layers=0 is impossible"),
-        (["model=rnn", "model.decoder_hidden=0"], "model.decoder_hidden=0 is impossible"),
-        (["data.tokenizer.joint=false"], "needs one vocabulary for both sides"),
-        (["train.schedule=cosine"], "train.schedule='cosine' is not one of"),
-        (["train.label_smoothing=1.5"], "train.label_smoothing=1.5 must lie in [0, 1)"),
-        (["search.n_best=3"], "search.n_best=3 exceeds search.beam_size=1"),
+        (["data.tokenizer.joint=false"], "data.tokenizer.joint"),
+        (["train.schedule=cosine"], "train.schedule"),
+        (["train.label_smoothing=1.5"], "train.label_smoothing"),
+        (["search.n_best=3"], "search.n_best"),
         (["train.nokey=1"], "train.nokey"),
-        (["train.ema_decay=1.0"], "train.ema_decay=1.0 must lie in (0, 1)"),
-        (["train.ema_decay=0"], "train.ema_decay=0.0 must lie in (0, 1)"),
-        (["train.keep_best=-1"], "train.keep_best=-1 is impossible"),
-        (["data.tokenizer.sampling_alpha=-0.1"],
-         "data.tokenizer.sampling_alpha=-0.1 is impossible"),
+        (["train.ema_decay=1.0"], "train.ema_decay"),
+        (["train.ema_decay=0"], "train.ema_decay"),
+        (["train.keep_best=-1"], "train.keep_best"),
+        (["train.eps=0"], "train.eps"),
+        (["train.plateau_factor=1.5"], "train.plateau_factor"),
+        (["data.tokenizer.sampling_alpha=-0.1"], "data.tokenizer.sampling_alpha"),
         (["data.tokenizer.type=bpe", "data.tokenizer.sampling_alpha=1.0"],
-         "must lie in [0, 1) with data.tokenizer.type=bpe"),
-        (["data.tokenizer.nbest_size=1"], "data.tokenizer.nbest_size=1 samples nothing"),
+         "data.tokenizer.sampling_alpha"),
+        (["data.tokenizer.nbest_size=1"], "data.tokenizer.nbest_size"),
+        (["data.src_lang=en"], "data.src_lang"),
+        (["device=tpu"], "device"),
     ],
 )
-def test_bad_values_name_the_key(overrides, message):
+def test_bad_values_are_one_line_naming_the_key(overrides, key):
     with pytest.raises(ConfigError) as err:
         compose_config(overrides)
-    assert message in str(err.value)
+    assert key in str(err.value)
     assert "\n" not in str(err.value)
+
+
+def test_unknown_group_option_is_a_config_error():
+    with pytest.raises(ConfigError, match="model/foo"):
+        compose_config(["model=foo"])
 
 
 def test_config_is_read_only():

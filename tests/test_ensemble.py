@@ -99,21 +99,16 @@ def test_members_switch_mode_together_and_flops_add_up(mixed):
     assert mixed.tgt_vocab_size == VOCAB
 
 
-def test_vocabulary_mismatch_and_empty_raise():
+def test_members_must_share_one_vocabulary():
     from nmt.config import compose_config
     from nmt.models import build_model
 
     small = build_model(compose_config(["model=rnn", "model.emb_dim=8", "model.encoder_hidden=8",
                                         "model.decoder_hidden=8", "model.attention_dim=8",
                                         "model.output_dim=8"]).model, VOCAB, VOCAB - 1)
-    with pytest.raises(ValueError, match=rf"tgt_vocab_size values are \[{VOCAB}, {VOCAB - 1}\]"):
-        Ensemble([tiny_model("transformer"), small])
-    with pytest.raises(ValueError, match="at least one"):
-        Ensemble([])
-    with pytest.raises(TypeError, match="EnsembleEncoded"):
-        m = tiny_model("rnn")
-        src, mask = make_src_batch([[5, 6]])
-        Ensemble([m]).decode(torch.tensor([[BOS_ID]]), m.encode(src, mask))
+    for members in ([tiny_model("transformer"), small], []):
+        with pytest.raises(ValueError, match="vocabulary"):
+            Ensemble(members)
 
 
 def test_single_member_ensemble_keeps_scores():

@@ -1,6 +1,10 @@
-"""TER in the corpus scores and per-sentence BLEU / chrF: hand-checked values and sacreBLEU."""
+"""nmt.evaluation.metrics: BLEU against Papineni's formula by hand, TER by counted edits,
+per-sentence BLEU / chrF against sacreBLEU, and the signatures."""
 
 from __future__ import annotations
+
+import math
+from collections import Counter
 
 import pytest
 import sacrebleu
@@ -50,5 +54,69 @@ def test_sentence_scores_match_sacrebleu_sentence_api():
     assert perfect["bleu"] == pytest.approx([100.0]) and perfect["chrf"] == pytest.approx([100.0])
     empty = sentence_scores([], [])
     assert empty["bleu"] == [] and empty["chrf"] == [] and empty["bleu_signature"]
-    with pytest.raises(ValueError, match="pair up"):
+    with pytest.raises(ValueError):
         sentence_scores(["a"], [])
+
+
+# ------------------------------------------------------------------- corpus BLEU
+def test_corpus_scores_match_sacrebleu_and_carry_signatures():
+    hyps = ["Ein Mann fährt Rad .", "the cat sat on the mat"]
+    refs = ["Ein Mann fährt Fahrrad .", "The cat sat on the mat"]
+    s = corpus_scores(hyps, refs)
+    assert s["bleu"] == pytest.approx(sacrebleu.corpus_bleu(hyps, [refs]).score)
+    assert s["bleu_lowercase"] == pytest.approx(sacrebleu.corpus_bleu(hyps, [refs], lowercase=True).score)
+    assert s["chrf"] == pytest.approx(sacrebleu.corpus_chrf(hyps, [refs]).score)
+    assert s["bleu_lowercase"] > s["bleu"]                      # "the" vs "The"
+    assert "tok:13a" in s["bleu_signature"] and "case:mixed" in s["bleu_signature"]
+    assert "case:lc" in s["bleu_lowercase_signature"] and "nc:6" in s["chrf_signature"]
+    assert s["hyp_len"] == 11 and s["ref_len"] == 11
+
+
+def test_corpus_scores_perfect_empty_and_mismatch():
+    assert corpus_scores(["a b c d e"], ["a b c d e"])["bleu"] == pytest.approx(100.0)
+    assert corpus_scores([], [])["bleu"] == 0.0
+    with pytest.raises(ValueError):
+        corpus_scores(["a"], [])
+
+
+def _modified_precision(hyps: list[list[str]], refs: list[list[str]], n: int) -> tuple[int, int]:
+    """Papineni et al. (2002), 2.1: n-gram matches clipped by the reference count, summed over
+    the corpus -> (clipped matches, hypothesis n-grams)."""
+    def grams(words):
+        return Counter(tuple(words[i:i + n]) for i in range(len(words) - n + 1))
+
+    matched = total = 0
+    for h, r in zip(hyps, refs, strict=True):
+        h_grams, r_grams = grams(h), grams(r)
+        matched += sum(min(c, r_grams[g]) for g, c in h_grams.items())
+        total += sum(h_grams.values())
+    return matched, total
+
+
+def test_modified_precision_clips_counts_papineni_example():
+    # Papineni et al. (2002), 2.1, example 2: modified unigram precision 2/7.
+    hyp, ref = ["the"] * 7, "the cat is on the mat".split()
+    assert _modified_precision([hyp], [ref], 1) == (2, 7)
+
+
+def test_corpus_bleu_equals_hand_computed_papineni_formula():
+    hyps = ["the cat sat on the mat", "a man is riding a bike in the park"]
+    refs = ["the cat sat on the red mat", "a man is riding a bike in the big park today"]
+    h_words, r_words = [h.split() for h in hyps], [r.split() for r in refs]
+    # Counted by hand, per sentence (the two sentences' counts add up: corpus precision):
+    # 1-grams 6/6 + 9/9; 2-grams 4/5 ("the mat") + 7/8 ("the park"); 3-grams 3/4 + 6/7;
+    # 4-grams 2/3 + 5/6.
+    by_hand = [(15, 15), (11, 13), (9, 11), (7, 9)]
+    assert [_modified_precision(h_words, r_words, n) for n in (1, 2, 3, 4)] == by_hand
+    c, r = 6 + 9, 7 + 11                                   # hypothesis and reference lengths
+    bp = math.exp(1 - r / c) if c < r else 1.0             # brevity penalty: exp(-0.2)
+    bleu = 100 * bp * math.exp(sum(math.log(m / t) for m, t in by_hand) / 4)
+    assert bleu == pytest.approx(100 * math.exp(-0.2) * (7 / 13) ** 0.25)   # = 70.13
+    s = corpus_scores(hyps, refs)
+    assert s["bleu"] == pytest.approx(bleu, abs=0.01)
+    assert s["bleu_bp"] == pytest.approx(bp, abs=1e-4)
+    assert s["bleu_precisions"] == pytest.approx([100 * m / t for m, t in by_hand], abs=0.01)
+    assert (s["hyp_len"], s["ref_len"]) == (c, r)
+    # Corpus BLEU is not the mean of sentence BLEUs (the first sentence alone has bp ~0.85).
+    assert s["bleu"] != pytest.approx(sum(corpus_scores([h], [f])["bleu"]
+                                          for h, f in zip(hyps, refs, strict=True)) / 2, abs=0.5)

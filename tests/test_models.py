@@ -1,6 +1,5 @@
-"""Model invariants: padding, causality, alignment, cached == full decoding, reorder, overfit."""
-
-import math
+"""nmt.models: the MODELS table, validate_model, build_model, and the invariants of every model
+(padding, causality, alignment, cached == full decoding, reorder, overfit)."""
 
 import pytest
 import torch
@@ -8,7 +7,7 @@ import torch.nn.functional as F
 from omegaconf import OmegaConf
 
 from nmt.config import ConfigError, compose_config
-from nmt.models import BahdanauRNN, Transformer, build_model
+from nmt.models import MODELS, BahdanauRNN, Transformer, build_model, validate_model
 
 V_SRC, V_TGT = 23, 23
 PAD, BOS, EOS = 0, 2, 3
@@ -30,8 +29,9 @@ IDS = ["transformer-pre", "transformer-post", "rnn-maxout", "rnn-2layer"]
 
 
 def model_cfg(name, **overrides):
+    """The validated ``model`` section of configs/model/<name>.yaml, TINY and ``overrides``."""
     cfg = compose_config([f"model={name}"], validate_fn=None).model
-    return OmegaConf.merge(cfg, TINY[name], overrides)
+    return validate_model(OmegaConf.merge(cfg, TINY[name], overrides))
 
 
 def make_model(name, overrides, seed=0):
@@ -238,88 +238,35 @@ def test_build_model_types_and_param_split():
     assert enc == sum(p.numel() for p in r.encoder.parameters())
 
 
-@pytest.mark.parametrize("name,overrides,message", [
-    ("transformer", {"d_model": 18, "heads": 4}, "divisible"),
-    ("transformer", {"encoder_layers": 0}, "encoder_layers"),
-    ("transformer", {"decoder_layers": 0}, "decoder_layers"),
-    ("rnn", {"encoder_layers": 0}, "encoder_layers"),
-    ("rnn", {"output_dim": 15}, "output_dim"),
-])
-def test_config_errors(name, overrides, message):
-    with pytest.raises(ConfigError, match=message):
-        build_model(model_cfg(name, **overrides), V_SRC, V_TGT)
+def test_unknown_model_name_lists_the_known_ones():
+    with pytest.raises(ConfigError) as err:
+        validate_model({"name": "lstm"})
+    assert "model.name" in str(err.value) and all(name in str(err.value) for name in MODELS)
 
 
-@pytest.mark.parametrize("name", ["transformer", "rnn"])
-def test_tying_different_vocabularies_is_an_error(name):
-    with pytest.raises(ConfigError, match="tie_embeddings"):
-        build_model(model_cfg(name, tie_embeddings=True), 20, 30)
+@pytest.mark.parametrize("name", list(MODELS))
+@pytest.mark.parametrize(("override", "key"), [({"dropout": "lots"}, "model.dropout"),
+                                               ({"depth": 3}, "model.depth")])
+def test_mistyped_or_unknown_keys_are_named(name, override, key):
+    section = OmegaConf.to_container(compose_config([f"model={name}"], validate_fn=None).model)
+    with pytest.raises(ConfigError) as err:
+        validate_model({**section, **override})
+    assert key in str(err.value)
+
+
+@pytest.mark.parametrize("name", list(MODELS))
+def test_untied_models_take_different_vocabulary_sizes(name):
     model = build_model(model_cfg(name, tie_embeddings=False), 20, 30).eval()
     src, src_mask, tgt_in = batch()
-    src = src.clamp(max=19)
-    logits, _ = model(src, src_mask, tgt_in)
+    logits, _ = model(src.clamp(max=19), src_mask, tgt_in)
     assert logits.shape == (2, 5, 30)
 
 
-@pytest.mark.parametrize("cls", [Transformer, BahdanauRNN])
-def test_constructor_settings_are_keyword_only_and_required(cls):
+@pytest.mark.parametrize("name", list(MODELS))
+def test_constructor_settings_are_keyword_only_and_required(name):
     """Defaults live only in configs/model/*.yaml: the constructors have none."""
+    cls = MODELS[name][1]
     with pytest.raises(TypeError):
         cls(V_SRC, V_TGT)
     with pytest.raises(TypeError):
         cls(V_SRC, V_TGT, 16)
-
-
-def test_sinusoidal_positions_match_hand_computed_values():
-    """Vaswani et al. (2017), 3.5: PE[pos, 2i] = sin(pos / 10000^(2i/d)), PE[pos, 2i+1] = cos(...)."""
-    from nmt.models.transformer import sinusoidal_positions
-
-    pe = sinusoidal_positions(50, 8)
-    assert pe.shape == (50, 8)
-    assert pe[0].tolist() == [0.0, 1.0] * 4                        # sin 0, cos 0
-    assert pe[1, 0].item() == pytest.approx(math.sin(1.0), abs=1e-6)  # 2i = 0: frequency 1
-    assert pe[1, 1].item() == pytest.approx(math.cos(1.0), abs=1e-6)
-    # 2i = 2, d = 8: wavelength 10000^(2/8) = 10 (times 2 pi); 2i = 6: 10000^(6/8) = 1000.
-    assert pe[10, 2].item() == pytest.approx(math.sin(1.0), abs=1e-6)
-    assert pe[10, 3].item() == pytest.approx(math.cos(1.0), abs=1e-6)
-    assert pe[3, 6].item() == pytest.approx(math.sin(3 / 1000), abs=1e-6)
-    assert pe[3, 7].item() == pytest.approx(math.cos(3 / 1000), abs=1e-6)
-    expected = torch.tensor([[f(pos / 10000 ** ((j - j % 2) / 8)) for j, f in
-                              zip(range(8), [math.sin, math.cos] * 4, strict=True)]
-                             for pos in range(50)])
-    torch.testing.assert_close(pe, expected, atol=2e-5, rtol=0)
-
-
-def test_transformer_adds_positions_to_scaled_embeddings():
-    """sqrt(d) * E[ids] + PE: the model's table is the sinusoid, offset by the decoding step."""
-    from nmt.models.transformer import sinusoidal_positions
-
-    model = make_model("transformer", {})
-    ids = torch.tensor([[5, 6, 5, 7]])
-    pe = sinusoidal_positions(10, 16)
-    torch.testing.assert_close(model.positions[:10], pe)
-    x = model._embed(model.src_embed, ids, 0)
-    torch.testing.assert_close(x, model.src_embed(ids) * 4.0 + pe[:4])     # sqrt(16) = 4
-    # The same word at two positions differs by exactly PE[2] - PE[0].
-    torch.testing.assert_close(x[0, 2] - x[0, 0], pe[2] - pe[0], atol=1e-5, rtol=0)
-    # Incremental decoding at step 6 adds PE[6].
-    step = model._embed(model.tgt_embed, ids[:, :1], 6)
-    torch.testing.assert_close(step[0, 0], model.tgt_embed(ids[0, :1])[0] * 4.0 + pe[6])
-
-
-def test_transformer_positions_beyond_table_leave_buffer_untouched():
-    """Sequences longer than the cached table use a local table (DDP broadcasts buffers)."""
-    from nmt.models.transformer import sinusoidal_positions
-
-    model = make_model("transformer", {})
-    buffer = model.positions
-    before = buffer.clone()
-    n = model.max_cached_positions + 40
-    ids = torch.full((1, n), 5)
-    model._embed(model.src_embed, ids, 0)            # past the table: no error
-    assert model.positions is buffer and torch.equal(model.positions, before)
-    # the first step past the table, in incremental decoding, gets the exact sinusoid
-    x = model._embed(model.tgt_embed, ids[:, :1], n - 1)
-    expected = model.tgt_embed(ids[:, :1]) * model.emb_scale + sinusoidal_positions(n, 16)[n - 1]
-    assert torch.allclose(x, expected, atol=1e-5)
-    assert model.positions is buffer and buffer.size(0) == model.max_cached_positions

@@ -1,5 +1,6 @@
-"""The Python API (nmt.Translator, nmt.plot_alignment, nmt.train) and the CLI features on it:
-n-best lists, forced scores, sampling, ensembles, batching by tokens, TER and per-sentence files."""
+"""The Python API (nmt.Translator, nmt.plot_alignment, nmt.train; nmt/inference/translator.py)
+and the CLI features on it: search settings, n-best lists, forced scores, sampling, ensembles,
+batching by tokens, TER and per-sentence files."""
 
 from __future__ import annotations
 
@@ -12,8 +13,9 @@ import pytest
 from conftest import REPO_ROOT
 
 import nmt
-from nmt.config import ConfigError
-from nmt.inference.search import length_penalty_factor, length_sorted_batches
+from nmt.config import ConfigError, SamplingSchema, SearchSchema
+from nmt.inference.search import length_penalty_factor
+from nmt.inference.translator import length_sorted_batches, search_settings
 
 CKPT = REPO_ROOT / "tests" / "data" / "tiny_transformer_2026-11-22.pt"
 SOURCES = ["Ein großer Hund läuft im Park .", "Zwei Mädchen tanzen am Strand mit einem Ball .",
@@ -35,6 +37,14 @@ def test_translate_one_sentence_or_many(translator):
     assert [r.text for r in many][0] == one.text and many[3].text == ""
     assert translator.translate(SOURCES, beam_size=1)[1].text == translator.translate(
         SOURCES[1], beam_size=1).text
+
+
+def test_search_settings_default_to_the_schemas_and_are_checked_once():
+    assert search_settings() == {**vars(SearchSchema()), **vars(SamplingSchema())}
+    assert search_settings(beam_size=1, top_p=None)["beam_size"] == 1
+    for bad in ({"beam": 3}, {"n_best": 6}, {"temperature": -1.0}, {"top_k": -1}, {"top_p": 1.5}):
+        with pytest.raises(ConfigError, match=next(iter(bad))):
+            search_settings(**bad)
 
 
 def test_n_best_is_sorted_and_scores_are_forced_scores_under_the_length_penalty(translator):

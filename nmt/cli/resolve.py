@@ -17,31 +17,20 @@ from nmt.config import ConfigError, compose_config
 
 
 def resolve(keys: list[str], overrides: list[str]) -> list[str]:
-    """The values of ``keys`` (dotted) in the validated ``nmt-train`` config with ``overrides``.
-
-    Raises:
-        ConfigError: the overrides do not compose or validate, or a key does not exist.
-    """
+    """The values of the dotted ``keys`` in the validated ``nmt-train`` config."""
     cfg = compose_config(overrides)
-    values = []
-    for key in keys:
-        value = OmegaConf.select(cfg, key, default=KeyError)
+    values = [OmegaConf.select(cfg, key, default=KeyError) for key in keys]
+    for key, value in zip(keys, values, strict=True):
         if value is KeyError:
             raise ConfigError(f"{key} is not a key of the nmt-train config.")
-        values.append(str(value))
-    return values
+    return [str(value) for value in values]
 
 
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     split = argv.index("--") if "--" in argv else len(argv)
-    keys, overrides = argv[:split], argv[split + 1:]
-
-    def run() -> int:
-        print("\n".join(resolve(keys, overrides)))
-        return 0
-
-    return exit_on_user_error("nmt-train", run)
+    return exit_on_user_error("nmt-train", lambda: print(
+        "\n".join(resolve(argv[:split], argv[split + 1:]))))
 
 
 if __name__ == "__main__":

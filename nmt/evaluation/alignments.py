@@ -1,30 +1,11 @@
-"""Alignment dumps: one ``.npz`` file holding, per sentence, the attention matrix and labels.
+"""Attention as data: the ``alignments.npz`` dump, its labels, and layer/head selection.
 
-Layout (plain arrays, readable with ``np.load(path, allow_pickle=False)``):
-
-================  ==================================================================
-``count``         int64 scalar: number of sentences N
-``align_{i}``     float32 [T_i, S_i]: row t = attention of target subword t over the
-                  source subwords (rows of real models sum to 1)
-``src_{i}``       unicode [S_i]: source subwords (incl. ``</s>``)
-``tgt_{i}``       unicode [T_i]: target subwords (incl. ``</s>``)
-``cross_{i}``     optional (``nmt-evaluate attention=all``): float16 [L,H,T_i,S_i]
-                  cross-attention of every decoder layer and head (the RNN: L = H = 1)
-``decoder_{i}``   optional: float16 [L,H,T_i,T_i] decoder self-attention; query and key
-                  t read decoder input t (``<s>``, then the target subwords before t)
-``encoder_{i}``   optional: float16 [L,H,S_i,S_i] encoder self-attention
-================  ==================================================================
-
-for ``i`` in ``0 .. N-1`` (the line number in the evaluated file). Files without the
-optional arrays (older ones, or ``attention=alignment``) read the same; a kind the model
-does not have (the RNN's self-attentions) is simply absent. Size: the optional arrays
-take 2 bytes per weight before compression, ``L*H*(T*S + T*T + S*S)`` weights per
-sentence for the Transformer. For test_2016_flickr (1,000 sentences, on average 16.0
-source and 15.6 target subwords with ``</s>`` under the 8,000-piece joint vocabulary,
-reference lengths standing in for the outputs) that is about 20 MB before compression
-for the reference Transformer (3+3 layers, 4 heads), computed from the shapes, and
-0.55 MB for the RNN; the zero upper triangle of the decoder self-attention compresses
-away.
+A compressed ``.npz`` of plain arrays (no pickle): ``count`` (int64, N), then per sentence
+``i`` ``align_{i}`` float32 [T_i, S_i] (row t: target subword t over the source subwords),
+``src_{i}`` / ``tgt_{i}`` the subwords (each ending with ``</s>``) and, with ``nmt-evaluate
+attention=all``, float16 ``cross_{i}`` [L,H,T_i,S_i], ``decoder_{i}`` [L,H,T_i,T_i] and
+``encoder_{i}`` [L,H,S_i,S_i] (the RNN has cross only, L = H = 1): about 20 MB before
+compression for the reference Transformer on test_2016_flickr.
 """
 
 from __future__ import annotations
@@ -35,16 +16,16 @@ from pathlib import Path
 
 import numpy as np
 
+from nmt.config import ConfigError
+from nmt.runtime import atomic_path
+
 ATTENTION_KINDS = ("cross", "decoder", "encoder")
 
 
 @dataclass
 class Alignment:
-    """One sentence: ``matrix`` float32 [T, S], ``src`` S source and ``tgt`` T target labels.
-
-    ``attention`` holds the optional arrays of the file by kind (``"cross"`` [L,H,T,S],
-    ``"decoder"`` [L,H,T,T], ``"encoder"`` [L,H,S,S], float32); empty when it has none.
-    """
+    """One sentence: ``matrix`` float32 [T, S], S ``src`` and T ``tgt`` labels, and the
+    optional ``attention`` arrays by kind (float32 [L,H,R,C]; empty when the file has none)."""
 
     matrix: np.ndarray
     src: list[str]
@@ -52,67 +33,74 @@ class Alignment:
     attention: dict[str, np.ndarray] = field(default_factory=dict)
 
 
-def attention_shapes(kind: str, n_src: int, n_tgt: int) -> tuple[int, int]:
-    """(rows, columns) of one head's matrix of ``kind`` for S = ``n_src``, T = ``n_tgt``.
+def attention_labels(kind: str, src: Sequence[str], tgt: Sequence[str]
+                     ) -> tuple[list[str], list[str], tuple[str, str]]:
+    """(row labels, column labels, (row, column) axis names) of one ``kind``: ``cross`` (and
+    the stored ``alignment``) target over source, ``encoder`` source over source, ``decoder``
+    its inputs (``<s>``, then the target before ``</s>``: row t predicts ``tgt[t]``)."""
+    src, tgt = list(src), list(tgt)
+    if kind in ("cross", "alignment"):
+        return tgt, src, ("target", "source")
+    if kind == "encoder":
+        return src, src, ("source (query)", "source (key)")
+    if kind == "decoder":
+        inputs = ["<s>", *tgt[:-1]]
+        return inputs, inputs, ("target input (query)", "target input (key)")
+    raise ValueError(f"kind={kind!r} is not one of alignment, cross, encoder, decoder.")
 
-    Raises:
-        ValueError: ``kind`` is not one of :data:`ATTENTION_KINDS`.
-    """
-    shapes = {"cross": (n_tgt, n_src), "decoder": (n_tgt, n_tgt), "encoder": (n_src, n_src)}
-    if kind not in shapes:
-        raise ValueError(f"attention kind {kind!r} is not one of {', '.join(ATTENTION_KINDS)}.")
-    return shapes[kind]
+
+def panel_choices(weights: np.ndarray, layer: int | str, head: int | str, kind: str = "cross",
+                  grid: bool = True) -> tuple[list[int | str], list[int | str]]:
+    """The layers and heads of [L,H,R,C] ``weights`` chosen by ``layer`` and ``head``: each an
+    index (negative counts from the end), ``"mean"`` or with ``grid`` ``"all"`` (every index;
+    for several heads also their mean). The one check of these settings (plot, nmt-align):
+    ConfigError naming the key, the value and the model's range."""
+    picked = []
+    for n, choice, key in zip(np.shape(weights)[:2], (layer, head), ("layer", "head"), strict=True):
+        if grid and choice == "all":
+            picked.append([*range(n), *(["mean"] if key == "head" and n > 1 else [])])
+        elif choice == "mean":
+            picked.append(["mean"])
+        elif not isinstance(choice, bool) and isinstance(choice, int | np.integer) and -n <= choice < n:
+            picked.append([int(choice) % n])
+        else:
+            raise ConfigError(f"{key}={choice!r}: the {kind} attention has {n} {key}"
+                              f"{'s' * (n != 1)}; use {key}=0..{n - 1} (or -{n}..-1), "
+                              f"{'all, ' if grid else ''}or mean.")
+    return tuple(picked)
+
+
+def attention_panel(weights: np.ndarray, layer: int | str, head: int | str) -> np.ndarray:
+    """[L,H,R,C] -> [R,C]: one layer (or the layer mean), then one head (or the head mean)."""
+    by_layer = weights.mean(0) if layer == "mean" else weights[layer]  # [H,R,C]
+    return by_layer.mean(0) if head == "mean" else by_layer[head]
 
 
 def save_alignments(path: str | Path, alignments: Sequence[np.ndarray],
                     src_pieces: Sequence[Sequence[str]], tgt_pieces: Sequence[Sequence[str]],
                     attention: Sequence[Mapping[str, np.ndarray] | None] | None = None) -> None:
-    """Write alignment matrices [T_i, S_i] with their labels to ``path`` (compressed npz).
-
-    Args:
-        attention: optional, per sentence a dict of :data:`ATTENTION_KINDS` arrays
-            (``Translation.attention``; None for a sentence without), stored as float16.
-
-    Raises:
-        ValueError: the sequences differ in length, a matrix shape does not match its
-            label counts, or an attention kind is unknown or has the wrong shape.
-    """
-    if not len(alignments) == len(src_pieces) == len(tgt_pieces):
-        raise ValueError(f"{len(alignments)} alignments, {len(src_pieces)} source and "
-                         f"{len(tgt_pieces)} target label lists: they must pair up.")
-    if attention is not None and len(attention) != len(alignments):
-        raise ValueError(f"{len(attention)} attention entries for {len(alignments)} alignments.")
+    """Write matrices [T_i, S_i], their labels and optional attention (per sentence a dict
+    of :data:`ATTENTION_KINDS` arrays or None, stored as float16) to ``path``, atomically."""
     arrays: dict[str, np.ndarray] = {"count": np.array(len(alignments), dtype=np.int64)}
     for i, (matrix, src, tgt) in enumerate(zip(alignments, src_pieces, tgt_pieces, strict=True)):
-        matrix = np.asarray(matrix, dtype=np.float32)
-        if matrix.shape != (len(tgt), len(src)):
-            raise ValueError(f"sentence {i}: alignment shape {matrix.shape} does not match "
-                             f"{len(tgt)} target x {len(src)} source labels.")
-        arrays[f"align_{i}"] = matrix
+        arrays[f"align_{i}"] = np.asarray(matrix, dtype=np.float32)
         arrays[f"src_{i}"] = np.array(list(src), dtype=np.str_)
         arrays[f"tgt_{i}"] = np.array(list(tgt), dtype=np.str_)
-        for kind, weights in ((attention[i] if attention is not None else None) or {}).items():
-            weights = np.asarray(weights)
-            rows, cols = attention_shapes(kind, len(src), len(tgt))
-            if weights.ndim != 4 or weights.shape[2:] != (rows, cols):
-                raise ValueError(f"sentence {i}: {kind} attention shape {weights.shape} is not "
-                                 f"[layers, heads, {rows}, {cols}].")
-            arrays[f"{kind}_{i}"] = weights.astype(np.float16)
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "wb") as f:
+        for kind, weights in ((attention[i] if attention else None) or {}).items():
+            arrays[f"{kind}_{i}"] = np.asarray(weights).astype(np.float16)
+    with atomic_path(path) as tmp, open(tmp, "wb") as f:
         np.savez_compressed(f, **arrays)
 
 
 class AlignmentFile:
-    """Lazy reader of an alignments ``.npz``: ``len(f)``, ``f[i]`` -> :class:`Alignment`."""
+    """Lazy reader of an ``alignments.npz``: ``len(f)``; ``f[i]`` (negative counts from the
+    end) loads sentence ``i`` as an :class:`Alignment`; ``f.labels(i)`` its labels only."""
 
     def __init__(self, path: str | Path):
         self.path = Path(path)
         try:
             self._npz = np.load(self.path, allow_pickle=False)
-            self._count = int(self._npz["count"])
-            self._keys = set(self._npz.files)
+            self._count, self._keys = int(self._npz["count"]), set(self._npz.files)
         except (OSError, ValueError, KeyError) as err:
             raise ValueError(f"{self.path}: not an alignments file written by nmt-evaluate "
                              f"({type(err).__name__}: {err}).") from None
@@ -121,36 +109,18 @@ class AlignmentFile:
         return self._count
 
     def __getitem__(self, i: int) -> Alignment:
-        """Sentence ``i`` (0-based; negative counts from the end), loaded on access.
-
-        Returns:
-            :class:`Alignment` with ``matrix`` float32 [T, S] (T target subwords + ``</s>``,
-            S source subwords + ``</s>``) and the ``src`` / ``tgt`` subword strings.
-
-        Raises:
-            IndexError: ``i`` outside ``-len(self) .. len(self) - 1`` (message names the file).
-        """
         if not -self._count <= i < self._count:
-            raise IndexError(f"{self.path}: index {i} out of range (it holds {self._count} sentences).")
+            raise IndexError(f"{self.path}: index {i} out of range ({self._count} sentences).")
         i %= self._count
         attention = {kind: self._npz[f"{kind}_{i}"].astype(np.float32)
                      for kind in ATTENTION_KINDS if f"{kind}_{i}" in self._keys}
-        return Alignment(self._npz[f"align_{i}"], self._npz[f"src_{i}"].tolist(),
-                         self._npz[f"tgt_{i}"].tolist(), attention)
+        return Alignment(self._npz[f"align_{i}"], *self.labels(i), attention)
 
     def labels(self, i: int) -> tuple[list[str], list[str]]:
-        """(source, target) subword strings of sentence ``i`` without loading any matrix."""
         i %= self._count
         return self._npz[f"src_{i}"].tolist(), self._npz[f"tgt_{i}"].tolist()
 
-    def close(self) -> None:
-        self._npz.close()
-
 
 def load_alignments(path: str | Path) -> AlignmentFile:
-    """Open an alignments file written by :func:`save_alignments` (entries load on access).
-
-    Raises:
-        ValueError: the file is missing or not in this layout (message names the file).
-    """
+    """Open ``path`` (:class:`AlignmentFile`); a missing or foreign file is a ValueError."""
     return AlignmentFile(path)

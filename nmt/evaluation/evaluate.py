@@ -4,7 +4,7 @@
     evaluation = evaluate_split(translator, sources, references, {"beam_size": 5})
     write_outputs("runs/tf/eval", evaluation)
 
-Files written by :func:`write_outputs` (``nmt-evaluate`` writes them all):
+Files written by :func:`write_outputs` (``nmt-evaluate`` writes them all), each atomically:
 
 ===================  =========================================================================
 ``hyps.txt``         one detokenized best translation per source line
@@ -33,57 +33,31 @@ import torch
 from nmt.config import ConfigError
 from nmt.evaluation.alignments import save_alignments
 from nmt.evaluation.metrics import corpus_scores, sentence_scores
+from nmt.runtime import atomic_path, write_text_atomic
 
 
 @dataclass
 class Evaluation:
-    """What :func:`evaluate_split` computed.
-
-    Attributes:
-        results: one :class:`nmt.inference.translator.Translation` per source sentence (its
-            ``hypotheses`` hold the n-best list).
-        references: the reference translations.
-        scores: corpus scores and run figures (see :func:`evaluate_split`).
-        sentences: per-sentence ``bleu`` and ``chrf`` lists (sacreBLEU sentence scores).
-    """
+    """What :func:`evaluate_split` computed: one ``Translation`` per source sentence (with its
+    n-best ``hypotheses``), the references, corpus ``scores`` and per-sentence ``sentences``."""
 
     results: list
     references: list[str]
     scores: dict
     sentences: dict
 
-    @property
-    def hyps(self) -> list[str]:
-        """The detokenized best translations."""
-        return [r.text for r in self.results]
-
 
 def evaluate_split(translator, src_texts: Sequence[str], ref_texts: Sequence[str],
                    search: dict | None = None, score_references: bool = True) -> Evaluation:
     """Translate every source sentence (nothing filtered or truncated) and score it.
 
-    Args:
-        translator: a :class:`nmt.inference.translator.Translator`, or the CTranslate2
-            engine's :class:`nmt.extras.ctranslate2.CTranslate2Translator` (same surface).
-        src_texts: raw source sentences.
-        ref_texts: raw references, one per source sentence.
-        search: keyword arguments of :meth:`Translator.translate` (beam_size, n_best,
-            length_penalty, max_len_a/b, batch_sentences, batch_tokens, sampling, ...,
-            return_attention).
-        score_references: also compute ``loss`` and ``ppl`` of the references.
-
-    Returns:
-        :class:`Evaluation`; its ``scores`` hold :func:`nmt.evaluation.metrics.corpus_scores`
-        plus ``beam_size``, ``length_penalty``, ``n_best``, ``sampling``, ``n_sentences``,
-        ``seconds`` (wall-clock time of tokenization + search + detokenization),
-        ``n_tgt_tokens`` (subwords of the best outputs, EOS included), ``sents_per_s``,
-        ``tgt_tokens_per_s`` and, with ``score_references``, ``loss`` (mean negative
-        log-probability per reference subword, EOS included, natural log) and ``ppl``
-        (its exponential).
-
-    Raises:
-        ValueError: ``src_texts`` and ``ref_texts`` differ in length.
-        ConfigError: impossible search settings.
+    ``translator``: a :class:`~nmt.inference.translator.Translator` or the CTranslate2 engine;
+    ``search``: keyword arguments of its ``translate``. ``scores``: :func:`corpus_scores`,
+    the search settings, ``n_sentences``, ``seconds`` (wall clock of tokenization + search +
+    detokenization), ``n_tgt_tokens`` (output subwords with EOS), ``sents_per_s``,
+    ``tgt_tokens_per_s`` and, with ``score_references``, ``loss`` (mean negative
+    log-probability per reference subword with EOS, nats) and ``ppl`` (its exponential).
+    ValueError when ``src_texts`` and ``ref_texts`` differ in length.
     """
     if len(src_texts) != len(ref_texts):
         raise ValueError(f"{len(src_texts)} source sentences but {len(ref_texts)} references.")
@@ -116,21 +90,15 @@ def evaluate_split(translator, src_texts: Sequence[str], ref_texts: Sequence[str
 def write_outputs(out_dir: str | Path, evaluation: Evaluation, save_alignments_npz: bool = True
                   ) -> list[str]:
     """Write the files of the module docstring into ``out_dir``; returns their names.
-
-    Raises:
-        ConfigError: ``out_dir`` or a file in it cannot be written (names the path; check
-            early with :func:`nmt.cli.common.ensure_writable_dir`).
-    """
-    out_dir = Path(out_dir)
+    ConfigError naming a file that cannot be written (the CLI checks ``out_dir`` first)."""
+    out_dir, results = Path(out_dir), evaluation.results
     written = ["hyps.txt", "scores.json", "sentences.tsv"]
-    results = evaluation.results
     try:
-        out_dir.mkdir(parents=True, exist_ok=True)
-        (out_dir / "hyps.txt").write_text("".join(_one_line(r.text) + "\n" for r in results),
-                                          encoding="utf-8")
-        (out_dir / "scores.json").write_text(
-            json.dumps(evaluation.scores, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
-        with open(out_dir / "sentences.tsv", "w", encoding="utf-8", newline="") as f:
+        write_text_atomic(out_dir / "hyps.txt", "".join(_one_line(r.text) + "\n" for r in results))
+        write_text_atomic(out_dir / "scores.json",
+                          json.dumps(evaluation.scores, indent=2, ensure_ascii=False) + "\n")
+        with atomic_path(out_dir / "sentences.tsv") as tmp, open(tmp, "w", encoding="utf-8",
+                                                                  newline="") as f:
             rows = csv.writer(f, delimiter="\t", lineterminator="\n")
             rows.writerow(["index", "bleu", "chrf", "model_score", "hyp_subwords", "hyp_words",
                            "ref_words", "source", "hypothesis", "reference"])
@@ -141,11 +109,9 @@ def write_outputs(out_dir: str | Path, evaluation: Evaluation, save_alignments_n
                                _one_line("".join(r.src_tokens[:-1]).replace("\u2581", " ").strip()),
                                _one_line(r.text), _one_line(ref)])
         if any(len(r.hypotheses) > 1 for r in results):
-            with open(out_dir / "nbest.txt", "w", encoding="utf-8", newline="") as f:
-                f.write("index\trank\tscore\ttext\n")
-                for i, r in enumerate(results):
-                    for rank, h in enumerate(r.hypotheses):
-                        f.write(f"{i}\t{rank}\t{h.score:.4f}\t{_one_line(h.text)}\n")
+            write_text_atomic(out_dir / "nbest.txt", "index\trank\tscore\ttext\n" + "".join(
+                f"{i}\t{rank}\t{h.score:.4f}\t{_one_line(h.text)}\n"
+                for i, r in enumerate(results) for rank, h in enumerate(r.hypotheses)))
             written.append("nbest.txt")
         if save_alignments_npz:
             attention = [r.attention for r in results]
@@ -154,9 +120,8 @@ def write_outputs(out_dir: str | Path, evaluation: Evaluation, save_alignments_n
                             attention if any(a is not None for a in attention) else None)
             written.append("alignments.npz")
     except OSError as err:
-        where = err.filename or out_dir
-        raise ConfigError(f"out_dir={out_dir}: cannot write {where} ({err.strerror or err}); "
-                          "choose a writable directory with out_dir=DIR.") from None
+        raise ConfigError(f"out_dir={out_dir}: cannot write {err.filename or out_dir} "
+                          f"({err.strerror or err}); choose a writable directory.") from None
     return written
 
 

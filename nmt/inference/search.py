@@ -26,22 +26,26 @@ Conventions:
   When a hypothesis reaches it, EOS is forced (its model probability is still scored), so
   every sentence gets an output.
 * PAD and BOS are never generated.
-* Sampling (:func:`sample_search`, :func:`sample`) walks one path per sentence like greedy
-  search, drawing each token from the temperature-scaled, top-k / nucleus-filtered
-  distribution with an explicit ``torch.Generator`` (seeded, never the global RNG).
+* Sampling (:func:`sample_search`) walks one path per sentence like greedy search, drawing
+  each token from the temperature-scaled, top-k / nucleus-filtered distribution with an
+  explicit ``torch.Generator`` (seeded, never the global RNG).
 * Beam search stops a sentence when ``beam_size`` hypotheses have ended (an EOS among the
   ``beam_size`` best candidates of a step, as in fairseq), at the maximum length, or (with
   ``n_best == 1``) when no alive hypothesis can still beat the best ended one: an alive
   hypothesis' log-prob only falls, so its final score is at most its current log-prob
   divided by the largest length penalty it can still reach (at the maximum length for
   ``alpha >= 0``).
+
+The batching around these functions (length-sorted batches, input order, empty sources) is
+:func:`nmt.inference.translator.decode`. Arguments are trusted: the search settings were
+validated where they entered (:func:`nmt.config.validate_search`,
+:func:`nmt.inference.translator.search_settings`).
 """
 
 from __future__ import annotations
 
 import contextlib
-import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -49,22 +53,16 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from nmt.config import cfg_get
 from nmt.data.vocab import BOS_ID, EOS_ID, PAD_ID
 from nmt.models.base import Seq2Seq
 
 
 @dataclass
 class Hypothesis:
-    """One translation of one source sentence.
-
-    Attributes:
-        tokens: output subword ids, without BOS and EOS.
-        score: length-penalised sum of log-probabilities (natural log, EOS included).
-        alignment: float32 [len(tokens) + 1, S_real]; row i is the attention of output
-            token i (the last row belongs to EOS) over the real source positions (source
-            subwords + source EOS, padding removed).
-    """
+    """One translation of one source sentence: ``tokens`` are output subword ids without BOS
+    and EOS; ``score`` is the length-penalised log-probability (natural log, EOS included);
+    ``alignment`` is float32 [len(tokens) + 1, S_real], row i the attention of output token i
+    (the last row: EOS) over the real source positions (subwords + EOS, padding removed)."""
 
     tokens: list[int]
     score: float
@@ -77,14 +75,8 @@ def length_penalty_factor(length: Tensor | float, alpha: float) -> Tensor | floa
 
 
 def max_output_lengths(src_mask: Tensor, max_len_a: float, max_len_b: int) -> Tensor:
-    """Per-sentence maximum number of output tokens before EOS: ``floor(a * |x| + b)``.
-
-    Args:
-        src_mask: [B, S] bool, True at real source positions (|x| = row sum).
-
-    Returns:
-        [B] int64, at least 0.
-    """
+    """Per-sentence maximum number of output tokens before EOS: ``floor(a * |x| + b)``, [B]
+    int64 >= 0, where ``src_mask`` is [B, S] bool, True at real positions (|x| = row sum)."""
     src_len = src_mask.sum(1).double()
     return torch.floor(max_len_a * src_len + max_len_b).clamp_min(0).long()
 
@@ -126,17 +118,9 @@ class _History:
 
     def backtrack(self, levels: np.ndarray, rows: np.ndarray, src_len: int
                   ) -> tuple[np.ndarray, np.ndarray]:
-        """Rebuild finished hypotheses.
-
-        Args:
-            levels: [M] int, number of output tokens before EOS of each hypothesis.
-            rows: [M] int, its row in that level.
-            src_len: S, width of the stored alignments.
-
-        Returns:
-            tokens [M, max_level] int64 (row h valid up to ``levels[h]``) and alignment
-            [M, max_level + 1, S] float32 (valid up to ``levels[h] + 1`` rows).
-        """
+        """Rebuild M finished hypotheses from ``levels`` [M] (output tokens before EOS) and
+        ``rows`` [M] (the row in that level): tokens [M, max_level] int64 (row h valid up to
+        ``levels[h]``) and alignment [M, max_level + 1, src_len] float32."""
         m = len(levels)
         top = int(levels.max()) if m else 0
         tokens = np.zeros((m, top), dtype=np.int64)
@@ -197,15 +181,10 @@ def greedy_search(model: Seq2Seq, src: Tensor, src_mask: Tensor, max_len_a: floa
                   max_len_b: int, length_penalty: float = 1.0) -> list[list[Hypothesis]]:
     """Greedy decoding of a batch: at every step the most probable token.
 
-    Args:
-        model: any :class:`Seq2Seq`; put into eval mode for the call.
-        src: [B, S] int64 source ids (subwords + EOS, PAD-padded).
-        src_mask: [B, S] bool, True at real positions; every row needs at least one.
-        max_len_a, max_len_b: maximum output length ``a * |x| + b`` (module docstring).
-        length_penalty: alpha of the reported score (greedy's choice does not depend on it).
-
-    Returns:
-        For each sentence a list with one :class:`Hypothesis`.
+    ``src`` [B, S] int64 holds source ids (subwords + EOS, PAD-padded), ``src_mask`` [B, S]
+    bool is True at real positions (at least one per row). The model runs in eval mode for
+    the call. ``length_penalty`` only scales the reported score. Returns per sentence a list
+    with one :class:`Hypothesis`.
     """
     with _eval_mode(model):
         return _single_path_search(model, src, src_mask, max_len_a, max_len_b, length_penalty,
@@ -219,41 +198,17 @@ def sample_search(model: Seq2Seq, src: Tensor, src_mask: Tensor, max_len_a: floa
                   length_penalty: float = 0.0) -> list[list[Hypothesis]]:
     """Ancestral sampling of one translation per sentence (e.g. for back-translation).
 
-    At every step the next token is drawn from the model's distribution after three
-    filters, in this order (that of Hugging Face's logits warpers): divide the
-    log-probabilities by ``temperature``; keep the ``top_k`` most probable tokens; keep the
-    nucleus, the smallest set of most probable tokens whose probability (under the
-    temperature-scaled, top-k-renormalized distribution) reaches ``top_p`` (Holtzman et al.
-    2020, "The Curious Case of Neural Text Degeneration", eq. 2). PAD and BOS are never
-    drawn; at the maximum length EOS is forced (module docstring).
+    Each step draws the next token after three filters, in Hugging Face's order: divide the
+    log-probabilities by ``temperature`` (0 = the most probable token, i.e. greedy search);
+    keep the ``top_k`` most probable (0 = all); keep the nucleus, the smallest set of most
+    probable tokens whose probability reaches ``top_p`` (Holtzman et al. 2020, eq. 2).
 
-    The score is the sum of the sampled tokens' log-probabilities under the *unfiltered,
-    temperature-1* model (as greedy and beam report, so scores of all searches compare and
-    a sample's score is its model log-likelihood), divided by the length penalty with
-    ``alpha = length_penalty`` (default 0: the raw log-likelihood).
-
-    Args:
-        model: any :class:`Seq2Seq`; put into eval mode for the call.
-        src: [B, S] int64 source ids (subwords + EOS, PAD-padded).
-        src_mask: [B, S] bool, True at real positions; every row needs at least one.
-        max_len_a, max_len_b: maximum output length ``a * |x| + b`` (module docstring).
-        temperature: > 0 flattens (> 1) or sharpens (< 1) the distribution; 0 means the most
-            probable token (greedy search).
-        top_k: keep only the k most probable tokens (0 = all).
-        top_p: nucleus mass in (0, 1] (1 = all tokens).
-        generator: the source of randomness, on ``src.device`` (the global RNG is never
-            used or advanced); None draws from a fresh generator seeded with 0. Row ``b``'s
-            draws depend on the whole batch: the same batch and generator state give the
-            same samples.
-        length_penalty: alpha of the reported score only.
-
-    Returns:
-        For each sentence a list with one :class:`Hypothesis`.
-
-    Raises:
-        ValueError: temperature < 0 or not finite, top_k < 0, or top_p outside (0, 1].
+    The score is the sampled tokens' log-probability under the *unfiltered, temperature-1*
+    model (the model log-likelihood, comparable with greedy and beam scores), divided by the
+    length penalty with ``alpha = length_penalty``. ``generator`` lives on ``src.device``
+    (None: a fresh one seeded with 0; the global RNG is never used); a row's draws depend on
+    the whole batch. Tensors as :func:`greedy_search`.
     """
-    check_sampling_args(temperature, top_k, top_p)
     if generator is None:
         generator = torch.Generator(device=src.device).manual_seed(0)
 
@@ -267,30 +222,13 @@ def sample_search(model: Seq2Seq, src: Tensor, src_mask: Tensor, max_len_a: floa
                                    choose)
 
 
-def check_sampling_args(temperature: float, top_k: int, top_p: float) -> None:
-    """Raise ValueError unless 0 <= temperature < inf, top_k >= 0 and 0 < top_p <= 1."""
-    if not 0 <= temperature < math.inf:
-        raise ValueError(f"temperature must be finite and >= 0 (0 = greedy), got {temperature}.")
-    if top_k < 0:
-        raise ValueError(f"top_k must be >= 0 (0 = no top-k filter), got {top_k}.")
-    if not 0 < top_p <= 1:
-        raise ValueError(f"top_p must be in (0, 1] (1 = no nucleus filter), got {top_p}.")
-
-
 def filter_logits(logits: Tensor, top_k: int = 0, top_p: float = 1.0) -> Tensor:
-    """Top-k, then nucleus (top-p) filtering: tokens outside the kept set get -inf.
+    """Top-k, then nucleus (top-p) filtering of ``logits`` [N, V] (unnormalized
+    log-probabilities; -inf = impossible): a new [N, V] tensor, filtered-out entries -inf.
 
-    Args:
-        logits: [N, V] float, unnormalized log-probabilities (e.g. log-probs / temperature);
-            -inf marks impossible tokens.
-        top_k: keep the k highest entries of each row (0 or >= V: all). Exactly k on ties.
-        top_p: keep, per row, the highest entries whose softmax probabilities (after top-k)
-            sum to at least ``top_p`` -- the smallest such set: a token is kept when the mass
-            of the tokens ranked above it is below ``top_p``, so the most probable one always
-            is (Holtzman et al. 2020).
-
-    Returns:
-        [N, V], ``logits`` with filtered-out entries set to -inf (a new tensor).
+    Top-k keeps exactly k per row (0 or >= V: all). Top-p keeps a token when the softmax
+    mass (after top-k) of the tokens ranked above it is below ``top_p``: the smallest set
+    reaching ``top_p``, never empty (Holtzman et al. 2020).
     """
     vocab = logits.size(-1)
     if 0 < top_k < vocab:
@@ -355,26 +293,12 @@ def _single_path_search(model: Seq2Seq, src: Tensor, src_mask: Tensor, max_len_a
 def beam_search(model: Seq2Seq, src: Tensor, src_mask: Tensor, beam_size: int,
                 length_penalty: float, max_len_a: float, max_len_b: int,
                 n_best: int = 1) -> list[list[Hypothesis]]:
-    """Batched beam search (batch x beam rows in one tensor) with a length penalty.
+    """Batched beam search (all beams of all sentences are rows of one tensor) with the
+    length penalty ``((5 + |y|) / 6) ** alpha`` (Wu et al. 2016, eq. 14; alpha 0 = none).
 
-    Args:
-        model: any :class:`Seq2Seq`; put into eval mode for the call.
-        src: [B, S] int64 source ids (subwords + EOS, PAD-padded).
-        src_mask: [B, S] bool, True at real positions; every row needs at least one.
-        beam_size: k >= 1 hypotheses kept per sentence.
-        length_penalty: alpha of ``((5 + |y|) / 6) ** alpha`` (Wu et al. 2016); 0 = none.
-        max_len_a, max_len_b: maximum output length ``a * |x| + b`` (module docstring).
-        n_best: hypotheses returned per sentence, 1 <= n_best <= beam_size.
-
-    Returns:
-        For each sentence its ``n_best`` (fewer only if fewer ended) :class:`Hypothesis`
-        objects, best (highest length-penalised score) first.
-
-    Raises:
-        ValueError: beam_size < 1 or n_best outside 1..beam_size.
+    Tensors as :func:`greedy_search`; ``1 <= n_best <= beam_size``. Returns per sentence its
+    ``n_best`` hypotheses (fewer only if fewer ended), best first.
     """
-    if beam_size < 1 or not 1 <= n_best <= beam_size:
-        raise ValueError(f"need beam_size >= 1 and 1 <= n_best <= beam_size, got {beam_size}, {n_best}")
     with _eval_mode(model):
         return _beam_search(model, src, src_mask, beam_size, length_penalty, max_len_a,
                             max_len_b, n_best)
@@ -447,149 +371,3 @@ def _beam_search(model, src, src_mask, k, alpha, max_len_a, max_len_b, n_best):
         t += 1
     fin = [torch.cat(x).cpu().numpy() for x in zip(*fins, strict=True)]
     return _collect(history, src_mask, *fin, n_best=n_best)
-
-
-def search_batch(model: Seq2Seq, src: Tensor, src_mask: Tensor, search_cfg) -> list[list[Hypothesis]]:
-    """Greedy (``beam_size == 1``) or beam search of one batch with the ``search`` settings.
-
-    ``search_cfg`` has the keys of ``cfg.search``: beam_size, length_penalty, max_len_a,
-    max_len_b, n_best (a DictConfig, dict or object with those attributes).
-    """
-    k = int(cfg_get(search_cfg, "beam_size"))
-    alpha = float(cfg_get(search_cfg, "length_penalty"))
-    a, b = float(cfg_get(search_cfg, "max_len_a")), int(cfg_get(search_cfg, "max_len_b"))
-    if k == 1:
-        return greedy_search(model, src, src_mask, a, b, length_penalty=alpha)
-    return beam_search(model, src, src_mask, k, alpha, a, b, int(cfg_get(search_cfg, "n_best")))
-
-
-def translate(model: Seq2Seq, src_ids: Sequence[Sequence[int]], search_cfg,
-              device: str | torch.device = "cpu") -> list[list[Hypothesis]]:
-    """Translate many tokenized sentences, in batches, keeping the input order.
-
-    Sentences are sorted by length (less padding), cut into batches of
-    ``search_cfg.batch_sentences`` (and ``batch_tokens``) and searched with
-    :func:`search_batch`. An empty source
-    (no subwords) gets an empty translation without running the model: one hypothesis with
-    no tokens, score 0 and alignment [[1.0]] (EOS on source EOS).
-
-    Args:
-        model: any :class:`Seq2Seq` (already on ``device``).
-        src_ids: per sentence its source subword ids, without EOS (EOS is appended).
-        search_cfg: keys of ``cfg.search`` (beam_size, length_penalty, max_len_a, max_len_b,
-            batch_sentences, n_best).
-        device: where the source tensors are built.
-
-    Returns:
-        For each input sentence, in input order, its list of hypotheses (best first).
-    """
-    return _in_batches(src_ids, batch_limits(search_cfg), device,
-                       lambda src, mask: search_batch(model, src, mask, search_cfg))
-
-
-def sample(model: Seq2Seq, src_ids: Sequence[Sequence[int]], search_cfg, *,
-           temperature: float = 1.0, top_k: int = 0, top_p: float = 1.0, seed: int = 0,
-           device: str | torch.device = "cpu") -> list[list[Hypothesis]]:
-    """Sample one translation per sentence (back-translation), batched like :func:`translate`.
-
-    Same batching, order and empty-source handling as :func:`translate`; each batch is
-    decoded by :func:`sample_search` with one ``torch.Generator`` seeded with ``seed`` and
-    shared by the batches in turn (the global RNG is untouched). The output is a function
-    of ``seed``, ``src_ids``, ``batch_sentences`` and the model (on the same kind of device
-    and torch version: random streams differ between CPU and CUDA).
-
-    Args:
-        model: any :class:`Seq2Seq` (already on ``device``).
-        src_ids: per sentence its source subword ids, without EOS (EOS is appended).
-        search_cfg: keys of ``cfg.search``; read are max_len_a, max_len_b, batch_sentences
-            and length_penalty (alpha of the reported score); beam_size and n_best are ignored.
-        temperature, top_k, top_p: the filters of :func:`sample_search`.
-        seed: seed of the generator.
-        device: where the source tensors and the generator live.
-
-    Returns:
-        For each input sentence, in input order, a list with one :class:`Hypothesis`.
-
-    Raises:
-        ValueError: temperature < 0 or not finite, top_k < 0, or top_p outside (0, 1].
-    """
-    check_sampling_args(temperature, top_k, top_p)
-    generator = torch.Generator(device=device).manual_seed(int(seed))
-    a, b = float(cfg_get(search_cfg, "max_len_a")), int(cfg_get(search_cfg, "max_len_b"))
-    alpha = float(cfg_get(search_cfg, "length_penalty"))
-    return _in_batches(
-        src_ids, batch_limits(search_cfg), device,
-        lambda src, mask: sample_search(model, src, mask, a, b, temperature=temperature,
-                                        top_k=top_k, top_p=top_p, generator=generator,
-                                        length_penalty=alpha))
-
-
-def batch_limits(search_cfg) -> tuple[int, int]:
-    """``(batch_sentences, batch_tokens)`` of the search settings (``batch_tokens`` 0 = none;
-    absent in settings written before it existed)."""
-    try:
-        tokens = int(cfg_get(search_cfg, "batch_tokens") or 0)
-    except (KeyError, AttributeError):
-        tokens = 0
-    return int(cfg_get(search_cfg, "batch_sentences")), tokens
-
-
-def length_sorted_batches(lengths: Sequence[int], batch_sentences: int, batch_tokens: int = 0
-                          ) -> list[list[int]]:
-    """Indices of ``lengths``, longest first, cut into batches.
-
-    A batch holds at most ``batch_sentences`` items and, when ``batch_tokens`` > 0, at most
-    ``batch_tokens`` padded positions (items x its longest length; a single longer item
-    still gets a batch of its own). Sorting by length keeps padding small.
-
-    Returns:
-        Lists of indices into ``lengths``; every index appears once.
-    """
-    order = sorted(range(len(lengths)), key=lambda i: lengths[i], reverse=True)
-    batches: list[list[int]] = []
-    for i in order:
-        if batches:
-            current = batches[-1]
-            width = lengths[current[0]]
-            fits = len(current) < batch_sentences and (
-                batch_tokens <= 0 or (len(current) + 1) * width <= batch_tokens)
-            if fits:
-                current.append(i)
-                continue
-        batches.append([i])
-    return batches
-
-
-def in_batches(src_ids: Sequence[Sequence[int]], limits: tuple[int, int],
-               search: Callable[[list[list[int]]], list[list[Hypothesis]]]
-               ) -> list[list[Hypothesis]]:
-    """Run ``search(batch)`` on length-sorted batches of ``src_ids`` (``limits`` =
-    batch_sentences, batch_tokens: :func:`length_sorted_batches`, lengths with EOS).
-
-    ``batch`` is a list of source id lists (no EOS), none of them empty; results come back
-    in input order, and an empty source is answered without the model (see
-    :func:`translate`). Shared by the PyTorch search and the CTranslate2 engine
-    (:mod:`nmt.extras.ctranslate2`), so both see the same batches.
-    """
-    out: list[list[Hypothesis] | None] = [None] * len(src_ids)
-    nonempty = [i for i, ids in enumerate(src_ids) if len(ids) > 0]
-    for i in range(len(src_ids)):
-        if len(src_ids[i]) == 0:
-            out[i] = [Hypothesis(tokens=[], score=0.0, alignment=np.ones((1, 1), np.float32))]
-    for batch in length_sorted_batches([len(src_ids[i]) + 1 for i in nonempty], *limits):
-        chunk = [nonempty[k] for k in batch]
-        for i, hyps in zip(chunk, search([list(src_ids[i]) for i in chunk]), strict=True):
-            out[i] = hyps
-    return out  # type: ignore[return-value]
-
-
-def _in_batches(src_ids: Sequence[Sequence[int]], limits: tuple[int, int],
-                device: str | torch.device,
-                search: Callable[[Tensor, Tensor], list[list[Hypothesis]]]
-                ) -> list[list[Hypothesis]]:
-    """:func:`in_batches` with each batch as ``search(src [B,S], src_mask [B,S])`` tensors
-    on ``device``."""
-    from nmt.data.batching import make_src_batch
-
-    return in_batches(src_ids, limits,
-                      lambda batch: search(*make_src_batch(batch, device=device)))

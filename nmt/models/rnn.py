@@ -1,24 +1,26 @@
 """RNN encoder-decoder with additive attention (Bahdanau, Cho, Bengio 2015, "RNNsearch").
 
-Encoder: bidirectional GRU over packed sequences (padding never enters the recurrence);
-annotation h_j = [h_j forward; h_j backward] (section 3.2).
-Decoder (appendix A.2.2), for i = 1..T:
+The encoder is a bidirectional GRU over packed sequences (padding never enters the
+recurrence); annotation h_j = [forward h_j; backward h_j] (section 3.2). The decoder, for
+i = 1..T, with s_0 = tanh(W_s backward h_1) (appendix A.2.2)::
 
-    c_i = sum_j alpha_ij h_j,  alpha_i = softmax_j(v^T tanh(W_a s_{i-1} + U_a h_j))   (attention)
-    s_i = GRU([E y_{i-1}; c_i], s_{i-1})                                             (state)
-    t_i = maxout(U_o s_i + V_o E y_{i-1} + C_o c_i),  p(y_i) = softmax(W_o t_i)       (deep output)
+    e_ij = v_a^T tanh(W_a s_{i-1} + U_a h_j),  alpha_i = softmax_j(e_i),  c_i = sum_j alpha_ij h_j
+    s_i = GRU([E y_{i-1}; c_i], s_{i-1})
+    t_i = maxout(U_o s_i + V_o E y_{i-1} + C_o c_i),  p(y_i) = softmax(W_o t_i)   (deep output)
 
-with s_0 = tanh(W_s h_1 backward). Only the attention and the GRU update are sequential:
-the step loop computes them; the embeddings' share of the GRU input gates, the deep output,
-the vocabulary projection (and the caller's log-softmax) run once over all T steps. Inside
-the loop ``s_{i-1}`` is multiplied once by one stacked [U_gates; W_a] matrix (``recurrent``),
-giving the GRU's recurrent gates and the attention query together.
+Only attention and GRU update are sequential: the loop computes them, while the embeddings'
+share of the GRU gates, the deep output and the vocabulary projection run once over all T
+steps. Inside the loop one matmul of s_{i-1} with the stacked [U_r; U_z; U_n; W_a]
+(``recurrent``) gives the GRU's recurrent gates and the attention query together.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 import torch.nn.functional as F
+from omegaconf import MISSING
 from torch import Tensor, nn
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
@@ -30,24 +32,40 @@ from nmt.models.base import (
     Seq2Seq,
     check_need_alignment,
     regroup_rows,
+    require,
 )
 
 
+@dataclass
+class RNNConfig:
+    """The ``model`` section of ``model=rnn`` (meaning: configs/model/rnn.yaml)."""
+
+    name: str = MISSING
+    emb_dim: int = MISSING
+    encoder_hidden: int = MISSING
+    encoder_layers: int = MISSING
+    decoder_hidden: int = MISSING
+    attention_dim: int = MISSING
+    output_dim: int = MISSING
+    maxout: bool = MISSING
+    dropout: float = MISSING
+    tie_embeddings: bool = MISSING
+
+    @staticmethod
+    def check(cfg) -> None:
+        """The ranges that types cannot express (ConfigError naming the key)."""
+        for key in ("emb_dim", "encoder_hidden", "encoder_layers", "decoder_hidden",
+                    "attention_dim", "output_dim"):
+            require(cfg[key] > 0, cfg, key, "must be > 0")
+        require(0.0 <= cfg.dropout < 1.0, cfg, "dropout", "must lie in [0, 1)")
+        require(not (cfg.maxout and cfg.output_dim % 2), cfg, "output_dim",
+                "must be even with model.maxout=true (pool size 2)")
+
+
 class RNNState(DecoderState):
-    """Incremental-decoding cache of :class:`BahdanauRNN`.
-
-    The encoder side (keys, memory, bias) is stored once per source sentence and shared by
-    the rows (beams) that decode it, as in :class:`nmt.models.transformer.TransformerState`.
-
-    Attributes:
-        hidden: s_{i-1} [B, decoder_hidden].
-        keys: U_a h_j [n_src,S,attention_dim] (projected once per sentence).
-        memory: h_j [n_src,S,2*encoder_hidden].
-        bias: [n_src,S] float attention bias, 0 at real source positions, -inf at padding.
-        steps: target positions consumed so far.
-        rows: [B] int64, source row of each decoder row.
-        group: g when ``rows`` is ``arange(n_src).repeat_interleave(g)``, else None.
-    """
+    """``hidden`` s_{i-1} [B,n]; per sentence ``keys`` U_a h_j [n_src,S,n'], ``memory`` h_j
+    [n_src,S,2*encoder_hidden] and ``bias`` [n_src,S] (0 real, -inf padding), shared by its
+    beams through ``rows`` and ``group`` (:func:`~nmt.models.base.regroup_rows`)."""
 
     def __init__(self, hidden: Tensor, keys: Tensor, memory: Tensor, bias: Tensor, steps: int,
                  rows: Tensor | None = None, group: int | None = 1):
@@ -56,7 +74,7 @@ class RNNState(DecoderState):
         self.group = group
 
     def reorder(self, index: Tensor) -> RNNState:
-        """Rows ``index`` [B'] (may repeat) of the decoder state; encoder side shared."""
+        """Rows ``index`` [B'] of the decoder state; the encoder side stays shared."""
         used, rows, group = regroup_rows(self.rows, index, self.keys.size(0))
         keys, memory, bias = self.keys, self.memory, self.bias
         if used is not None:
@@ -66,26 +84,10 @@ class RNNState(DecoderState):
 
 
 class BahdanauRNN(Seq2Seq):
-    """Bahdanau et al. (2015) attentional GRU encoder-decoder.
-
-    All arguments after the vocabulary sizes are keyword-only and required: their defaults
-    live in ``configs/model/rnn.yaml`` only; build models with :func:`nmt.models.build_model`,
-    which validates the config and the vocabulary sizes.
-
-    Args:
-        src_vocab_size, tgt_vocab_size: vocabulary sizes (must be equal with
-            ``tie_embeddings``; :func:`nmt.models.build_model` checks this).
-        emb_dim: embedding size m.
-        encoder_hidden: GRU size per direction n (annotations have 2n).
-        encoder_layers: stacked bidirectional GRU layers.
-        decoder_hidden: decoder GRU size.
-        attention_dim: n' of the additive attention.
-        output_dim: size of t~_i (before maxout; halved by maxout with pool 2).
-        maxout: maxout over pairs (appendix A.2.2); otherwise tanh.
-        dropout: on source/target embeddings and on t_i (before W_o).
-        tie_embeddings: share source and target embeddings.
-        pad_id: padding id (``nmt.data.tokenizer.PAD_ID``).
-    """
+    """The RNNsearch model; the settings after the vocabulary sizes are :class:`RNNConfig`'s
+    fields, keyword-only and required (build with :func:`nmt.models.build_model`). Sizes in
+    the paper's names: ``emb_dim`` m, ``encoder_hidden`` n per direction, ``attention_dim``
+    n', ``output_dim`` 2l (t~_i before maxout); dropout acts on embeddings and on t_i."""
 
     def __init__(self, src_vocab_size: int, tgt_vocab_size: int, *, emb_dim: int,
                  encoder_hidden: int, encoder_layers: int, decoder_hidden: int,
@@ -94,7 +96,7 @@ class BahdanauRNN(Seq2Seq):
         super().__init__()
         self.src_vocab_size, self.tgt_vocab_size = src_vocab_size, tgt_vocab_size
         self.dropout, self.maxout, self.pad_id = dropout, maxout, pad_id
-        self.decoder_hidden, self.attention_dim = decoder_hidden, attention_dim
+        self.decoder_hidden = decoder_hidden
         mem = 2 * encoder_hidden
         self.src_embed = nn.Embedding(src_vocab_size, emb_dim, padding_idx=pad_id)
         self.tgt_embed = self.src_embed if tie_embeddings else nn.Embedding(
@@ -136,11 +138,7 @@ class BahdanauRNN(Seq2Seq):
             else:
                 nn.init.zeros_(p)
 
-    def flop_params(self) -> tuple[int, int]:
-        """(encoder params, decoder + output-projection params) for 6*N*tokens FLOP counts.
-
-        Embedding lookups are not counted; W_s and U_a (once per sentence) count as decoder.
-        """
+    def flop_params(self) -> tuple[int, int]:  # W_s and U_a (once per sentence) count as decoder
         enc = sum(p.numel() for p in self.encoder.parameters())
         embeds = {id(p) for p in (self.src_embed.weight, self.tgt_embed.weight)}
         total = sum(p.numel() for p in self.parameters() if id(p) not in embeds)
@@ -150,12 +148,9 @@ class BahdanauRNN(Seq2Seq):
         return F.dropout(x, self.dropout, True) if self.dropout > 0.0 and self.training else x
 
     def encode(self, src: Tensor, src_mask: Tensor, need_weights: bool = False) -> Encoded:
-        """``src`` [B,S], ``src_mask`` [B,S] -> Encoded(memory [B,S,2*encoder_hidden], mask).
-
-        ``memory[:, 0, encoder_hidden:]`` is h_1 backward of the top layer (the backward GRU's
-        final state), from which :meth:`init_state` derives s_0. The GRU encoder has no
-        attention, so ``need_weights`` changes nothing (``Encoded.attention`` is None).
-        """
+        """``src`` [B,S], ``src_mask`` [B,S] -> Encoded(memory [B,S,2*encoder_hidden], mask);
+        ``memory[:, 0, encoder_hidden:]`` is backward h_1, the backward GRU's final state. No
+        attention here: ``need_weights`` changes nothing."""
         lengths = src_mask.sum(1)
         emb = self._drop(self.src_embed(src))
         packed = pack_padded_sequence(emb, lengths.cpu(), batch_first=True, enforce_sorted=False)
@@ -171,19 +166,16 @@ class BahdanauRNN(Seq2Seq):
 
     def _recurrent_step(self, s: Tensor, gi_emb: Tensor, keys: Tensor, bias: Tensor,
                         memory: Tensor, group: int) -> tuple[Tensor, Tensor, Tensor]:
-        """One decoder step i (Bahdanau et al. 2015, appendix A.2.2): attention, then GRU.
-
-        Args:
-            s: s_{i-1} [B, n]; gi_emb: the input-gate share of E y_{i-1} [B, 3n];
-            keys, bias, memory: the encoder side of :class:`RNNState` (see
-            :meth:`AdditiveAttention.score`); group: beam rows per source row.
-
-        Returns:
-            ``(s_i [B, n], context c_i [B, 2*encoder_hidden], alpha_i [B, S])``.
-        """
+        """Decoder step i: s_{i-1} ``s`` [B,n], ``gi_emb`` E y_{i-1}'s share of the GRU gates
+        [B,3n], and :class:`RNNState`'s encoder side -> (s_i [B,n], c_i [B,2*encoder_hidden],
+        alpha_i [B,S])."""
         n = self.decoder_hidden
-        # one matmul for the recurrent gates U s_{i-1} and the attention query W_a s_{i-1}
-        rec = torch.addmm(self.recurrent.bias, s, self.recurrent.weight.t())  # [B, 3n + a]
+        # The paper's matrices in the fused weights (the reference is AdditiveAttention.forward):
+        # recurrent.weight = [U_r; U_z; U_n; W_a], rows [0, 3n) the GRU's recurrent gates (as
+        # nn.GRUCell's weight_hh), rows [3n:] W_a (their bias adds to U_a's); U_a and v_a are
+        # self.attention.key_proj and .energy. So `query` is W_a s_{i-1}, and score() computes
+        # e_ij = v_a^T tanh(W_a s_{i-1} + U_a h_j), alpha_i and c_i.
+        rec = torch.addmm(self.recurrent.bias, s, self.recurrent.weight.t())  # [B, 3n + n']
         gh, query = rec[:, : 3 * n], rec[:, 3 * n:]
         context, alpha = self.attention.score(query, keys, bias, memory, group)
         gi = torch.addmm(gi_emb, context, self.gru_in_ctx.weight.t())
@@ -195,25 +187,16 @@ class BahdanauRNN(Seq2Seq):
         return cand + z * (s - cand), context, alpha  # (1 - z) * cand + z * s_{i-1}
 
     def compiled(self) -> nn.Module:
-        """Compile the decoder step (:meth:`_recurrent_step`, dynamic shapes), not the loop.
-
-        Compiling the whole model would unroll the Python loop over target positions into
-        one graph per target length. The step has the same shapes at every position, so
-        one graph (plus its backward) serves all lengths and batch sizes; search (eval
-        mode) stays eager. Returns ``self``.
-        """
+        """Compile :meth:`_recurrent_step` (dynamic shapes), not the loop, which Dynamo would
+        unroll into one graph per target length; training uses it, search stays eager."""
         self._compiled_step = torch.compile(self._recurrent_step, dynamic=True)
         return self
 
     def decode(self, tgt_in: Tensor, enc: Encoded | None, state: RNNState | None = None,
                need_alignment: bool | str = True
                ) -> tuple[Tensor, Tensor | Attention | None, RNNState | None]:
-        """Teacher forcing (``state`` None) or T incremental steps; see :class:`Seq2Seq`.
-
-        Returns logits [B,T,V], alignment alpha [B,T,S] or None, advanced state (None in
-        teacher forcing). ``need_alignment="all"``: an :class:`Attention` whose ``cross``
-        is alpha as one layer and one head [B,1,1,T,S], with no decoder self-attention.
-        """
+        """As :meth:`Seq2Seq.decode`; the alignment is alpha [B,T,S] (``"all"``: the same as
+        one layer and head, [B,1,1,T,S])."""
         everything = check_need_alignment(need_alignment)
         incremental = state is not None
         if not incremental:

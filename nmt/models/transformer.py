@@ -1,26 +1,22 @@
 """Transformer encoder-decoder (Vaswani et al. 2017).
 
-Sinusoidal positions (section 3.5), embeddings scaled by sqrt(d_model) (section 3.4),
-pre-norm (Wang et al. 2019) or post-norm (the paper) sub-layers with residual dropout on each
-sub-layer output and on embeddings + positions (section 5.4); the final LayerNorm of each
-stack exists only with pre-norm. Tied source/target/output embeddings for a joint vocabulary.
-
-Incremental decoding: :meth:`Transformer.init_state` projects the encoder memory into each
-decoder layer's cross-attention keys/values once; every ``decode`` call appends the new
-positions' self-attention keys/values to a per-layer cache, so step t costs O(t) attention and
-no recomputation of earlier positions.
-
-Attention capture (``need_alignment="all"``, ``encode(..., need_weights=True)``): every
-layer's and head's weights, computed with an explicit softmax; otherwise only the
-alignment layer's cross-attention is explicit and everything else runs the fused kernel.
+Embeddings scaled by sqrt(d) (section 3.4) plus sinusoidal positions (3.5) pass through layers
+whose sub-layers (self-attention, the decoder's cross-attention, a feed-forward network; 3.1-3.3)
+each sit in a residual connection with dropout (5.4), post-norm (the paper) or pre-norm (Wang
+et al. 2019; a final LayerNorm ends each stack). Decoding projects the encoder memory into
+each layer's cross-attention keys/values once (``init_state``) and caches the self-attention
+keys/values of past positions, so step t costs O(t). Weights are computed explicitly only
+where asked for (the alignment layer, or all); everything else runs fused kernels.
 """
 
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
+from omegaconf import MISSING
 from torch import Tensor, nn
 
 from nmt.models.attention import MultiHeadAttention
@@ -32,7 +28,42 @@ from nmt.models.base import (
     check_need_alignment,
     regroup_rows,
     reorder_tensors,
+    require,
 )
+
+
+@dataclass
+class TransformerConfig:
+    """The ``model`` section of ``model=transformer`` (meaning: configs/model/transformer.yaml)."""
+
+    name: str = MISSING
+    d_model: int = MISSING
+    heads: int = MISSING
+    ff_dim: int = MISSING
+    encoder_layers: int = MISSING
+    decoder_layers: int = MISSING
+    norm: str = MISSING  # pre | post
+    dropout: float = MISSING
+    attention_dropout: float = MISSING
+    activation_dropout: float = MISSING
+    activation: str = MISSING  # relu | gelu
+    tie_embeddings: bool = MISSING
+    alignment_layer: int = MISSING
+
+    @staticmethod
+    def check(cfg) -> None:
+        """The ranges that types cannot express (ConfigError naming the key)."""
+        for key in ("d_model", "heads", "ff_dim", "encoder_layers", "decoder_layers"):
+            require(cfg[key] > 0, cfg, key, "must be > 0")
+        for key in ("dropout", "attention_dropout", "activation_dropout"):
+            require(0.0 <= cfg[key] < 1.0, cfg, key, "must lie in [0, 1)")
+        require(cfg.norm in ("pre", "post"), cfg, "norm", "is not one of pre, post")
+        require(cfg.activation in ("relu", "gelu"), cfg, "activation", "is not one of relu, gelu")
+        require(cfg.d_model % cfg.heads == 0, cfg, "d_model",
+                f"is not divisible by model.heads={cfg.heads} (heads of d_model / heads, section 3.2.2)")
+        n = cfg.decoder_layers
+        require(-n <= cfg.alignment_layer < n, cfg, "alignment_layer",
+                f"names none of the {n} decoder layers: use {-n}..{n - 1}")
 
 
 def sinusoidal_positions(length: int, d_model: int) -> Tensor:
@@ -52,8 +83,7 @@ class FeedForward(nn.Module):
         super().__init__()
         self.linear1 = nn.Linear(d_model, ff_dim)
         self.linear2 = nn.Linear(ff_dim, d_model)
-        self.act = F.relu if activation == "relu" else F.gelu
-        self.dropout = dropout
+        self.act, self.dropout = (F.relu if activation == "relu" else F.gelu), dropout
 
     def forward(self, x: Tensor) -> Tensor:
         h = self.act(self.linear1(x))
@@ -63,27 +93,31 @@ class FeedForward(nn.Module):
 
 
 class _Residual(nn.Module):
-    """Sub-layer connection: pre-norm x + drop(f(LN(x))) or post-norm LN(x + drop(f(x)))."""
+    """Sub-layer connection (section 5.4): pre-norm x + drop(f(LN(x))) (Wang et al. 2019) or
+    post-norm LN(x + drop(f(x))) (the paper)."""
 
     def __init__(self, d_model: int, dropout: float, pre_norm: bool):
         super().__init__()
         self.norm = nn.LayerNorm(d_model)
-        self.dropout = dropout
-        self.pre_norm = pre_norm
+        self.dropout, self.pre_norm = dropout, pre_norm
 
-    def inp(self, x: Tensor) -> Tensor:
-        """The sub-layer's input."""
+    def forward(self, x: Tensor, sublayer) -> tuple[Tensor, Tensor | None]:
+        """x [B,T,d], f = ``sublayer`` returning y or (y, weights) -> (new x, weights or None)."""
+        y = sublayer(self.inp(x))
+        y, weights = y if isinstance(y, tuple) else (y, None)
+        return self.out(x, y), weights
+
+    def inp(self, x: Tensor) -> Tensor:  # f's input
         return self.norm(x) if self.pre_norm else x
 
-    def out(self, x: Tensor, y: Tensor) -> Tensor:
-        """Combine residual ``x`` and sub-layer output ``y``."""
+    def out(self, x: Tensor, y: Tensor) -> Tensor:  # x plus f's output y
         if self.dropout > 0.0 and self.training:
             y = F.dropout(y, self.dropout, True)
         return x + y if self.pre_norm else self.norm(x + y)
 
 
 class EncoderLayer(nn.Module):
-    """Self-attention + feed-forward, each with a residual connection: [B,S,d] -> [B,S,d]."""
+    """Self-attention, then feed-forward, each in a residual connection (section 3.1)."""
 
     def __init__(self, d_model, heads, ff_dim, dropout, attention_dropout, activation_dropout,
                  activation, pre_norm):
@@ -93,20 +127,16 @@ class EncoderLayer(nn.Module):
         self.res1 = _Residual(d_model, dropout, pre_norm)
         self.res2 = _Residual(d_model, dropout, pre_norm)
 
-    def forward(self, x: Tensor, attn_mask: Tensor, need_weights: bool = False
-                ) -> tuple[Tensor, Tensor | None]:
-        """``attn_mask`` [B,1,1,S] bool, True at real source positions.
-
-        Returns the output [B,S,d] and, with ``need_weights``, the self-attention [B,h,S,S].
-        """
-        q, k, v = self.self_attn.project_qkv(self.res1.inp(x))
-        y, weights = self.self_attn.attend(q, k, v, attn_mask, need_weights=need_weights)
-        x = self.res1.out(x, y)
-        return self.res2.out(x, self.ff(self.res2.inp(x))), weights
+    def forward(self, x: Tensor, mask: Tensor, need_weights: bool = False) -> tuple[Tensor, Tensor | None]:
+        """x [B,S,d], ``mask`` [B,1,1,S] (True at real positions) -> x [B,S,d] and, with
+        ``need_weights``, the self-attention [B,h,S,S]."""
+        x, weights = self.res1(x, lambda h: self.self_attn(h, h, mask, need_weights=need_weights))
+        x, _ = self.res2(x, self.ff)
+        return x, weights
 
 
 class DecoderLayer(nn.Module):
-    """Masked self-attention, cross-attention over the encoder, feed-forward: [B,T,d] -> [B,T,d]."""
+    """Masked self-attention, cross-attention over the encoder, feed-forward (section 3.1)."""
 
     def __init__(self, d_model, heads, ff_dim, dropout, attention_dropout, activation_dropout,
                  activation, pre_norm):
@@ -118,27 +148,23 @@ class DecoderLayer(nn.Module):
         self.res2 = _Residual(d_model, dropout, pre_norm)
         self.res3 = _Residual(d_model, dropout, pre_norm)
 
-    def forward(self, x: Tensor, cross_kv: tuple[Tensor, Tensor], src_attn_mask: Tensor,
-                self_kv: tuple[Tensor, Tensor] | None, need_weights: bool, group: int = 1,
-                need_self_weights: bool = False
-                ) -> tuple[Tensor, Tensor | None, Tensor | None, tuple[Tensor, Tensor]]:
-        """One layer.
+    def forward(self, x: Tensor, memory: Tensor, src_mask: Tensor, need_weights: bool = False,
+                need_self_weights: bool = False) -> tuple[Tensor, Tensor | None, Tensor | None]:
+        """Teacher forcing: x [B,T,d], ``memory`` [B,S,d], ``src_mask`` [B,1,1,S] -> (x [B,T,d],
+        cross-attention [B,h,T,S] or None, self-attention [B,h,T,T] or None)."""
+        x, self_weights = self.res1(
+            x, lambda h: self.self_attn(h, h, causal=True, need_weights=need_self_weights))
+        x, weights = self.res2(
+            x, lambda h: self.cross_attn(h, memory, src_mask, need_weights=need_weights))
+        x, _ = self.res3(x, self.ff)
+        return x, weights, self_weights
 
-        Args:
-            x: [B,T,d] new target positions.
-            cross_kv: encoder keys/values 2 x [B/group,h,S,d_head] (projected once per sentence).
-            src_attn_mask: [B/group,1,1,S] bool, True at real source positions.
-            self_kv: cached self-attention keys/values 2 x [B,h,t0,d_head] of the t0 earlier
-                positions, or None (teacher forcing from position 0).
-            need_weights: return the cross-attention weights [B,h,T,S].
-            group: consecutive rows of ``x`` that share one row of ``cross_kv`` (the beams of
-                a sentence); their queries attend in one call, keys/values are never copied.
-            need_self_weights: also return the self-attention weights [B,h,T,t0+T].
-
-        Returns:
-            output [B,T,d], cross-attention weights or None, self-attention weights or None,
-            keys/values of all t0+T positions.
-        """
+    def step(self, x: Tensor, cross_kv: tuple[Tensor, Tensor], src_mask: Tensor,
+             self_kv: tuple[Tensor, Tensor] | None, need_weights: bool, need_self_weights: bool,
+             group: int) -> tuple[Tensor, Tensor | None, Tensor | None, tuple[Tensor, Tensor]]:
+        """:meth:`forward` of T new positions from :class:`TransformerState`'s caches: ``self_kv``
+        2 x [B,h,t0,d_head] or None; ``cross_kv`` 2 x [B/g,h,S,d_head] and ``src_mask`` serve g =
+        ``group`` rows each (a sentence's beams, folded into one call). Adds the t0+T keys/values."""
         q, k, v = self.self_attn.project_qkv(self.res1.inp(x))
         if self_kv is not None:
             k = torch.cat([self_kv[0], k], dim=2)
@@ -147,47 +173,33 @@ class DecoderLayer(nn.Module):
         x = self.res1.out(x, y)
         q = self.cross_attn.project_q(self.res2.inp(x))
         b, h, t, dh = q.shape
-        if group > 1:  # the `group` rows of one sentence share its keys/values: fold them into queries
+        if group > 1:
             q = q.view(b // group, group, h, t, dh).transpose(1, 2).reshape(b // group, h, group * t, dh)
-        y, weights = self.cross_attn.attend(q, cross_kv[0], cross_kv[1], src_attn_mask,
+        y, weights = self.cross_attn.attend(q, cross_kv[0], cross_kv[1], src_mask,
                                             need_weights=need_weights)
         if group > 1:
             y = y.reshape(b, t, -1)
             if weights is not None:
                 weights = weights.view(b // group, h, group, t, -1).transpose(1, 2).reshape(b, h, t, -1)
         x = self.res2.out(x, y)
-        return self.res3.out(x, self.ff(self.res3.inp(x))), weights, self_weights, (k, v)
+        x, _ = self.res3(x, self.ff)
+        return x, weights, self_weights, (k, v)
 
 
 class TransformerState(DecoderState):
-    """Incremental-decoding cache of :class:`Transformer`.
-
-    The encoder side is stored once per source sentence and shared by the rows (beams) that
-    decode it: ``rows`` maps each decoder row to its source row, so :meth:`reorder` copies
-    only the self-attention cache (and the encoder side only when sentences leave).
-
-    Attributes:
-        cross_kv: per decoder layer, (key, value) [n_src,h,S,d_head] of the encoder memory.
-        src_attn_mask: [n_src,1,1,S] bool.
-        self_kv: per decoder layer, (key, value) [B,h,steps,d_head] or None before step 1.
-        steps: target positions consumed so far.
-        rows: [B] int64, source row of each decoder row.
-        group: g when ``rows`` is ``arange(n_src).repeat_interleave(g)`` (beam layout), else
-            None (decode then gathers the encoder side per row).
-    """
+    """Per decoder layer: encoder keys/values ``cross_kv`` 2 x [n_src,h,S,d_head] (with
+    ``src_attn_mask`` [n_src,1,1,S]) and self-attention keys/values ``self_kv`` 2 x
+    [B,h,steps,d_head] (None before the first call). Beams share their sentence's encoder side:
+    ``rows`` and ``group`` as returned by :func:`~nmt.models.base.regroup_rows`."""
 
     def __init__(self, cross_kv, src_attn_mask, self_kv, steps: int, rows: Tensor | None = None,
                  group: int | None = 1):
-        self.cross_kv = cross_kv
-        self.src_attn_mask = src_attn_mask
-        self.self_kv = self_kv
-        self.steps = steps
-        n_src = src_attn_mask.size(0)
-        self.rows = torch.arange(n_src, device=src_attn_mask.device) if rows is None else rows
+        self.cross_kv, self.src_attn_mask, self.self_kv, self.steps = cross_kv, src_attn_mask, self_kv, steps
+        self.rows = torch.arange(src_attn_mask.size(0), device=src_attn_mask.device) if rows is None else rows
         self.group = group
 
     def reorder(self, index: Tensor) -> TransformerState:
-        """Rows ``index`` [B'] (may repeat) of the decoder cache; encoder side shared."""
+        """Rows ``index`` [B'] of the self-attention cache; the encoder side stays shared."""
         used, rows, group = regroup_rows(self.rows, index, self.src_attn_mask.size(0))
         cross_kv, mask = self.cross_kv, self.src_attn_mask
         if used is not None:  # some sentences left: drop their encoder side
@@ -197,32 +209,11 @@ class TransformerState(DecoderState):
 
 
 class Transformer(Seq2Seq):
-    """Transformer encoder-decoder.
+    """The settings after the vocabulary sizes are :class:`TransformerConfig`'s fields,
+    keyword-only and required (build with :func:`nmt.models.build_model`); ``pad_id``'s
+    embedding row is zero and gets no gradient."""
 
-    All arguments after the vocabulary sizes are keyword-only and required: their defaults
-    live in ``configs/model/transformer.yaml`` only; build models with
-    :func:`nmt.models.build_model`, which validates the config and the vocabulary sizes.
-
-    Args:
-        src_vocab_size, tgt_vocab_size: vocabulary sizes (must be equal with
-            ``tie_embeddings``; :func:`nmt.models.build_model` checks this).
-        d_model, heads, ff_dim, encoder_layers, decoder_layers: sizes (section 3).
-        norm: "pre" or "post".
-        dropout: residual dropout and dropout on embeddings + positions.
-        attention_dropout: dropout on attention weights.
-        activation_dropout: dropout after the feed-forward activation.
-        activation: "relu" or "gelu".
-        tie_embeddings: one matrix for source embeddings, target embeddings and the output
-            projection (section 3.4).
-        alignment_layer: decoder layer (negative counts from the end) whose cross-attention,
-            averaged over heads, is returned as the alignment.
-        pad_id: padding id (its embedding row is zero and gets no gradient;
-            ``nmt.data.tokenizer.PAD_ID``).
-    """
-
-    #: Rows of the precomputed sinusoidal table; longer sequences get a table computed
-    #: on the fly in :meth:`_embed` (the buffer itself never changes).
-    max_cached_positions = 512
+    max_cached_positions = 512  # rows of the sinusoid buffer; _embed computes longer tables
 
     def __init__(self, src_vocab_size: int, tgt_vocab_size: int, *, d_model: int, heads: int,
                  ff_dim: int, encoder_layers: int, decoder_layers: int, norm: str,
@@ -230,20 +221,18 @@ class Transformer(Seq2Seq):
                  activation: str, tie_embeddings: bool, alignment_layer: int, pad_id: int):
         super().__init__()
         self.src_vocab_size, self.tgt_vocab_size = src_vocab_size, tgt_vocab_size
-        self.d_model, self.heads, self.pad_id = d_model, heads, pad_id
-        self.dropout = dropout
-        self.pre_norm = norm == "pre"
+        self.d_model, self.pad_id, self.dropout = d_model, pad_id, dropout
+        pre_norm = norm == "pre"
         self.alignment_layer = alignment_layer % decoder_layers
-        self.tie_embeddings = tie_embeddings
         self.src_embed = nn.Embedding(src_vocab_size, d_model, padding_idx=pad_id)
         self.tgt_embed = self.src_embed if tie_embeddings else nn.Embedding(
             tgt_vocab_size, d_model, padding_idx=pad_id)
         args = (d_model, heads, ff_dim, dropout, attention_dropout, activation_dropout, activation,
-                self.pre_norm)
+                pre_norm)
         self.encoder = nn.ModuleList(EncoderLayer(*args) for _ in range(encoder_layers))
         self.decoder = nn.ModuleList(DecoderLayer(*args) for _ in range(decoder_layers))
-        self.encoder_norm = nn.LayerNorm(d_model) if self.pre_norm else nn.Identity()
-        self.decoder_norm = nn.LayerNorm(d_model) if self.pre_norm else nn.Identity()
+        self.encoder_norm = nn.LayerNorm(d_model) if pre_norm else nn.Identity()
+        self.decoder_norm = nn.LayerNorm(d_model) if pre_norm else nn.Identity()
         self.output_proj = None if tie_embeddings else nn.Linear(d_model, tgt_vocab_size, bias=False)
         self.register_buffer("positions", sinusoidal_positions(self.max_cached_positions, d_model),
                              persistent=False)
@@ -254,7 +243,7 @@ class Transformer(Seq2Seq):
         for p in self.parameters():
             if p.dim() > 1:
                 nn.init.xavier_uniform_(p)
-        for emb in {self.src_embed, self.tgt_embed}:  # N(0, d^-1/2): scaled by sqrt(d) at input
+        for emb in dict.fromkeys((self.src_embed, self.tgt_embed)):  # N(0, d^-1/2), in this order
             nn.init.normal_(emb.weight, 0.0, self.d_model ** -0.5)
             with torch.no_grad():
                 emb.weight[self.pad_id].zero_()
@@ -262,23 +251,13 @@ class Transformer(Seq2Seq):
             nn.init.normal_(self.output_proj.weight, 0.0, self.d_model ** -0.5)
 
     def flop_params(self) -> tuple[int, int]:
-        """(encoder params, decoder + output-projection params) for 6*N*tokens FLOP counts.
-
-        Embedding lookups are not counted; the output projection is (tied or not) V x d.
-        """
-        enc = sum(p.numel() for p in self.encoder.parameters()) + sum(
-            p.numel() for p in self.encoder_norm.parameters())
-        dec = sum(p.numel() for p in self.decoder.parameters()) + sum(
-            p.numel() for p in self.decoder_norm.parameters())
+        enc = sum(p.numel() for m in (self.encoder, self.encoder_norm) for p in m.parameters())
+        dec = sum(p.numel() for m in (self.decoder, self.decoder_norm) for p in m.parameters())
         return enc, dec + self.tgt_vocab_size * self.d_model
 
     def _embed(self, emb: nn.Embedding, ids: Tensor, start: int) -> Tensor:
-        """sqrt(d) * E[ids] + PE[start:start+T], then dropout: [B,T] -> [B,T,d].
-
-        Positions beyond the cached table are computed locally for this call; the
-        ``positions`` buffer is never reassigned (DDP broadcasts buffers, and a resized
-        buffer would differ between ranks).
-        """
+        """sqrt(d) * E[ids] + PE[start:start+T], then dropout: [B,T] -> [B,T,d]. Positions past
+        the cached table get a local one (a resized buffer would differ between DDP ranks)."""
         t = ids.size(1)
         table = self.positions
         if start + t > table.size(0):
@@ -289,11 +268,8 @@ class Transformer(Seq2Seq):
         return x
 
     def encode(self, src: Tensor, src_mask: Tensor, need_weights: bool = False) -> Encoded:
-        """``src`` [B,S] int64, ``src_mask`` [B,S] bool -> Encoded(memory [B,S,d], mask).
-
-        ``need_weights``: ``Encoded.attention`` = self-attention of every layer and head
-        [B,L,H,S,S] (padded query rows attend to the real keys like any other row).
-        """
+        """``src`` [B,S], ``src_mask`` [B,S] -> Encoded(memory [B,S,d], mask); ``need_weights``:
+        ``attention`` [B,L,H,S,S] of every layer and head (padded query rows see the real keys)."""
         attn_mask = src_mask[:, None, None, :]
         x = self._embed(self.src_embed, src, 0)
         weights = []
@@ -304,53 +280,41 @@ class Transformer(Seq2Seq):
                        attention=torch.stack(weights, 1) if need_weights else None)
 
     def init_state(self, enc: Encoded) -> TransformerState:
-        """Project the memory into every decoder layer's cross-attention keys/values once."""
+        """Incremental decoding: every decoder layer's cross-attention K, V of the memory, once."""
         cross_kv = [layer.cross_attn.project_kv(enc.memory) for layer in self.decoder]
         return TransformerState(cross_kv, enc.mask[:, None, None, :], None, 0)
-
-    def output_layer(self, h: Tensor) -> Tensor:
-        """Vocabulary logits of decoder outputs: [B,T,d] -> [B,T,V]."""
-        if self.output_proj is None:
-            return F.linear(h, self.tgt_embed.weight)
-        return self.output_proj(h)
 
     def decode(self, tgt_in: Tensor, enc: Encoded | None, state: TransformerState | None = None,
                need_alignment: bool | str = True
                ) -> tuple[Tensor, Tensor | Attention | None, TransformerState | None]:
-        """Teacher forcing (``state`` None) or T incremental steps; see :class:`Seq2Seq`.
-
-        Returns logits [B,T,V], alignment [B,T,S] (cross-attention of ``alignment_layer``
-        averaged over heads) or None, and the advanced state (None in teacher forcing).
-        ``need_alignment="all"`` returns an :class:`Attention` instead of the alignment:
-        cross [B,L,H,T,S] and decoder self-attention [B,L,H,T,steps+T] of every layer.
-        """
+        """As :meth:`Seq2Seq.decode`; the alignment [B,T,S] is ``alignment_layer``'s
+        cross-attention averaged over the heads."""
         everything = check_need_alignment(need_alignment)
-        incremental = state is not None
-        if not incremental:
-            state = self.init_state(enc)  # cross-attention keys/values: built in one place
-        cross_kv, src_attn_mask, self_kv, start = (state.cross_kv, state.src_attn_mask,
-                                                   state.self_kv, state.steps)
-        group = state.group
-        if group is None:  # rows in no beam layout: gather the encoder side per row
-            cross_kv = reorder_tensors(cross_kv, state.rows)
-            src_attn_mask, group = src_attn_mask.index_select(0, state.rows), 1
-        x = self._embed(self.tgt_embed, tgt_in, start)
-        alignment = None
-        new_kv, cross, selfs = [], [], []
+        if state is not None:
+            cross_kv, src_mask, group = state.cross_kv, state.src_attn_mask, state.group
+            if group is None:  # rows in no beam layout: gather the encoder side per row
+                cross_kv = reorder_tensors(cross_kv, state.rows)
+                src_mask, group = src_mask.index_select(0, state.rows), 1
+        x = self._embed(self.tgt_embed, tgt_in, 0 if state is None else state.steps)
+        cross, selfs, new_kv = [], [], []
         for i, layer in enumerate(self.decoder):
-            want = everything or (need_alignment and i == self.alignment_layer)
-            x, weights, self_weights, kv = layer(x, cross_kv[i], src_attn_mask,
-                                                 None if self_kv is None else self_kv[i], want,
-                                                 group, everything)
-            if want and i == self.alignment_layer:
-                alignment = weights.mean(dim=1)
-            new_kv.append(kv)
+            want = bool(everything or (need_alignment and i == self.alignment_layer))
+            if state is None:
+                x, weights, self_weights = layer(x, enc.memory, enc.mask[:, None, None, :], want, everything)
+            else:
+                x, weights, self_weights, kv = layer.step(
+                    x, cross_kv[i], src_mask, None if state.self_kv is None else state.self_kv[i],
+                    want, everything, group)
+                new_kv.append(kv)
             cross.append(weights)
             selfs.append(self_weights)
+        alignment = cross[self.alignment_layer].mean(dim=1) if need_alignment else None
         if everything:
             alignment = Attention(alignment, torch.stack(cross, 1), torch.stack(selfs, 1))
-        logits = self.output_layer(self.decoder_norm(x))
-        if not incremental:
+        x = self.decoder_norm(x)
+        logits = F.linear(x, self.tgt_embed.weight) if self.output_proj is None else self.output_proj(x)
+        if state is None:
             return logits, alignment, None
-        return logits, alignment, TransformerState(state.cross_kv, state.src_attn_mask, new_kv,
-                                                   start + tgt_in.size(1), state.rows, state.group)
+        steps = state.steps + tgt_in.size(1)
+        return logits, alignment, TransformerState(state.cross_kv, state.src_attn_mask, new_kv, steps,
+                                                   state.rows, state.group)

@@ -6,20 +6,16 @@ Launch (one process per device; gloo on CPU, NCCL on GPUs)::
 
 Every rank builds the *same* epoch batch list (the sampler is deterministic in seed and
 epoch). One optimizer step consumes ``world_size * accum_steps`` consecutive batches of that
-list; rank ``r`` takes every ``world_size``-th of them starting at ``r`` (i.e. its share of
-``batches[rank::world_size]``), so two ranks with ``accum_steps=1`` see exactly the batches
-one process with ``accum_steps=2`` would. The list is truncated to a multiple of
-``world_size`` so every rank runs the same number of micro-batches. Only rank 0 writes logs,
-TensorBoard events and checkpoints.
-
-Without ``torchrun`` (no ``WORLD_SIZE`` in the environment) everything here degrades to a
-single process and no collective is called.
+list; rank ``r`` takes every ``world_size``-th of them starting at ``r``, so two ranks with
+``accum_steps=1`` see exactly the batches one process with ``accum_steps=2`` would. The list
+is cut to a multiple of ``world_size`` so every rank runs as many micro-batches. Only rank 0
+writes logs, TensorBoard events and checkpoints. Without ``torchrun`` (no ``WORLD_SIZE``)
+everything here is a single process and no collective is called.
 """
 
 from __future__ import annotations
 
 import os
-import socket
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -39,25 +35,17 @@ class DistInfo:
 
     @property
     def is_main(self) -> bool:
-        """True on rank 0, the only rank that writes files."""
-        return self.rank == 0
+        return self.rank == 0             # the only rank that writes files
 
     @property
     def enabled(self) -> bool:
-        """True when a process group with more than one rank is running."""
-        return self.world_size > 1
+        return self.world_size > 1        # a process group of several ranks runs
 
 
 def init_distributed(device_type: str) -> DistInfo:
-    """Join the ``torchrun`` process group if the environment describes one.
-
-    Args:
-        device_type: ``"cpu"`` (gloo backend) or ``"cuda"`` (NCCL; the process is bound to
-            ``cuda:LOCAL_RANK``).
-
-    Returns:
-        :class:`DistInfo`; ``DistInfo()`` (rank 0 of 1) outside ``torchrun``.
-    """
+    """Join the ``torchrun`` process group if the environment describes one (gloo for
+    ``device_type="cpu"``, NCCL bound to ``cuda:LOCAL_RANK`` for ``"cuda"``); ``DistInfo()``
+    (rank 0 of 1) outside ``torchrun``."""
     world = int(os.environ.get("WORLD_SIZE", "1"))
     if world <= 1:
         return DistInfo()
@@ -95,15 +83,6 @@ def all_reduce_sum(tensor: torch.Tensor, info: DistInfo) -> torch.Tensor:
     return tensor
 
 
-def any_rank(flag: bool, info: DistInfo, device: torch.device) -> bool:
-    """True when ``flag`` is true on at least one rank (so all ranks agree to stop)."""
-    if not info.enabled:
-        return flag
-    t = torch.tensor([1.0 if flag else 0.0], device=device)
-    dist.all_reduce(t, op=dist.ReduceOp.MAX)
-    return bool(t.item() > 0)
-
-
 def max_over_ranks(value: float, info: DistInfo, device: torch.device) -> float:
     """The largest ``value`` over all ranks (every rank gets the same number, e.g. the wall
     seconds a time budget has used, so the ranks agree on a time-dependent lr)."""
@@ -132,36 +111,16 @@ def gather_objects(obj: Any, info: DistInfo) -> list[Any]:
     return out
 
 
-def barrier(info: DistInfo) -> None:
-    """Wait for all ranks (no-op for one process)."""
-    if info.enabled:
-        dist.barrier()
-
-
-def free_port(host: str = "127.0.0.1") -> int:
-    """A TCP port on ``host`` that is free right now (for launching local test jobs)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind((host, 0))
-        return sock.getsockname()[1]
-
-
 @contextmanager
 def collective_errors(info: DistInfo, user_errors: tuple[type[BaseException], ...]) -> Iterator[None]:
-    """Run a block on every rank; if it raised a user error on any rank, raise on every rank.
+    """Run a block on every rank; if it raised one of ``user_errors`` on any rank, raise on
+    every rank (the rank's own error, or one of the first failing rank's class and message).
 
     A user error on one rank (say rank 0 finds a bad corpus while the others wait) must end
-    all ranks at once with that message, not leave them waiting at the next collective until
-    the process group times out. Every rank leaves the block through one ``all_gather`` of
-    the error messages (a barrier). The block itself must not call collectives that the
-    failing rank would skip.
-
-    Args:
-        info: this rank's position; for one process the block runs as it is.
-        user_errors: exception classes that are exchanged (others propagate at once: bugs).
-
-    Raises:
-        The rank's own error, or, on a rank that did not fail, an error of the same class as
-        the first failing rank's carrying its message.
+    all ranks at once, not leave them waiting at the next collective until the process group
+    times out. Every rank leaves the block through one ``all_gather`` of the error messages
+    (a barrier), so the block must not call collectives that a failing rank would skip.
+    Other exceptions (bugs) propagate at once.
     """
     error: BaseException | None = None
     try:

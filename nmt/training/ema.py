@@ -9,10 +9,8 @@ whose ``num_updates`` warm-up is the one below). After optimizer step ``t`` (1-b
     theta_ema = d_t * theta_ema + (1 - d_t) * theta      # every floating-point parameter
     buffer_ema = buffer                                  # buffers are copied
 
-The warm-up keeps the random initial weights from dominating the average of a short run
-(with ``decay=0.999`` and no warm-up they would still weigh 37% after 1,000 steps). The
-average starts from the weights the training starts from. One fused ``torch._foreach_lerp_``
-over all parameters per step: about one read of two and one write of one weight copy.
+The warm-up keeps the initial weights from dominating a short run's average (without it they
+would still weigh 37% after 1,000 steps at 0.999). One fused ``torch._foreach_lerp_`` a step.
 """
 
 from __future__ import annotations
@@ -23,19 +21,10 @@ import torch
 
 
 class WeightAverage:
-    """An eval-mode copy of ``model`` whose weights follow the exponential moving average.
-
-    Args:
-        model: the model being trained (its parameters are read at every :meth:`update`).
-        decay: ``train.ema_decay`` in (0, 1).
-
-    Attributes:
-        model: the averaged model (eval mode, no gradients), same device and dtypes.
-    """
+    """``self.model``: an eval-mode, gradient-free copy of ``model`` (the one being trained)
+    whose weights follow the moving average with ``decay`` (``train.ema_decay``)."""
 
     def __init__(self, model: torch.nn.Module, decay: float) -> None:
-        if not 0.0 < decay < 1.0:
-            raise ValueError(f"decay={decay} must lie in (0, 1).")
         self.decay = float(decay)
         self.model = copy.deepcopy(model).eval().requires_grad_(False)
         mine = dict(self.model.named_parameters())
@@ -62,8 +51,7 @@ class WeightAverage:
             torch._foreach_copy_(*self._copy)
 
     def state_dict(self) -> dict[str, torch.Tensor]:
-        """The averaged model's ``state_dict`` (loads into the model class as it is)."""
-        return self.model.state_dict()
+        return self.model.state_dict()       # loads into the model class as it is
 
     def load_state_dict(self, state: dict[str, torch.Tensor]) -> None:
         self.model.load_state_dict(state)

@@ -20,6 +20,7 @@ from __future__ import annotations
 import math
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor
 
 
@@ -29,17 +30,12 @@ def _at_least_fp32(x: Tensor) -> Tensor:
 
 
 class _LabelSmoothedNLL(torch.autograd.Function):
-    """Fused forward and backward of the smoothed cross-entropy over rows of logits.
-
-    Forward, per row with ``lse = log sum_k exp z_k`` (one pass for ``lse``, one for the row
-    sums): ``nll = lse - z_y`` and ``sum_k -log p(k) = V * lse - sum_k z_k``.
-    Backward, the closed form ``dl/dz_k = p(k) - q'(k)`` (softmax minus the smoothed target),
-    built in place in one [N, V] buffer: ``exp(z - lse) - eps/V``, ``-(1 - eps)`` at the
-    gold id, times the incoming gradient and the padding mask. Autograd through
-    ``log_softmax`` + ``gather`` + ``sum`` instead materialises a zero-filled scatter buffer,
-    adds two [N, V] gradients and runs ``log_softmax``'s backward: measured at about a third
-    of a Transformer training step on CPU (``scripts/bench_model.py --profile``).
-    """
+    """Fused smoothed cross-entropy over logits [N, V]. Forward, with ``lse = log sum_k
+    exp z_k``: ``nll = lse - z_y`` and ``sum_k -log p(k) = V * lse - sum_k z_k``. Backward in
+    closed form, ``dl/dz_k = p(k) - q'(k)``, built in place in one [N, V] buffer; autograd
+    through ``log_softmax`` + ``gather`` (the reference) costs an extra scatter buffer, two
+    [N, V] gradients and ``log_softmax``'s backward: about a third of a Transformer training
+    step on CPU (``scripts/bench_model.py --profile``)."""
 
     @staticmethod
     def forward(ctx, logits: Tensor, target: Tensor, epsilon: float,  # type: ignore[override]
@@ -74,54 +70,33 @@ class _LabelSmoothedNLL(torch.autograd.Function):
         return grad.to(logits.dtype), None, None, None
 
 
-def label_smoothed_nll(
-    logits: Tensor, target: Tensor, epsilon: float, ignore_index: int = 0
-) -> tuple[Tensor, Tensor]:
-    """Summed label-smoothed cross-entropy and summed NLL over the non-padding targets.
+def label_smoothed_nll(logits: Tensor, target: Tensor, epsilon: float,
+                       ignore_index: int = 0) -> tuple[Tensor, Tensor]:
+    """``(loss_sum, nll_sum)`` in nats over the targets that are not ``ignore_index``: the
+    smoothed cross-entropy (carries the gradient) and the plain NLL (detached, for logging),
+    0-dim float32 (float64 for float64 logits).
 
-    Forward and backward are fused (:class:`_LabelSmoothedNLL`): the gradient with respect
-    to the logits is computed in closed form, ``p - q'`` times the padding mask, in one
-    [N, V] buffer.
-
-    Args:
-        logits: [batch, tgt_len, vocab] (or [N, vocab]) unnormalised scores, any float dtype
-            (fp16/bf16 are computed in float32; the gradient comes back in the logits' dtype).
-        target: [batch, tgt_len] (or [N]) int64 gold ids; ``ignore_index`` marks padding.
-        epsilon: smoothing mass in [0, 1) (Szegedy convention, see module docstring).
-        ignore_index: padding id whose positions are skipped (``PAD_ID`` = 0).
-
-    Returns:
-        ``(loss_sum, nll_sum)``: 0-dim float32 (float64 for float64 logits) tensors in nats; ``loss_sum`` carries the
-        gradient, ``nll_sum`` (unsmoothed -log p(y)) is detached, for logging.
-
-    Raises:
-        ValueError: ``logits`` and ``target`` shapes disagree, or ``epsilon`` is outside [0, 1).
+    ``logits`` [batch, tgt_len, vocab] (or [N, vocab]) of any float dtype (fp16/bf16 are
+    computed in float32, the gradient comes back in their dtype); ``target`` [batch, tgt_len]
+    (or [N]) gold ids. Equals :func:`label_smoothed_nll_reference` (tested), with the
+    backward in closed form (:class:`_LabelSmoothedNLL`).
     """
-    if logits.shape[:-1] != target.shape:
-        raise ValueError(f"logits {tuple(logits.shape)} do not match target {tuple(target.shape)}")
-    if not 0.0 <= epsilon < 1.0:
-        raise ValueError(f"label smoothing epsilon must be in [0, 1), got {epsilon}")
     vocab = logits.size(-1)
     return _LabelSmoothedNLL.apply(logits.reshape(-1, vocab), target.reshape(-1),
                                    float(epsilon), int(ignore_index))
 
 
+def label_smoothed_nll_reference(logits: Tensor, target: Tensor, epsilon: float,
+                                 ignore_index: int = 0) -> tuple[Tensor, Tensor]:
+    """The textbook version of :func:`label_smoothed_nll` (same arguments and results),
+    through autograd: PyTorch's own label smoothing follows Szegedy's convention."""
+    logits, target = _at_least_fp32(logits.reshape(-1, logits.size(-1))), target.reshape(-1)
+    loss_sum = F.cross_entropy(logits, target, label_smoothing=epsilon, ignore_index=ignore_index,
+                               reduction="sum")
+    nll_sum = F.cross_entropy(logits.detach(), target, ignore_index=ignore_index, reduction="sum")
+    return loss_sum, nll_sum
+
+
 def perplexity(nll_per_token: float) -> float:
     """``exp`` of the mean per-token NLL in nats; ``inf`` past overflow (> 700 nats)."""
     return math.exp(nll_per_token) if nll_per_token < 700 else float("inf")
-
-
-def smoothed_loss_floor(epsilon: float, vocab: int) -> float:
-    """Smallest achievable per-token smoothed loss: the entropy of q' (nats).
-
-    Useful as a sanity bound: a model cannot go below it, so a training loss under it
-    signals a bug (padding counted, wrong normalisation).
-    """
-    if epsilon == 0.0:
-        return 0.0
-    p_true = 1.0 - epsilon + epsilon / vocab
-    p_other = epsilon / vocab
-    return -(p_true * math.log(p_true) + (vocab - 1) * p_other * math.log(p_other))
-
-
-__all__ = ["label_smoothed_nll", "perplexity", "smoothed_loss_floor"]

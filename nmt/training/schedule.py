@@ -9,11 +9,9 @@ peak equals ``train.lr`` (the usual fairseq ``inverse_sqrt`` parametrisation)::
 
     lr(s) = train.lr * min(s / w, sqrt(w / s)),       s = 1, 2, ... (optimizer step), w >= 1
 
-``constant`` and ``plateau`` warm up linearly over ``w`` steps too (no warmup when
-``warmup_steps=0``) and then hold ``train.lr``; ``plateau`` multiplies it by
-``plateau_factor`` after ``plateau_patience`` validations without a BLEU gain (Bahdanau-style
-RNN training), never below ``min_lr``. ``inverse_sqrt`` with ``warmup_steps=0`` is
-``train.lr / sqrt(s)``.
+``constant`` and ``plateau`` warm up linearly over ``w`` steps too and then hold
+``train.lr``; ``plateau`` multiplies it by ``plateau_factor`` after ``plateau_patience``
+validations without a BLEU gain (Bahdanau-style RNN training), never below ``min_lr``.
 
 ``train.cooldown`` (a fraction c of the budget, 0 = off) multiplies any of them by a linear
 decay to zero over the last part of the run, the "cooldown" of warmup-stable-decay
@@ -23,14 +21,10 @@ Training Durations", section 3)::
     lr(s) = schedule(s) * min(1, (1 - p) / c),     p = the fraction of the budget used
 
 where the budget is ``train.max_steps`` (p = s / max_steps) or ``train.max_minutes``
-(p = wall minutes so far / max_minutes), whichever is nearer its end. Under a time budget the
-lr of a step depends on the machine's speed, like the number of steps does; under
-``max_steps`` it is a function of the step alone.
+(p = wall minutes so far / max_minutes), whichever is nearer its end.
 
-The schedule keeps no BLEU history of its own: the trainer counts validations without a
-BLEU gain once (``TrainState.bad_validations``, also used for early stopping) and passes
-that count to :meth:`LRSchedule.on_validation`. The only state is the plateau ``scale``,
-so resuming needs :meth:`LRSchedule.state_dict` and the step counter.
+The trainer counts the validations without a BLEU gain (also for early stopping) and
+passes the count to :meth:`LRSchedule.on_validation`; the only state is the plateau ``scale``.
 """
 
 from __future__ import annotations
@@ -39,77 +33,49 @@ import math
 
 import torch
 
-SCHEDULES = ("inverse_sqrt", "constant", "plateau")
-
 
 def inverse_sqrt_factor(step: int, warmup_steps: int) -> float:
-    """Multiplier of the peak lr at optimizer step ``step`` (1-based): ``min(s/w, sqrt(w/s))``.
-
-    Equals 1 at ``step == warmup_steps`` (the peak); ``warmup_steps=0`` acts as 1.
-    """
+    """``min(s/w, sqrt(w/s))`` at optimizer step ``s`` (1-based): 1 at the peak ``s = w``;
+    ``warmup_steps=0`` acts as 1."""
     w = max(warmup_steps, 1)
     s = max(step, 1)
     return min(s / w, math.sqrt(w / s))
 
 
 def cooldown_factor(progress: float, cooldown: float) -> float:
-    """Multiplier ``min(1, (1 - p) / c)`` of the cooldown over the last fraction ``c`` of the
-    budget (1 when ``cooldown=0``); ``progress`` p in [0, 1] is clamped, so the factor is 0 at
-    and after the end of the budget."""
+    """``min(1, (1 - p) / c)`` (1 when ``cooldown=0``); ``p`` is clamped to [0, 1], so the
+    factor is 0 at and after the end of the budget."""
     if cooldown <= 0.0:
         return 1.0
     return min(1.0, max(0.0, 1.0 - progress) / cooldown)
 
 
 def warmup_factor(step: int, warmup_steps: int) -> float:
-    """Linear warmup multiplier ``min(1, s/w)`` (1 when ``warmup_steps=0``)."""
+    """Linear warmup ``min(1, s/w)`` (1 when ``warmup_steps=0``)."""
     if warmup_steps <= 0:
         return 1.0
     return min(1.0, max(step, 1) / warmup_steps)
 
 
 class LRSchedule:
-    """Sets the learning rate of every param group of ``optimizer`` before each update.
+    """Sets the lr of every param group of ``optimizer``: call :meth:`set_step` with the
+    1-based number of the step about to be taken (before ``optimizer.step()``) and
+    :meth:`on_validation` after each validation. ``kind``, ``lr``, ``warmup_steps``, the
+    plateau settings and ``cooldown`` are the ``train`` keys of the same names."""
 
-    Usage: call :meth:`set_step` with the 1-based number of the optimizer step about to be
-    taken (before ``optimizer.step()``), and :meth:`on_validation` after each validation with
-    the number of validations since the last BLEU gain.
-
-    Args:
-        optimizer: any torch optimizer (its groups' ``lr`` are overwritten).
-        kind: ``inverse_sqrt`` | ``constant`` | ``plateau``.
-        lr: peak learning rate (``train.lr``).
-        warmup_steps: linear warmup length in optimizer steps.
-        plateau_factor, plateau_patience, min_lr: reduce-on-plateau settings (``plateau`` only;
-            ``min_lr`` bounds the reduced rate).
-        cooldown: fraction of the budget, in [0, 1), over which the lr decays linearly to 0
-            at the end (0 = off); the caller passes the budget's progress to :meth:`set_step`.
-
-    Raises:
-        ValueError: unknown ``kind``, or ``cooldown`` outside [0, 1).
-    """
-
-    def __init__(self, optimizer: torch.optim.Optimizer, kind: str, lr: float, warmup_steps: int = 0,
-                 plateau_factor: float = 0.5, plateau_patience: int = 2, min_lr: float = 0.0,
-                 cooldown: float = 0.0) -> None:
-        if kind not in SCHEDULES:
-            raise ValueError(f"unknown schedule {kind!r}: choose one of {', '.join(SCHEDULES)}")
-        if not 0.0 <= cooldown < 1.0:
-            raise ValueError(f"cooldown={cooldown} must be in [0, 1): a fraction of the budget")
-        self.cooldown = cooldown
+    def __init__(self, optimizer: torch.optim.Optimizer, kind: str, lr: float,
+                 warmup_steps: int = 0, plateau_factor: float = 0.5, plateau_patience: int = 2,
+                 min_lr: float = 0.0, cooldown: float = 0.0) -> None:
         self.optimizer = optimizer
-        self.kind = kind
-        self.lr = lr
-        self.warmup_steps = warmup_steps
-        self.plateau_factor = plateau_factor
-        self.plateau_patience = plateau_patience
+        self.kind, self.lr, self.warmup_steps, self.cooldown = kind, lr, warmup_steps, cooldown
+        self.plateau_factor, self.plateau_patience = plateau_factor, plateau_patience
         self.min_lr = min_lr
         self.scale = 1.0              # plateau reductions so far (product of factors)
         self.last_lr = self.lr_at(1)
 
     def lr_at(self, step: int, progress: float = 0.0) -> float:
-        """Learning rate for optimizer step ``step`` (1-based), with ``progress`` (the fraction
-        of the budget used, in [0, 1]) for the cooldown."""
+        """The lr of optimizer step ``step`` (1-based) at ``progress`` (the fraction of the
+        budget used, in [0, 1], for the cooldown)."""
         if self.kind == "inverse_sqrt":
             lr = self.lr * inverse_sqrt_factor(step, self.warmup_steps)
         else:
@@ -132,16 +98,9 @@ class LRSchedule:
         return lr
 
     def on_validation(self, bad_validations: int) -> bool:
-        """Plateau step after a validation; returns True when the lr was reduced.
-
-        Args:
-            bad_validations: validations since the last BLEU gain, this one included (0 when
-                this validation improved BLEU); the trainer's early-stopping counter.
-
-        The lr is multiplied by ``plateau_factor`` whenever the count reaches a multiple of
-        ``plateau_patience`` (after ``patience``, ``2 * patience``, ... validations without a
-        gain), unless it is already at ``min_lr``.
-        """
+        """Plateau step after a validation, given the validations since the last BLEU gain
+        (this one included); True when the lr was reduced: whenever the count reaches a
+        multiple of ``plateau_patience``, unless the lr is at ``min_lr`` already."""
         if self.kind != "plateau" or bad_validations <= 0:
             return False
         if bad_validations % self.plateau_patience == 0 and self.lr * self.scale > self.min_lr:
@@ -150,13 +109,10 @@ class LRSchedule:
         return False
 
     def state_dict(self) -> dict:
-        """Plateau state (``scale``) plus the kind, for checks."""
         return {"kind": self.kind, "scale": self.scale}
 
     def load_state_dict(self, state: dict) -> None:
-        """Restore :meth:`state_dict` output (the settings come from the current config;
-        older checkpoints' extra ``best``/``bad_validations`` entries are ignored)."""
-        self.scale = float(state["scale"])
+        self.scale = float(state["scale"])    # the settings come from the current config
 
 
 def build_schedule(optimizer: torch.optim.Optimizer, train_cfg) -> LRSchedule:

@@ -9,9 +9,12 @@ from __future__ import annotations
 
 import re
 
+import pytest
 from conftest import REPO_ROOT, write_corpus
 
 import nmt
+
+pytestmark = pytest.mark.slow
 
 TUTORIAL = REPO_ROOT / "docs" / "tutorial.md"
 

@@ -15,7 +15,10 @@ import subprocess
 from pathlib import Path
 
 import numpy as np
+import pytest
 from conftest import REPO_ROOT, write_corpus
+
+pytestmark = pytest.mark.slow
 
 TINY_TRANSFORMER = ["model.d_model=16", "model.heads=2", "model.ff_dim=32",
                     "model.encoder_layers=1", "model.decoder_layers=1"]

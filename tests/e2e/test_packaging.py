@@ -18,6 +18,8 @@ import pytest
 from conftest import REPO_ROOT, write_corpus
 from test_readme import sliced_main_job
 
+pytestmark = pytest.mark.slow
+
 
 @pytest.fixture(scope="module")
 def venv(tmp_path_factory) -> Path:

@@ -1,0 +1,473 @@
+"""One training run's policy around the loop: its directory, its settings, its tokenizer.
+
+A run directory holds one run, however many times its command is run::
+
+    no checkpoints/last.pt                    -> a fresh run
+    last.pt, the same settings, not finished  -> resume from last.pt
+    last.pt, the same settings, finished      -> nothing to do: no file is written
+    last.pt, other settings                   -> refused before anything is written,
+                                                 naming every key that differs ...
+    ... with train.resume=force               -> resume with the new settings (warned)
+
+"The same settings" is the whole resolved config but :data:`UNCHECKED_KEYS`. Even forced,
+a resumed run keeps its model, language pair and tokenizer (:data:`COMPATIBILITY_KEYS`;
+dropout rates and subword sampling are regularisation and may change); a changed batch
+order (:data:`BATCH_ORDER_KEYS`) is warned about. A run is finished when its last checkpoint
+records the stop condition that ended it. ``train.init_from`` fine-tunes another run's
+weights with its tokenizer; otherwise a run's tokenizer is its checkpoint's, the file of
+``data.tokenizer.model``, or one trained on (or found in the cache for) the data.
+
+Each segment (run of the command) is recorded: ``.hydra/`` holds Hydra's files of the
+latest one (written after the checks, so a refused or finished run changes no file) and
+``summary.json`` lists every segment. A sweep (``nmt-train -m``) names each job's directory
+from its overrides (``${nmt.dirname:...}``) and ends with a table of all jobs.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import sys
+import time
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import torch
+from hydra.core.override_parser.overrides_parser import OverridesParser
+from hydra.experimental.callback import Callback
+from omegaconf import DictConfig, OmegaConf
+
+from nmt.checkpoint import CheckpointError, load_checkpoint
+from nmt.config import ConfigError, config_at, config_diff, to_plain
+from nmt.data.batching import TokenizedSplit, prepare_data, sample_split
+from nmt.data.corpus import CorpusError
+from nmt.data.tokenizer import Tokenizer, load_tokenizer_model
+from nmt.runtime import compile_stats, ensure_writable_dir, write_json_atomic, write_text_atomic
+from nmt.training.distributed import DistInfo, broadcast_object, collective_errors, gather_objects
+
+log = logging.getLogger("nmt")
+
+# Errors the user must fix (exit status 2); under DDP every rank raises the first one.
+USER_ERRORS: tuple[type[BaseException], ...] = (ConfigError, CheckpointError, CorpusError)
+
+# A change makes the saved weights unusable: architecture, language pair, vocabulary.
+COMPATIBILITY_KEYS = ("model", "data.src_lang", "data.tgt_lang", "data.tokenizer")
+SAMPLING_KEYS = ("data.tokenizer.sampling_alpha", "data.tokenizer.nbest_size")
+# A change is allowed, but the saved position in the epoch then indexes another batch list.
+BATCH_ORDER_KEYS = ("train.batch_tokens", "train.seed", "train.accum_steps", *SAMPLING_KEYS)
+# May differ between the segments of one run_dir without changing what is trained.
+UNCHECKED_KEYS = ("run_dir", "device", "data.cache_dir", "train.resume")
+# Never part of a sweep job's directory name (paths, and where it runs).
+DIRNAME_EXCLUDED_KEYS = ("run_dir", "device", "data.root", "data.cache_dir",
+                         "data.tokenizer.model", "train.init_from")
+
+
+def _regularisation(problem: str) -> bool:
+    """Whether a :func:`config_diff` line names a key that may change within one model:
+    a dropout rate or a subword-sampling setting."""
+    key = problem.split(":")[0]
+    return "dropout" in key or key in SAMPLING_KEYS
+
+
+def _diff(ckpt: dict, cfg: DictConfig, keys: tuple[str, ...]) -> list[str]:
+    saved, now = ckpt.get("config") or {}, to_plain(cfg)
+    return [p for key in keys for p in config_diff(config_at(saved, key), config_at(now, key), key)]
+
+
+def config_changes(ckpt: dict, cfg: DictConfig) -> list[str]:
+    """``["train.lr: checkpoint has 0.001, now 0.002", ...]``: every setting of ``cfg`` that
+    differs from the checkpoint's, but :data:`UNCHECKED_KEYS`."""
+    now = to_plain(cfg)
+    return [p for p in config_diff(ckpt.get("config") or {}, now)
+            if p.split(":")[0] not in UNCHECKED_KEYS]
+
+
+def batch_order_changes(ckpt: dict, cfg: DictConfig) -> list[str]:
+    """The :data:`BATCH_ORDER_KEYS` that differ, as :func:`config_changes` lines."""
+    return _diff(ckpt, cfg, BATCH_ORDER_KEYS)
+
+
+def check_compatible(path: str | Path, ckpt: dict, cfg: DictConfig,
+                     model: torch.nn.Module | None = None) -> None:
+    """Raise CheckpointError, naming every difference, if ``path`` is of another model or
+    vocabulary: the :data:`COMPATIBILITY_KEYS` (but regularisation), then, given ``model``,
+    every weight shape (a vocabulary change shows as an embedding shape)."""
+    problems = [p for p in _diff(ckpt, cfg, COMPATIBILITY_KEYS) if not _regularisation(p)]
+    if model is not None and not problems:
+        saved_w, now_w = ckpt.get("model") or {}, model.state_dict()
+        for name in sorted(set(saved_w) | set(now_w)):
+            a = tuple(saved_w[name].shape) if name in saved_w else "<absent>"
+            b = tuple(now_w[name].shape) if name in now_w else "<absent>"
+            if a != b:
+                problems.append(f"weight {name}: checkpoint has shape {a}, now {b}")
+            if len(problems) >= 4:
+                problems.append("...")
+                break
+    if problems:
+        raise CheckpointError(
+            f"{path} was written by an incompatible run ({'; '.join(problems)}). Resume with the "
+            "original settings, or start afresh with another run_dir=... (or delete the old one).")
+
+
+# ------------------------------------------------------------------ the run directory
+@dataclass
+class RunRecord:
+    """How a segment was launched (``nmt-train`` fills it; empty from Python): the command
+    line, Hydra's task overrides, its composed config and its own config (YAML)."""
+
+    command: str = ""
+    overrides: list[str] = field(default_factory=list)
+    config_yaml: str | None = None
+    hydra_yaml: str | None = None
+
+
+@dataclass
+class RunPlan:
+    """``kind``: fresh, resume or finished; ``checkpoint``: the ``last.pt`` to resume;
+    ``changes``: settings forced by ``train.resume=force``; ``summary``: a finished run's."""
+
+    kind: str
+    checkpoint: dict | None = None
+    changes: list[str] = field(default_factory=list)
+    summary: dict | None = None
+
+
+def plan_run(run_dir: Path, cfg: DictConfig) -> RunPlan:
+    """Decide how the run in ``run_dir`` goes on with ``cfg`` (module docstring); writes
+    nothing. ConfigError: other settings without ``train.resume=force`` (names the keys)."""
+    last = run_dir / "checkpoints" / "last.pt"
+    if not last.is_file():
+        return RunPlan("fresh")
+    ckpt = load_checkpoint(last)
+    changes = config_changes(ckpt, cfg)
+    if changes and cfg.train.resume != "force":
+        shown = "; ".join(changes[:8]) + ("; ..." if len(changes) > 8 else "")
+        raise ConfigError(
+            f"run_dir={run_dir} holds a run with other settings ({shown}). Re-run with the "
+            "original settings to resume it, add train.resume=force to continue it with the "
+            "new ones, or choose another run_dir=... for a new run. Nothing was written.")
+    reason = (ckpt.get("trainer") or {}).get("stop_reason") or ""
+    if reason and not changes:
+        summary_path = run_dir / "summary.json"
+        summary = json.loads(summary_path.read_text()) if summary_path.is_file() else None
+        return RunPlan("finished", summary=summary or {"stop_reason": reason,
+                                                       "steps": ckpt.get("step")})
+    return RunPlan("resume", checkpoint=ckpt, changes=changes)
+
+
+def open_run(cfg: DictConfig, info: DistInfo) -> RunPlan:
+    """Rank 0's :func:`plan_run` on every rank, once the ranks agree on one ``run_dir`` and
+    it is writable (a finished run is only reported, on stderr)."""
+    run_dir, plan = Path(cfg.run_dir), None
+    with collective_errors(info, USER_ERRORS):
+        dirs = sorted(set(gather_objects(str(run_dir.resolve()), info)))
+        if len(dirs) > 1:
+            raise ConfigError(f"run_dir differs between the processes ({', '.join(dirs)}): under "
+                              "torchrun give a sweep an explicit hydra.sweep.dir=..., not one "
+                              "with ${now:...}.")
+        if info.is_main:
+            plan = plan_run(run_dir, cfg)
+            if plan.kind != "finished":
+                ensure_writable_dir(run_dir, "run_dir")
+    plan = broadcast_object(plan, info)
+    if plan.kind == "finished" and info.is_main:
+        print(f"nmt-train: {run_dir} is finished ({plan.summary.get('stop_reason')}, "
+              f"{plan.summary.get('steps')} steps); nothing to do. Change a stop setting with "
+              "train.resume=force to train on, or choose another run_dir=...", file=sys.stderr)
+    return plan
+
+
+def log_to(run_dir: Path, info: DistInfo) -> list[logging.Handler]:
+    """Console (+ ``run_dir/train.log`` on rank 0) handlers on the ``nmt`` logger."""
+    fmt = logging.Formatter("%(asctime)s %(levelname)s %(message)s", "%Y-%m-%d %H:%M:%S")
+    handlers: list[logging.Handler] = [logging.StreamHandler(sys.stderr)]
+    handlers[0].setLevel(logging.INFO if info.is_main else logging.WARNING)
+    if info.is_main:
+        handlers.append(logging.FileHandler(run_dir / "train.log", encoding="utf-8"))
+    for h in handlers:
+        h.setFormatter(fmt)
+        log.addHandler(h)
+    log.setLevel(logging.INFO)
+    log.propagate = False   # not once more through the root logger (Hydra's)
+    return handlers
+
+
+def close_log(handlers: list[logging.Handler]) -> None:
+    for h in handlers:
+        log.removeHandler(h)
+        h.close()
+    log.propagate = True
+
+
+def write_record(run_dir: Path, record: RunRecord | None) -> None:
+    """Hydra's ``.hydra/{config,hydra,overrides}.yaml`` of this segment (Hydra's own writing
+    is off, ``hydra.output_subdir: null``, so that a refused or finished run writes nothing)."""
+    if record is None or record.config_yaml is None:
+        return
+    out = run_dir / ".hydra"
+    write_text_atomic(out / "config.yaml", record.config_yaml)
+    if record.hydra_yaml is not None:
+        write_text_atomic(out / "hydra.yaml", record.hydra_yaml)
+    write_text_atomic(out / "overrides.yaml", OmegaConf.to_yaml(list(record.overrides)))
+
+
+def timestamp() -> str:
+    return datetime.now().astimezone().isoformat(timespec="seconds")
+
+
+def segment(record: RunRecord | None, step: int, machine: dict, world_size: int) -> dict:
+    """The ``summary.json`` entry of the segment starting now at ``step``."""
+    return {"started": timestamp(), "ended": None, "start_step": step, "end_step": step,
+            "command": record.command if record else "", "machine": machine,
+            "world_size": world_size}
+
+
+def write_summary(run_dir: Path, st, stop_reason: str, n_params: int, device: torch.device,
+                  info: DistInfo, compiled: bool) -> dict:
+    """``summary.json`` (written by rank 0): the whole run (``st``: the trainer's state), all
+    segments together; returns it."""
+    first, last = st.segments[0], st.segments[-1]
+    started, ended = first["started"][:10], (last["ended"] or last["started"])[:10]
+    summary = {
+        "stop_reason": stop_reason,
+        "steps": st.step, "epochs_done": st.epoch, "params": n_params,
+        "wall_time_s": round(st.elapsed_s, 2),       # all segments, validation included
+        "train_time_s": round(st.train_s, 2),        # all segments, training steps only
+        "train_tokens": st.train_tokens,
+        "train_tokens_per_s": round(st.train_tokens / max(st.train_s, 1e-9), 1),
+        "best_bleu": st.best_bleu, "best_step": st.best_step,
+        "last": st.history[-1] if st.history else None,
+        "peak_rss_mb": round(st.peak_rss_mb, 1), "world_size": info.world_size,
+        "device": str(device), "machine": last["machine"],
+        "date": started if started == ended else f"{started}..{ended}",
+        "segments": st.segments,
+    }
+    if device.type == "cuda":
+        summary["peak_cuda_mb"] = round(torch.cuda.max_memory_allocated(device) / 2**20, 1)
+    if compiled:  # this segment's process: graphs built and seconds compiling
+        summary["compile"] = compile_stats()
+        log.info("torch.compile: %d graphs, %.1f s compiling", summary["compile"]["graphs"],
+                 summary["compile"]["compile_s"])
+    log.info("done (%s) | steps %d | params %s | wall %.1f min | train tokens/s %.0f | "
+             "best bleu %s at step %s | peak RSS %.0f MiB", stop_reason, st.step,
+             f"{n_params:,}", st.elapsed_s / 60, summary["train_tokens_per_s"],
+             "n/a" if st.best_bleu is None else f"{st.best_bleu:.2f}", st.best_step,
+             st.peak_rss_mb)
+    if info.is_main:
+        write_json_atomic(run_dir / "summary.json", summary)
+    return summary
+
+
+# ------------------------------------------------------------------ fine-tuning and tokenizer
+def load_init_from(cfg: DictConfig) -> dict:
+    """``train.init_from``'s checkpoint; CheckpointError (naming the keys) unless its model
+    section is ours, but regularisation."""
+    path = str(cfg.train.init_from)
+    ckpt = load_checkpoint(path)
+    saved = config_at(ckpt.get("config") or {}, "model")
+    diff = [p for p in config_diff(saved, to_plain(cfg.model), "model")
+            if not _regularisation(p)]
+    if diff:
+        raise CheckpointError(
+            f"train.init_from={path}: its model config differs from this run's "
+            f"({'; '.join(diff)}). Fine-tuning keeps the architecture: give the same model "
+            "settings as the checkpoint (dropout rates may differ).")
+    return ckpt
+
+
+def load_init_weights(model: torch.nn.Module, ckpt: dict, path: str) -> None:
+    """Fine-tuning: ``model`` takes the weights ``ckpt`` translates with (its ``model``)."""
+    try:
+        model.load_state_dict(ckpt["model"])
+    except RuntimeError as err:
+        raise CheckpointError(f"train.init_from={path}: its weights do not fit this model "
+                              f"({err}).") from None
+    log.info("fine-tuning: weights and tokenizer from %s (fresh optimizer, schedule and step "
+             "count)", path)
+
+
+def saved_tokenizer(source: str | Path, state: Any) -> Tokenizer:
+    """The tokenizer a checkpoint saved. Raises CheckpointError naming ``source``."""
+    try:
+        return Tokenizer.from_state_dict(state)
+    except (ValueError, RuntimeError, KeyError, TypeError) as err:
+        raise CheckpointError(f"{source}: the saved tokenizer cannot be rebuilt ({err}); use "
+                              "a new run_dir=...") from None
+
+
+def prepare_run_data(cfg: DictConfig, plan: RunPlan, init_ckpt: dict | None, last: Path):
+    """The run's :class:`~nmt.data.batching.PreparedData` with its tokenizer: a resumed run
+    that did not train its own takes ``last.pt``'s, fine-tuning ``train.init_from``'s, else
+    ``data.tokenizer.model`` or a trained one (a resumed run must get its saved one back)."""
+    given, ckpt = cfg.data.tokenizer.model, plan.checkpoint
+    tokenizer = None
+    if ckpt is not None and (cfg.train.init_from or given):
+        tokenizer = saved_tokenizer(last, ckpt.get("tokenizer"))
+    elif init_ckpt is not None:
+        tokenizer = saved_tokenizer(cfg.train.init_from, init_ckpt.get("tokenizer"))
+    elif given:
+        tokenizer = load_tokenizer_model(str(given), cfg.data.tokenizer, cfg.data.src_lang,
+                                         cfg.data.tgt_lang)
+    data = prepare_data(cfg.data, None, tokenizer=tokenizer)
+    if ckpt is not None:
+        check_resume(last, ckpt, cfg, data.tokenizer)
+    if plan.changes:
+        log.warning("train.resume=force: continuing %s with changed settings: %s",
+                    last.parent.parent, "; ".join(plan.changes))
+    if data.tokenizer.joint is False and cfg.model.tie_embeddings:
+        raise ConfigError("model.tie_embeddings=true needs one vocabulary for both sides, but "
+                          "the given tokenizer has two: set model.tie_embeddings=false.")
+    return data
+
+
+def check_resume(last: Path, ckpt: dict, cfg: DictConfig, tokenizer: Tokenizer) -> None:
+    """Refuse ``last.pt`` of another tokenizer; warn when the batch order changed."""
+    if ckpt.get("tokenizer") is not None and \
+            saved_tokenizer(last, ckpt["tokenizer"]).fingerprint != tokenizer.fingerprint:
+        raise CheckpointError(
+            f"{last} was trained with another tokenizer than the one built from the current "
+            "data (training data or data.max_train_pairs changed?): resume with the original "
+            "data, or use a new run_dir=...")
+    changed = batch_order_changes(ckpt, cfg)
+    if changed:
+        log.warning("resuming %s with settings that change the batch order (%s): the run "
+                    "continues at batch %d of epoch %d of the NEW order, so some pairs of "
+                    "this epoch are seen twice or not at all; restore the old values for "
+                    "an exact resume", last, "; ".join(changed),
+                    ckpt.get("batch_in_epoch", 0), ckpt.get("epoch", 0))
+
+
+def sampled_split(split: TokenizedSplit, tokenizer: Tokenizer, tok: DictConfig, seed: int,
+                  epoch: int, info: DistInfo) -> TokenizedSplit:
+    """The epoch's sampled segmentation (``data.tokenizer.sampling_alpha``): rank 0 draws (or
+    finds in the cache) it and sends it to the others, which must cut the same batches."""
+    t0 = time.perf_counter()
+    if info.is_main:
+        split = sample_split(split, tokenizer, float(tok.sampling_alpha), int(tok.nbest_size),
+                             seed=(seed, epoch))
+    if info.enabled:
+        data = broadcast_object(split.ipc_bytes() if info.is_main else None, info)
+        if not info.is_main:
+            split = TokenizedSplit.from_bytes(data)
+    log.info("epoch %d: sampled segmentation of the %d training pairs (%.1f s): %.1f source, "
+             "%.1f target tokens per pair", epoch, len(split), time.perf_counter() - t0,
+             split.src_lens.mean() - 1, split.tgt_lens.mean() - 1)
+    return split
+
+
+# ------------------------------------------------------------------ sweeps
+def _override_key(override: str) -> str:
+    return override.split("=", 1)[0].lstrip("+~")
+
+
+def _command_line_keys(argv: list[str]) -> tuple[set[str], set[str]]:
+    """(keys swept on a sweep's command line, keys given there with one value only)."""
+    parser, swept, fixed = OverridesParser.create(), set(), set()
+    for arg in argv:
+        if arg.startswith("-"):
+            continue
+        try:
+            sweep = parser.parse_override(arg).is_sweep_override()
+        except Exception:  # not an override: Hydra reports it elsewhere
+            continue
+        (swept if sweep else fixed).add(_override_key(arg))
+    return swept, fixed - swept
+
+
+def job_dirname(task_overrides: Any, limit: int = 120) -> str:
+    """A sweep job's directory (``hydra.sweep.subdir``): its overrides that vary between the
+    jobs (those of the command line with one value and :data:`DIRNAME_EXCLUDED_KEYS` left
+    out; a sweeper's own keys kept), sorted and joined like Hydra's ``override_dirname``.
+    ``/`` becomes ``_``; past ``limit`` characters the name is cut and given an 8-character
+    hash of the whole (unique, under the 255-byte limit); no override gives ``default``."""
+    swept, fixed = _command_line_keys(sys.argv[1:])
+    own: dict[str, str] = {}
+    for override in map(str, task_overrides):
+        key = _override_key(override)
+        if key not in DIRNAME_EXCLUDED_KEYS and key not in fixed:
+            own[key] = override
+    name = ",".join(sorted(own.values())).replace("/", "_") or "default"
+    if len(name) > limit:
+        name = f"{name[:limit]}..{hashlib.sha256(name.encode()).hexdigest()[:8]}"
+    return name
+
+
+if not OmegaConf.has_resolver("nmt.dirname"):   # before Hydra names the jobs of nmt-train -m
+    OmegaConf.register_new_resolver("nmt.dirname", job_dirname)
+
+SWEEP_COLUMNS = ("job", "overrides", "steps", "best val BLEU", "at step", "train tok/s",
+                 "train min", "stop")
+
+
+def _job_number(job: Path) -> int:
+    hydra_yaml = job / ".hydra" / "hydra.yaml"
+    if hydra_yaml.is_file():
+        num = OmegaConf.select(OmegaConf.load(hydra_yaml), "hydra.job.num")
+        if isinstance(num, int):
+            return num
+    return 1 << 30
+
+
+def sweep_rows(sweep_dir: str | Path) -> list[dict[str, Any]]:
+    """One dict per job below ``sweep_dir`` (a directory with ``.hydra/overrides.yaml``), in
+    job order: ``job``, ``overrides``, ``steps``, ``best_bleu``, ``best_step``,
+    ``tokens_per_s``, ``train_min``, ``stop`` (``"not finished"`` without ``summary.json``).
+    ConfigError when ``sweep_dir`` is not a directory or holds no job."""
+    sweep_dir = Path(sweep_dir)
+    if not sweep_dir.is_dir():
+        raise ConfigError(f"{sweep_dir} is not a directory: give the sweep directory that "
+                          "nmt-train -m printed (hydra.sweep.dir).")
+    jobs = {p.parent.parent for p in sweep_dir.glob("**/.hydra/overrides.yaml")}
+    if not jobs:
+        raise ConfigError(f"{sweep_dir} holds no job of nmt-train -m (no */.hydra/overrides.yaml).")
+    rows = []
+    for job in sorted(jobs, key=lambda j: (_job_number(j), str(j))):
+        overrides = [str(o) for o in OmegaConf.load(job / ".hydra" / "overrides.yaml")]
+        summary_path = job / "summary.json"
+        done = json.loads(summary_path.read_text()) if summary_path.is_file() else {}
+        rows.append({"job": str(job.relative_to(sweep_dir)), "overrides": overrides,
+                     "steps": done.get("steps"), "best_bleu": done.get("best_bleu"),
+                     "best_step": done.get("best_step"),
+                     "tokens_per_s": done.get("train_tokens_per_s"),
+                     "train_min": done["train_time_s"] / 60 if "train_time_s" in done else None,
+                     "stop": done.get("stop_reason") or "not finished"})
+    return rows
+
+
+def format_sweep_table(rows: list[dict[str, Any]]) -> str:
+    """A markdown table of :func:`sweep_rows`: the overrides every job shares above it, each
+    row with the job's other overrides (the last of each key) sorted by key."""
+    effective = [{_override_key(o): o for o in r["overrides"]} for r in rows]
+    common = set.intersection(*(set(e.values()) for e in effective)) if len(rows) > 1 else set()
+
+    def cell(value: Any, fmt: str) -> str:
+        return "n/a" if value is None else format(value, fmt)
+
+    lines = [f"every job: {' '.join(sorted(common))}"] if common else []
+    lines += ["| " + " | ".join(SWEEP_COLUMNS) + " |", "|" + "---|" * len(SWEEP_COLUMNS)]
+    for r, eff in zip(rows, effective, strict=True):
+        own = " ".join(v for _, v in sorted(eff.items()) if v not in common) or "(none)"
+        lines.append("| " + " | ".join([
+            r["job"], own, cell(r["steps"], "d"), cell(r["best_bleu"], ".2f"),
+            cell(r["best_step"], "d"), cell(r["tokens_per_s"], ".0f"), cell(r["train_min"], ".1f"),
+            r["stop"]]) + " |")
+    return "\n".join(lines)
+
+
+class SweepTableCallback(Callback):
+    """Hydra callback (``hydra.callbacks`` in ``configs/config.yaml``): the table of all jobs
+    when a sweep ends, whatever the sweeper or launcher."""
+
+    def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
+        sweep_dir = Path(str(config.hydra.sweep.dir))
+        try:
+            rows = sweep_rows(sweep_dir)
+        except ConfigError as err:
+            print(f"nmt-train: no sweep table: {err}")
+            return
+        print(f"\nSweep {sweep_dir} ({len(rows)} jobs; python scripts/sweep_table.py {sweep_dir} "
+              "prints this again):")
+        print(format_sweep_table(rows), flush=True)

@@ -1,0 +1,171 @@
+"""DDP: two gloo processes on CPU take the same steps as one process with the same global
+batch (gradient accumulation included), and a killed two-process run resumes exactly."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from conftest import free_port, write_corpus
+
+from nmt.checkpoint import load_checkpoint
+from nmt.config import compose_config
+from nmt.data.batching import make_src_batch
+from nmt.data.vocab import BOS_ID
+from nmt.models import build_model
+from nmt.training.trainer import KILL_ENV, train
+
+REPO = Path(__file__).resolve().parents[2]
+pytestmark = pytest.mark.slow
+# The tiny corpus at 512 tokens makes 14 batches per epoch: with 2 processes x 2 batches
+# (4 per step) steps 1-3 take 4 batches, step 4 the last 2 (one per rank, the epoch ends),
+# steps 5-6 are in epoch 1. Validation and checkpoints at steps 2, 4 (epoch end) and 6.
+TINY = ["model.d_model=16", "model.heads=2", "model.ff_dim=32", "model.encoder_layers=1",
+        "model.decoder_layers=1", "train.batch_tokens=512", "train.lr=0.01",
+        "train.warmup_steps=2", "train.max_steps=6", "train.eval_every_steps=2",
+        "train.log_every_steps=1", "search.max_len_b=3", "search.max_len_a=0.5", "device=cpu",
+        "train.precision=fp32"]   # exact comparisons: bf16 rounds the two reduction orders apart
+# No dropout: the two ranks draw different dropout masks than a single process would.
+NO_DROPOUT = ["model.dropout=0.0", "model.attention_dropout=0.0", "model.activation_dropout=0.0"]
+
+
+def _overrides(root: Path) -> list[str]:
+    return [f"data.root={root / 'corpus'}", f"data.cache_dir={root / 'cache'}",
+            "data.test_split=test", "data.tokenizer.vocab_size=120"] + TINY
+
+
+def _torchrun(args: list[str], env: dict | None = None) -> subprocess.CompletedProcess:
+    """``python -m torch.distributed.run --nproc_per_node=2 -m nmt.cli.train ARGS`` (gloo)."""
+    env = {**os.environ, **(env or {}), "OMP_NUM_THREADS": "1", "CI": "1",
+           "GLOO_SOCKET_IFNAME": "lo"}
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nnodes=1", "--nproc_per_node=2",
+           "--master_addr=127.0.0.1", f"--master_port={free_port()}", "-m", "nmt.cli.train",
+           *args]
+    return subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=180)
+
+
+def _assert_same_weights(got: dict, expected: dict, atol: float) -> None:
+    assert got.keys() == expected.keys()
+    for name, value in expected.items():
+        torch.testing.assert_close(got[name], value, atol=atol, rtol=0, msg=name)
+
+
+def _without_key_biases(state: dict, d_model: int = 16) -> dict:
+    """``state`` with the attention key biases zeroed (qkv_proj.bias is [q | k | v],
+    kv_proj.bias [k | v]). A key bias adds q . b_k to every logit of a query's row, which
+    softmax ignores: its exact gradient is 0, and Adam turns the rounding noise left in it
+    (which depends on the order the micro-batch gradients were summed) into lr-sized steps
+    that change no output."""
+    out = dict(state)
+    for name, value in state.items():
+        if name.endswith("qkv_proj.bias") or name.endswith("kv_proj.bias"):
+            start = d_model if name.endswith("qkv_proj.bias") else 0
+            out[name] = value.clone()
+            out[name][start:start + d_model] = 0.0
+    return out
+
+
+def _loss_and_grad_norm(run_dir: Path) -> list[tuple[str, str]]:
+    """(loss, grad_norm) as train.log prints them, one pair per step."""
+    lines = [ln for ln in (run_dir / "train.log").read_text().splitlines() if "train | step" in ln]
+    fields = [dict(f.strip().rsplit(" ", 1) for f in ln.split("|")[1:]) for ln in lines]
+    assert [f["step"] for f in fields] == [str(i) for i in range(1, len(lines) + 1)]
+    return [(f["loss"], f["grad_norm"]) for f in fields]
+
+
+@pytest.fixture(scope="module")
+def root(tmp_path_factory) -> Path:
+    """The tiny corpus and one tokenizer cache for every run of the module."""
+    root = tmp_path_factory.mktemp("ddp")
+    write_corpus(root / "corpus")
+    return root
+
+
+def test_two_processes_accumulating_2_match_one_process_accumulating_4(root):
+    """accum_steps=2 under DDP: the first micro-batch of each rank runs in ``no_sync``, the
+    second all-reduces the sum of both; the result is one process's 4-batch step."""
+    args = _overrides(root) + NO_DROPOUT
+    single_dir, ddp_dir = root / "single", root / "ddp_accum2"
+    train(compose_config(args + ["train.accum_steps=4", f"run_dir={single_dir}"]))
+    proc = _torchrun(args + ["train.accum_steps=2", f"run_dir={ddp_dir}"])
+    assert proc.returncode == 0, proc.stderr[-3000:]
+
+    single = load_checkpoint(single_dir / "checkpoints" / "last.pt")
+    ddp = load_checkpoint(ddp_dir / "checkpoints" / "last.pt")
+    assert (single["step"], single["epoch"]) == (ddp["step"], ddp["epoch"]) == (6, 1)
+    assert single["batch_in_epoch"] == ddp["batch_in_epoch"] == 8
+    assert len(ddp["rng"]) == 2                               # one RNG state per rank
+    # 4 micro-batch gradients summed in another order ((g0 + g2) + (g1 + g3) against
+    # ((g0 + g1) + g2) + g3) agree to rounding, and so do the weights, but for the key biases.
+    _assert_same_weights(_without_key_biases(ddp["model"]), _without_key_biases(single["model"]),
+                         atol=1e-5)
+    # Those do not change what the models compute:
+    cfg = compose_config(args)
+    models = [build_model(cfg.model, 120, 120).eval() for _ in range(2)]
+    models[0].load_state_dict(single["model"])
+    models[1].load_state_dict(ddp["model"])
+    src, src_mask = make_src_batch([[5, 9, 30, 7], [44, 12]])
+    tgt_in = torch.tensor([[BOS_ID, 8, 9, 10, 11], [BOS_ID, 60, 61, 0, 0]])
+    with torch.no_grad():
+        (single_logits, _), (ddp_logits, _) = (m(src, src_mask, tgt_in) for m in models)
+    torch.testing.assert_close(ddp_logits, single_logits, atol=1e-5, rtol=0)
+    # ... and training did move the weights away from the (seeded, shared) initialisation.
+    torch.manual_seed(cfg.train.seed)
+    init = build_model(cfg.model, 120, 120).state_dict()
+    assert max((ddp["model"][k] - init[k]).abs().max().item() for k in init) > 1e-3
+    # Adam hardly notices gradients scaled by a constant: the logged loss and gradient norm
+    # of every step (all ranks together) must agree as well.
+    assert _loss_and_grad_norm(ddp_dir) == _loss_and_grad_norm(single_dir)
+    # Only rank 0 wrote: one log, one event file.
+    assert (ddp_dir / "train.log").read_text().count("done (max_steps=6 reached)") == 1
+    assert len(list((ddp_dir / "tensorboard").iterdir())) == 1
+
+
+def test_killed_two_process_run_resumes_to_the_uninterrupted_weights(root):
+    """SIGKILL after step 3 (one step past the checkpoint of step 2), then the same command:
+    the resumed run redoes step 3, crosses the epoch end and ends where an uninterrupted run
+    ends. Dropout stays on, so each rank's own RNG state must be restored."""
+    args = _overrides(root) + ["train.accum_steps=2"]
+    full_dir, killed_dir = root / "full", root / "killed"
+    proc = _torchrun(args + [f"run_dir={full_dir}"])
+    assert proc.returncode == 0, proc.stderr[-3000:]
+
+    killed_args = args + [f"run_dir={killed_dir}"]
+    proc = _torchrun(killed_args, env={KILL_ENV: "3"})
+    assert proc.returncode != 0
+    assert "train | step 3 " in (killed_dir / "train.log").read_text()
+    assert load_checkpoint(killed_dir / "checkpoints" / "last.pt")["step"] == 2
+
+    proc = _torchrun(killed_args)                             # the same command resumes
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "resumed from" in (killed_dir / "train.log").read_text()
+    full = load_checkpoint(full_dir / "checkpoints" / "last.pt")
+    resumed = load_checkpoint(killed_dir / "checkpoints" / "last.pt")
+    assert (resumed["step"], resumed["epoch"]) == (full["step"], full["epoch"]) == (6, 1)
+    _assert_same_weights(resumed["model"], full["model"], atol=1e-6)
+    for a, b in zip(resumed["rng"], full["rng"], strict=True):        # per rank
+        assert torch.equal(a["torch"], b["torch"])
+    assert not torch.equal(full["rng"][0]["torch"], full["rng"][1]["torch"])   # own streams
+
+
+def test_every_rank_trains_on_rank_0s_sampled_segmentation(root):
+    """Subword sampling under DDP: rank 0 draws each epoch's segmentation (or reads it from
+    the cache) and sends it to rank 1, so both cut the same batches from its lengths: the
+    first three steps (12 batches of epoch 0) are one process's steps with the same global
+    batch. (Later ones need not be: the last batch of an epoch with an odd number of them
+    is dropped under DDP.) The run goes on into epoch 1, which rank 0 sends again."""
+    args = _overrides(root) + NO_DROPOUT + ["data.tokenizer.sampling_alpha=0.5"]
+    single_dir, ddp_dir = root / "single_sampled", root / "ddp_sampled"
+    proc = _torchrun(args + ["train.accum_steps=2", f"run_dir={ddp_dir}"])
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    train(compose_config(args + ["train.accum_steps=4", "train.max_steps=3",
+                                 f"run_dir={single_dir}"]))
+    assert _loss_and_grad_norm(ddp_dir)[:3] == _loss_and_grad_norm(single_dir)
+    assert load_checkpoint(ddp_dir / "checkpoints" / "last.pt")["epoch"] == 1
+    log = (ddp_dir / "train.log").read_text()
+    assert [ln.split("INFO ")[1][:7] for ln in log.splitlines() if "sampled segmentation" in ln] \
+        == ["epoch 0", "epoch 1"]
