@@ -1,32 +1,23 @@
-"""Checkpoint files: atomic writes, safe reads, the step-file manager, averaging.
+"""Checkpoint files: the format, atomic writes, safe reads, the step-file manager, averaging.
 
-A checkpoint is a ``torch.save`` dict of plain values only (tensors, numbers, strings, bytes,
-lists, dicts), so :func:`load_checkpoint` reads it with ``torch.load(weights_only=True)``:
-opening a checkpoint never runs code from it.
+A checkpoint is a ``torch.save`` dict of plain values (tensors, numbers, strings, bytes, lists,
+dicts), read with ``torch.load(weights_only=True)``: opening one never runs code from it.
 
 ==================  ==========================================================
-``version``         file format version (int, currently 1)
+``version``         file format version (:data:`CHECKPOINT_VERSION`)
 ``config_version``  layout version of ``config`` (:data:`CONFIG_VERSION`)
-``model``           the weights to translate with: ``model.state_dict()``, or with
-                    ``train.ema_decay`` the moving average's (:mod:`nmt.training.ema`)
-``train_model``     with ``train.ema_decay`` only: the trained (not averaged) weights, which
-                    a resumed run goes on from
-``valid_bleu``      greedy validation BLEU of ``model`` at ``step`` (float; None when the
-                    step was not validated), which ``nmt-average best=N`` ranks by
-``config``          resolved config as a plain dict (``OmegaConf.to_container``)
+``config``          the resolved config, plain (:func:`nmt.config.to_plain`)
 ``tokenizer``       ``Tokenizer.state_dict()`` (SentencePiece model bytes + settings)
-``step``            optimizer steps done (int)
-``epoch``           current epoch (int, 0-based)
-``batch_in_epoch``  batches of ``epoch`` already consumed (int)
-``optimizer``, ``scheduler``, ``scaler``, ``rng``, ``trainer``  training state (trainer.py)
+``model``           the weights to translate with (with ``train.ema_decay``: the average)
+``train_model``     with ``train.ema_decay`` only: the trained weights a resumed run goes on from
+``valid_bleu``      greedy validation BLEU of ``model`` at ``step`` (None: not validated)
+``step``, ``epoch``, ``batch_in_epoch``   position of the run
+``optimizer``, ``scheduler``, ``scaler``, ``rng``, ``trainer``   training state (the trainer's)
 ==================  ==========================================================
 
-:func:`load_checkpoint` returns ``config`` upgraded to this version of nmt
-(:func:`upgrade_config`), so checkpoints stay loadable when keys are added. A
-checkpoint alone is enough to translate: :func:`nmt.inference.loader.load_for_inference`
-rebuilds the model from its config and the tokenizer from its bytes. Every reader of
-weights -- inference, averaging, ``train.init_from`` -- takes ``model``; resuming reads
-``train_model``, and so does inference when asked for it (``weights=trained``).
+A checkpoint alone is enough to translate (``nmt.inference.translator.load_for_inference``),
+and a checkpoint written today loads tomorrow: :func:`upgrade_config` brings its config up to
+this version of nmt.
 """
 
 from __future__ import annotations
@@ -35,11 +26,14 @@ import copy
 import functools
 import os
 import pickle
+import random
 import re
+import shutil
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
@@ -49,10 +43,9 @@ from nmt.runtime import atomic_path
 
 CHECKPOINT_VERSION = 1
 
-# Version of the config layout stored in checkpoints (``config_version``). When a key is
-# renamed, moved or given a meaning that old values do not have, bump it and add a function
-# here that turns a plain config dict of version k into one of version k + 1. A key that is
-# only added needs no migration: :func:`upgrade_config` fills it with today's default.
+# The layout of the stored config (``config_version``). When a key is renamed, moved, removed or
+# given a new meaning, bump it and add a migration from version k to k + 1 to MIGRATIONS; a key
+# that is only added needs none (upgrade_config fills in today's default).
 CONFIG_VERSION = 2
 
 
@@ -77,23 +70,12 @@ def _defaults_for(model_name: str) -> DictConfig:
 
 
 def upgrade_config(saved: Mapping, version: int | None = None) -> DictConfig:
-    """Bring a config saved in a checkpoint up to this version of nmt.
-
-    Applies :data:`MIGRATIONS` from ``version`` (absent: 1) to :data:`CONFIG_VERSION`, then
-    merges the result over the current defaults of its model (``configs/config.yaml`` with
-    ``model=<its name>``), so every key added since the checkpoint was written gets its default,
-    except the keys of :data:`ABSENT_MEANS_OFF`, which an older run did not use.
-
-    Args:
-        saved: the plain config dict of a checkpoint (``ckpt["config"]``).
-        version: the checkpoint's ``config_version``.
-
-    Returns:
-        A resolved ``DictConfig`` with every current key.
+    """Bring a checkpoint's plain config of ``config_version`` ``version`` up to this nmt: the
+    migrations, then a merge over the current defaults of its model (``ABSENT_MEANS_OFF`` keys:
+    off, as the old run had them), so every key added since gets its default.
 
     Raises:
-        ConfigError: the checkpoint is from a newer nmt (unknown version or key), or names no
-            known model.
+        ConfigError: a newer version, or a key or model this nmt does not know.
     """
     version = 1 if version is None else int(version)
     if version > CONFIG_VERSION:
@@ -174,18 +156,9 @@ def load_checkpoint(path: str | Path, map_location: str | torch.device = "cpu") 
     return ckpt
 
 
-# ------------------------------------------------------------------ training-side helpers
 def link_atomic(src: str | Path, dst: str | Path) -> None:
-    """Make ``dst`` another name of the finished file ``src``, atomically.
-
-    Checkpoint files are never modified in place (every write is a new file + rename), so a
-    hard link is as good as a copy and costs nothing. Falls back to a copy where the file
-    system has no hard links.
-
-    Raises:
-        OSError: ``src`` is missing or unreadable, or ``dst``'s directory is not writable
-            (no temporary file is left behind when the copy fails).
-    """
+    """Make ``dst`` another name of the finished file ``src``, atomically: a hard link (files are
+    never modified in place), or a copy where the file system has none."""
     src, dst = Path(src), Path(dst)
     tmp = dst.with_name(f".{dst.name}.{os.getpid()}.link")
     tmp.unlink(missing_ok=True)
@@ -193,8 +166,6 @@ def link_atomic(src: str | Path, dst: str | Path) -> None:
         try:
             os.link(src, tmp)
         except OSError:
-            import shutil
-
             shutil.copyfile(src, tmp)
         os.replace(tmp, dst)
     except BaseException:
@@ -203,20 +174,11 @@ def link_atomic(src: str | Path, dst: str | Path) -> None:
 
 
 class CheckpointManager:
-    """Step checkpoints ``step_<k>.pt`` plus ``last.pt`` and ``best.pt`` in one directory.
+    """``step_<k>.pt`` files plus ``last.pt`` and ``best.pt`` (links) in one directory.
 
-    :meth:`save` writes ``step_<k>.pt`` atomically and points ``last.pt`` (and ``best.pt``
-    when asked) at it. Step files kept (:meth:`kept_steps`): the ``keep_last`` newest, at
-    least ``min_gap`` steps apart, and the ``keep_best`` of the highest validation BLEU.
-    With ``keep_last = keep_best = 0`` there are none: ``last.pt`` is written directly.
-
-    Args:
-        directory: the run's ``checkpoints/``.
-        keep_last, keep_best: ``train.keep_last``, ``train.keep_best``.
-        min_gap: steps; the trainer sets half its validation interval (the smaller of
-            ``train.eval_every_steps`` and an epoch), so that a validation close to the one
-            before (an epoch end just after an ``eval_every_steps`` one, the final one of a
-            ``max_minutes`` run) replaces it among the newest instead of crowding them.
+    Kept step files: the ``keep_last`` newest at least ``min_gap`` steps apart (the trainer sets
+    half its validation interval, so a validation just after another replaces it) and the
+    ``keep_best`` of the highest validation BLEU; none at all when both are 0.
     """
 
     def __init__(self, directory: str | Path, keep_last: int, keep_best: int = 0,
@@ -240,13 +202,7 @@ class CheckpointManager:
         return sorted(files, key=lambda p: int(p.stem[5:]))
 
     def kept_steps(self, steps: list[int], scores: Mapping[int, float] | None = None) -> set[int]:
-        """Which of ``steps`` (the step files there are) to keep.
-
-        Newest first, a step is one of the "last" unless it lies less than ``min_gap`` steps
-        before the previous one taken; the first ``keep_last`` taken are kept. The
-        ``keep_best`` steps of the highest ``scores`` (validation BLEU by step; ties: the
-        earlier step, as for ``best.pt``) are kept too; steps without a score never count.
-        """
+        """Which ``steps`` to keep; ``scores``: validation BLEU by step (ties: the earlier)."""
         last: list[int] = []
         for step in sorted(steps, reverse=True):
             if len(last) == self.keep_last:
@@ -259,10 +215,8 @@ class CheckpointManager:
 
     def save(self, ckpt: dict, step: int, is_best: bool = False,
              scores: Mapping[int, float] | None = None) -> Path:
-        """Write ``ckpt`` for optimizer step ``step``; returns the path of ``last.pt``.
-
-        ``scores``: validation BLEU by step, of this step and earlier ones (for ``keep_best``).
-        """
+        """Write ``ckpt`` of optimizer step ``step``, link ``last.pt`` (and ``best.pt``), rotate;
+        returns ``last.pt``."""
         step_files = self.keep_last + self.keep_best > 0
         if step_files:
             step_path = self.directory / f"step_{step}.pt"
@@ -282,12 +236,7 @@ class CheckpointManager:
 
 
 def rng_state() -> dict:
-    """Python, NumPy and torch (CPU and, when present, CUDA) random generator states, as
-    plain values (NumPy's key array becomes a list) so checkpoints load with ``weights_only``."""
-    import random
-
-    import numpy as np
-
+    """Python, NumPy and torch (and CUDA) generator states as plain values (weights_only)."""
     numpy_state = np.random.get_state(legacy=False)
     numpy_state["state"] = {**numpy_state["state"], "key": numpy_state["state"]["key"].tolist()}
     state = {"python": random.getstate(), "numpy": numpy_state, "torch": torch.get_rng_state()}
@@ -298,45 +247,24 @@ def rng_state() -> dict:
 
 def set_rng_state(state: dict) -> None:
     """Restore the generators saved by :func:`rng_state`."""
-    import random
-
-    import numpy as np
-
     random.setstate(state["python"])
     numpy_state = state["numpy"]
-    if isinstance(numpy_state, dict):          # plain values (see rng_state)
-        numpy_state = {**numpy_state, "state": {**numpy_state["state"], "key": np.asarray(
-            numpy_state["state"]["key"], dtype=np.uint32)}}
-    np.random.set_state(numpy_state)
+    np.random.set_state({**numpy_state, "state": {**numpy_state["state"], "key": np.asarray(
+        numpy_state["state"]["key"], dtype=np.uint32)}})
     torch.set_rng_state(state["torch"])
     if "cuda" in state and torch.cuda.is_available():
         torch.cuda.set_rng_state_all(state["cuda"])
 
 
-# ------------------------------------------------------------------ checkpoint averaging
 def average_checkpoints(paths: list[str | Path]) -> dict:
-    """Average the weights of several checkpoints of one run (Vaswani et al. 2017, section 6.1).
-
-    The Transformer paper's base models "used a single model obtained by averaging the last 5
-    checkpoints"; fairseq and JoeyNMT ship the same tool. Every floating-point tensor of
-    ``model`` is the element-wise mean of the inputs' (accumulated in float64, stored in the
-    input dtype); other tensors (integer buffers) must be equal in all inputs. ``model`` is
-    the weights each checkpoint translates with, so checkpoints of a ``train.ema_decay`` run
-    average their moving averages.
-
-    Args:
-        paths: two or more checkpoint files written by ``nmt-train`` for the same model and
-            tokenizer (e.g. the ``step_<k>.pt`` files of one run).
-
-    Returns:
-        An inference checkpoint (``version``, ``model``, ``config``, ``tokenizer``, ``step``,
-        ``epoch``, ``batch_in_epoch`` of the newest input by step, and ``averaged_from``: the
-        input paths). It holds no optimizer or RNG state, so it evaluates and translates
-        (:func:`nmt.inference.loader.load_for_inference`) but does not resume training.
+    """The mean of two or more checkpoints' ``model`` weights (Vaswani et al. 2017, section 6.1:
+    "averaging the last 5 checkpoints"), accumulated in float64, stored in the input dtype;
+    integer tensors must be equal. Returns an inference checkpoint (no optimizer or RNG state)
+    with the newest input's metadata and ``averaged_from``.
 
     Raises:
-        CheckpointError: fewer than two paths, an unreadable input, or an input whose model
-            config, tokenizer or weight names/shapes differ from the first (names both files).
+        CheckpointError: fewer than two paths, or inputs of another model config, tokenizer or
+            weight shapes (naming both files).
     """
     if len(paths) < 2:
         raise CheckpointError(f"averaging needs at least two checkpoints, got {len(paths)}: "

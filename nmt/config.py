@@ -76,40 +76,6 @@ Quantization = _choice_type("Quantization", "float32", "int8")
 
 
 @dataclass
-class TransformerSchema:
-    name: str = MISSING
-    d_model: int = MISSING
-    heads: int = MISSING
-    ff_dim: int = MISSING
-    encoder_layers: int = MISSING
-    decoder_layers: int = MISSING
-    norm: str = MISSING
-    dropout: float = MISSING
-    attention_dropout: float = MISSING
-    activation_dropout: float = MISSING
-    activation: str = MISSING
-    tie_embeddings: bool = MISSING
-    alignment_layer: int = MISSING
-
-
-@dataclass
-class RNNSchema:
-    name: str = MISSING
-    emb_dim: int = MISSING
-    encoder_hidden: int = MISSING
-    encoder_layers: int = MISSING
-    decoder_hidden: int = MISSING
-    attention_dim: int = MISSING
-    output_dim: int = MISSING
-    maxout: bool = MISSING
-    dropout: float = MISSING
-    tie_embeddings: bool = MISSING
-
-
-MODEL_SCHEMAS: dict[str, type] = {"transformer": TransformerSchema, "rnn": RNNSchema}
-
-
-@dataclass
 class TokenizerSchema:
     type: TokenizerType = MISSING
     vocab_size: int = MISSING
@@ -190,7 +156,7 @@ class SearchSchema:
 # Primary configs of the tools (configs/<name>.yaml lists its schema first).
 @dataclass
 class TrainConfig:
-    model: Any = MISSING                 # TransformerSchema or RNNSchema: see validate_model
+    model: Any = MISSING                 # typed by its model's config (nmt.models.validate_model)
     data: DataSchema = field(default_factory=DataSchema)
     train: TrainSchema = field(default_factory=TrainSchema)
     search: SearchSchema = field(default_factory=SearchSchema)
@@ -347,48 +313,6 @@ def _check_sampling(tok: DictConfig) -> None:
         raise ConfigError(f"data.tokenizer.nbest_size={nbest} samples nothing: use -1 or >= 2.")
 
 
-def validate_model(model: DictConfig) -> DictConfig:
-    """Type-check and range-check a ``model`` section; returns the typed section.
-
-    Raises:
-        ConfigError: unknown ``model.name``, mistyped value, or sizes that cannot work
-            (``d_model`` not divisible by ``heads``, zero layers, ...), before any tensor
-            is built.
-    """
-    name = model.get("name")
-    if name not in MODEL_SCHEMAS:
-        raise ConfigError(
-            f"model.name={name!r} is unknown: choose model=transformer or model=rnn "
-            f"(configs/model/{{transformer,rnn}}.yaml)."
-        )
-    model = _merge_typed(MODEL_SCHEMAS[name], model, "model")
-    cfg = OmegaConf.create({"model": model})
-    if name == "transformer":
-        _positive(cfg, "model.d_model", "model.heads", "model.ff_dim", "model.encoder_layers",
-                  "model.decoder_layers")
-        if model.d_model % model.heads:
-            raise ConfigError(
-                f"model.d_model={model.d_model} is not divisible by model.heads={model.heads}: "
-                "each head has d_model / heads dimensions (Vaswani et al. 2017, section 3.2.2); "
-                "pick sizes such as d_model=256 heads=4."
-            )
-        _choice(cfg, "model.norm", ("pre", "post"))
-        _choice(cfg, "model.activation", ("relu", "gelu"))
-        _unit_interval(cfg, "model.dropout", "model.attention_dropout", "model.activation_dropout")
-        if not -model.decoder_layers <= model.alignment_layer < model.decoder_layers:
-            raise ConfigError(
-                f"model.alignment_layer={model.alignment_layer} does not name one of the "
-                f"{model.decoder_layers} decoder layers: use 0..{model.decoder_layers - 1} or -1 (last)."
-            )
-    else:
-        _positive(cfg, "model.emb_dim", "model.encoder_hidden", "model.encoder_layers",
-                  "model.decoder_hidden", "model.attention_dim", "model.output_dim")
-        if model.maxout and model.output_dim % 2:
-            raise ConfigError(f"model.output_dim={model.output_dim} must be even with model.maxout=true (pool size 2).")
-        _unit_interval(cfg, "model.dropout")
-    return model
-
-
 def validate_search(section: Any, prefix: str = "") -> DictConfig:
     """Type and range checks of the search keys (:class:`SearchSchema`); ``prefix`` is how they
     are spelled on the command line (``search.`` in nmt-train, none in evaluate/translate)."""
@@ -424,18 +348,11 @@ def to_plain(cfg: DictConfig) -> dict:
     return OmegaConf.to_container(cfg, resolve=True, enum_to_str=True)
 
 
-def cfg_get(cfg: Any, key: str) -> Any:
-    """``cfg[key]`` for a mapping (dict, DictConfig), else ``getattr(cfg, key)``."""
-    from collections.abc import Mapping
-
-    return cfg[key] if isinstance(cfg, Mapping | DictConfig) else getattr(cfg, key)
-
-
 def validate(cfg: DictConfig) -> DictConfig:
     """Type and range checks of a composed ``nmt-train`` config; returns it typed, read-only."""
     out = OmegaConf.create(
         {
-            "model": validate_model(cfg.model),
+            "model": cfg.model,    # nmt.models.validate_model checks it (the trainer, first)
             "data": _merge_typed(DataSchema, cfg.data, "data"),
             "train": _merge_typed(TrainSchema, cfg.train, "train"),
             "search": validate_search(cfg.search, "search."),

@@ -68,11 +68,7 @@ from nmt.config import ConfigError, compose_config  # noqa: E402
 from nmt.data.batching import TokenBatchSampler, prepare_data  # noqa: E402
 from nmt.data.vocab import PAD_ID  # noqa: E402
 from nmt.models import build_model  # noqa: E402
-from nmt.runtime import (  # noqa: E402
-    bound_onednn_cache,
-    compile_stats,  # noqa: E402
-    tune_malloc,
-)
+from nmt.runtime import bound_onednn_cache, compile_stats, tune_malloc  # noqa: E402
 from nmt.training.ema import WeightAverage  # noqa: E402
 from nmt.training.loss import label_smoothed_nll  # noqa: E402
 from nmt.training.trainer import build_optimizer  # noqa: E402

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import sacrebleu
 import torch
 from conftest import REPO_ROOT, make_pairs
 from omegaconf import OmegaConf
@@ -193,8 +194,11 @@ def test_alignments_equal_ours(greedy, engines, corpus):
         np.testing.assert_allclose(b.alignment, a.alignment, atol=1e-3)
 
 
-def test_int8_bleu_within_half_a_point(greedy, corpus):
-    assert abs(_bleu(greedy["int8"], corpus[1]) - _bleu(greedy["pytorch"], corpus[1])) <= 0.5
+def test_int8_bleu_stays_close(greedy, corpus):
+    # 8-bit weights cost 0.5 BLEU of this tiny, half-trained model on a CPU with AVX-512
+    # (VNNI) and 2.9 on one without (AMD EPYC, 2026-11-25): CTranslate2 picks other int8
+    # kernels there. A broken export scores near 0.
+    assert abs(_bleu(greedy["int8"], corpus[1]) - _bleu(greedy["pytorch"], corpus[1])) <= 5.0
 
 
 def test_beam_search_with_our_length_penalty(engines, corpus):
@@ -278,7 +282,9 @@ def test_readme_commands_round_trip_to_the_same_files(tmp_path, capsys):
         assert tools[tool](args) == 0, capsys.readouterr().err
     int8 = (ct2_run / "output.en").read_text(encoding="utf-8").splitlines()
     ours = (pt_run / "output.en").read_text(encoding="utf-8").splitlines()
-    assert len(int8) == len(ours) == 24 and sum(map(str.__eq__, int8, ours)) >= 18
+    # int8 against float32 on this half-trained tiny model: see test_int8_bleu_stays_close.
+    assert len(int8) == len(ours) == 24
+    assert sacrebleu.corpus_bleu(int8, [ours]).score >= 40
     ct2_dir, pt_dir = ct2_run / "eval_ct2", pt_run / "eval_ct2"
     for name in ("hyps.txt", "sentences.tsv"):
         assert (ct2_dir / name).read_text(encoding="utf-8") == (pt_dir / name).read_text(encoding="utf-8")

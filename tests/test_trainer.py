@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import torch
 
-from nmt.checkpoint import load_checkpoint
+from nmt.checkpoint import CONFIG_VERSION, load_checkpoint
 from nmt.cli.train import main
 from nmt.config import ConfigError, compose_config
 from nmt.inference.translator import load_for_inference
@@ -386,5 +386,5 @@ def test_checkpoints_hold_plain_data_only(overrides, tmp_path):
     train(compose_config(overrides[:-1] + TINY_MODEL + TINY_TRAIN + ["train.max_steps=2",
                                                                      f"run_dir={run}"]))
     ckpt = torch.load(run / "checkpoints" / "last.pt", weights_only=True)
-    assert ckpt["step"] == 2 and ckpt["config_version"] == 1
+    assert ckpt["step"] == 2 and ckpt["config_version"] == CONFIG_VERSION
     assert isinstance(ckpt["rng"][0]["numpy"]["state"]["key"], list)

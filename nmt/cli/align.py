@@ -26,13 +26,15 @@ from nmt.runtime import ensure_writable_dir, resolve_device, write_json_atomic
 
 def _check(cfg: DictConfig) -> DictConfig:
     """The settings that depend on each other, and the ranges."""
-    from nmt.extras.word_alignment import check_extraction
+    from nmt.extras.word_alignment import SYMMETRIZATIONS, check_extraction
 
     require(cfg, "checkpoint", "out")
     if bool(cfg.src_file) != bool(cfg.tgt_file) or bool(cfg.src_file) == bool(cfg.input):
         raise ConfigError("give either src_file=... tgt_file=... or input=FILE (lines "
                           "'source ||| target'), exactly one of the two.")
     check_extraction(cfg.method, cfg.threshold)
+    if cfg.symmetrize not in SYMMETRIZATIONS:
+        raise ConfigError(f"symmetrize={cfg.symmetrize} is not one of {', '.join(SYMMETRIZATIONS)}.")
     if cfg.gold and cfg.gold_one_based is None:
         raise ConfigError("gold=... needs gold_one_based=true or false (the files look alike).")
     if cfg.batch_sentences < 1:
@@ -40,7 +42,7 @@ def _check(cfg: DictConfig) -> DictConfig:
     return cfg
 
 
-def _run(cfg: DictConfig) -> int:
+def _run(cfg: DictConfig) -> None:
     from nmt.extras import word_alignment as wa
     from nmt.inference.translator import load_for_inference
 
@@ -86,7 +88,6 @@ def _run(cfg: DictConfig) -> int:
             "symmetrize": cfg.symmetrize if reverse else None, "gold": str(cfg.gold), **settings})
         print(f"aer={scores['aer']:.4f} precision={scores['precision']:.4f} "
               f"recall={scores['recall']:.4f} links={scores['links']}")
-    return 0
 
 
 def _save_attention(cfg: DictConfig, items) -> None:

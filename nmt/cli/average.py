@@ -21,7 +21,7 @@ from nmt.config import CONFIG_PATH, ConfigError
 from nmt.runtime import ensure_writable_dir
 
 
-def _run(cfg: DictConfig) -> int:
+def _run(cfg: DictConfig) -> None:
     from nmt.checkpoint import CheckpointManager, average_checkpoints, load_checkpoint, save_atomic
 
     if (cfg.run_dir is None) == (cfg.checkpoints is None):
@@ -53,7 +53,6 @@ def _run(cfg: DictConfig) -> int:
     ensure_writable_dir(out.parent, "out")
     save_atomic(average_checkpoints(paths), out)
     print(f"averaged {len(paths)} checkpoints ({', '.join(p.name for p in paths)}) -> {out}")
-    return 0
 
 
 @hydra.main(version_base="1.3", config_path=CONFIG_PATH, config_name="average")

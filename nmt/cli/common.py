@@ -16,6 +16,7 @@ import sys
 import textwrap
 from collections.abc import Callable, Sequence
 
+from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
 
 from nmt.config import ConfigError, SamplingSchema, SearchSchema, compose_config, finish_config
@@ -97,8 +98,6 @@ def run_app(app: Callable[[], None], argv: Sequence[str] | None = None, *, confi
 def hydra_record():
     """How this job was launched (:class:`nmt.training.run.RunRecord`; empty outside Hydra),
     for ``run_dir/.hydra`` and ``summary.json``."""
-    from hydra.core.hydra_config import HydraConfig
-
     from nmt.training.run import RunRecord
 
     if not HydraConfig.initialized():

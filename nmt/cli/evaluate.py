@@ -61,7 +61,7 @@ def load_texts(cfg: DictConfig, train_cfg: DictConfig) -> tuple[str, list[str], 
     return name, [s for s, _ in pairs], [r for _, r in pairs]
 
 
-def _run(cfg: DictConfig) -> int:
+def _run(cfg: DictConfig) -> None:
     from nmt.evaluation.evaluate import evaluate_split, write_outputs
 
     translator = load_translator(cfg)
@@ -90,7 +90,6 @@ def _run(cfg: DictConfig) -> int:
     if "loss" in scores:
         print(f"reference loss = {scores['loss']:.4f} nats/subword, ppl = {scores['ppl']:.2f}")
     print(f"wrote {out_dir}/{{{','.join(written)}}}")
-    return 0
 
 
 @hydra.main(version_base="1.3", config_path=CONFIG_PATH, config_name="evaluate")

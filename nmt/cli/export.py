@@ -1,13 +1,10 @@
 """``nmt-export``: write a Transformer checkpoint as a CTranslate2 model directory.
 
-    nmt-export checkpoint=runs/tf/checkpoints/best.pt format=ctranslate2 out_dir=runs/tf/ct2
-    nmt-export checkpoint=runs/tf/checkpoints/best.pt format=ctranslate2 out_dir=runs/tf/ct2_int8 quantization=int8
+    nmt-export checkpoint=runs/tf/checkpoints/best.pt format=ctranslate2 out_dir=runs/tf/ct2 quantization=int8
     nmt-evaluate engine=ctranslate2 model_dir=runs/tf/ct2 split=test_2016_flickr beam_size=5
 
-The directory holds CTranslate2's model, our SentencePiece model(s) and the training config, so
-``engine=ctranslate2 model_dir=DIR`` needs nothing else (:mod:`nmt.extras.ctranslate2`). Needs
-``pip install "nmt[ctranslate2]"``; RNN checkpoints are refused (CTranslate2 has no such model).
-Options: configs/export.yaml (``nmt-export --help``).
+The directory holds all that ``engine=ctranslate2 model_dir=DIR`` reads (:mod:`nmt.extras.ctranslate2`;
+``pip install "nmt[ctranslate2]"``). Options: configs/export.yaml (``nmt-export --help``).
 """
 
 from __future__ import annotations
@@ -26,14 +23,13 @@ def _check(cfg: DictConfig) -> DictConfig:
     return cfg
 
 
-def _run(cfg: DictConfig) -> int:
+def _run(cfg: DictConfig) -> None:
     from nmt.extras.ctranslate2 import export
 
-    out = export(cfg.checkpoint, cfg.out_dir, quantization=cfg.quantization,
+    out = export(cfg.checkpoint, cfg.out_dir, quantization=str(cfg.quantization),
                  max_positions=cfg.max_positions)
     print(f"exported {cfg.checkpoint} ({cfg.quantization}) -> {out}; translate with "
           f"nmt-translate engine=ctranslate2 model_dir={out}")
-    return 0
 
 
 @hydra.main(version_base="1.3", config_path=CONFIG_PATH, config_name="export")

@@ -25,25 +25,24 @@ from nmt.runtime import ensure_writable_dir, write_text_atomic
 def parse_index(index, count: int) -> tuple[list[int], bool]:
     """``index`` -> (sentence numbers, many), where many means "write into a directory"."""
     text = str(index).strip()
-    if text == "all":
-        return list(range(count)), True
+    many = text == "all" or ":" in text
     try:
-        if ":" in text:
-            start, stop = (int(p) if p.strip() else None for p in text.split(":", 1))
-            picked = list(range(count))[slice(start, stop)]
+        if many:   # all: the whole range ":"
+            start, stop = (int(p) if p.strip() else None for p in text.replace("all", ":").split(":"))
+            picked = list(range(count))[start:stop]
         else:
             picked = [int(text) % count] if -count <= int(text) < count else []
     except ValueError:
         raise ConfigError(f"index={text!r} must be a sentence number, all or start:stop.") from None
     if not picked:
         raise ConfigError(f"index={text} is out of range: the file holds {count} sentences.")
-    return picked, ":" in text
+    return picked, many
 
 
 def plot_kind(cfg: DictConfig) -> str:
     """``kind``, else ``cross`` when ``layer`` or ``head`` is given, else ``alignment``."""
     if cfg.kind is not None:
-        return getattr(cfg.kind, "value", cfg.kind)
+        return str(cfg.kind)
     return "cross" if cfg.layer is not None or cfg.head is not None else "alignment"
 
 
@@ -57,7 +56,7 @@ def _read_gold(cfg: DictConfig, data) -> tuple[list, list]:
                      src_lengths=[n for n, _ in counts], tgt_lengths=[n for _, n in counts])
 
 
-def _run(cfg: DictConfig) -> int:
+def _run(cfg: DictConfig) -> None:
     from nmt.evaluation.alignments import load_alignments
     from nmt.evaluation.plot import plot_alignment, plot_attention
     from nmt.extras.word_alignment import word_link_cells
@@ -74,7 +73,7 @@ def _run(cfg: DictConfig) -> int:
         page = attention_page([(i, data[i]) for i in indices], f"attention: {Path(cfg.alignments).name}")
         write_text_atomic(cfg.out, page)
         print(f"wrote {cfg.out} ({len(indices)} sentence(s), {len(page.encode()) / 1024:.0f} KiB)")
-        return 0
+        return
     out, kind = Path(cfg.out), plot_kind(cfg)
     if many and out.suffix.lower() == ".png":
         raise ConfigError(f"index={cfg.index} writes one PNG per sentence: out={out} must be a directory.")
@@ -100,7 +99,6 @@ def _run(cfg: DictConfig) -> int:
                            "all" if cfg.head is None else cfg.head, path,
                            cmap=str(cfg.cmap), dpi=int(cfg.dpi), title=f"sentence {i}", marks=marks)
     print(f"wrote {len(indices)} PNG file(s) to {out}")
-    return 0
 
 
 def _check(cfg: DictConfig) -> DictConfig:

@@ -68,7 +68,7 @@ def translate_stream(translator, lines: Iterable[str], out: TextIO, settings: di
     return done
 
 
-def _run(cfg: DictConfig) -> int:
+def _run(cfg: DictConfig) -> None:
     translator = load_translator(cfg)
     with ExitStack() as stack:
         lines = stdin_lines()
@@ -87,7 +87,6 @@ def _run(cfg: DictConfig) -> int:
             translate_stream(translator, lines, out, decode_settings(cfg))
         except BrokenPipeError:  # e.g. `nmt-translate ... | head`
             sys.stderr.close()
-    return 0
 
 
 @hydra.main(version_base="1.3", config_path=CONFIG_PATH, config_name="translate")

@@ -19,6 +19,7 @@ import torch.nn.functional as F
 from omegaconf import MISSING
 from torch import Tensor, nn
 
+from nmt.config import Choice
 from nmt.models.attention import MultiHeadAttention
 from nmt.models.base import (
     Attention,
@@ -31,6 +32,9 @@ from nmt.models.base import (
     require,
 )
 
+Norm = Choice("Norm", {"pre": "pre", "post": "post"}, module=__name__)
+Activation = Choice("Activation", {"relu": "relu", "gelu": "gelu"}, module=__name__)
+
 
 @dataclass
 class TransformerConfig:
@@ -42,11 +46,11 @@ class TransformerConfig:
     ff_dim: int = MISSING
     encoder_layers: int = MISSING
     decoder_layers: int = MISSING
-    norm: str = MISSING  # pre | post
+    norm: Norm = MISSING
     dropout: float = MISSING
     attention_dropout: float = MISSING
     activation_dropout: float = MISSING
-    activation: str = MISSING  # relu | gelu
+    activation: Activation = MISSING
     tie_embeddings: bool = MISSING
     alignment_layer: int = MISSING
 
@@ -57,8 +61,6 @@ class TransformerConfig:
             require(cfg[key] > 0, cfg, key, "must be > 0")
         for key in ("dropout", "attention_dropout", "activation_dropout"):
             require(0.0 <= cfg[key] < 1.0, cfg, key, "must lie in [0, 1)")
-        require(cfg.norm in ("pre", "post"), cfg, "norm", "is not one of pre, post")
-        require(cfg.activation in ("relu", "gelu"), cfg, "activation", "is not one of relu, gelu")
         require(cfg.d_model % cfg.heads == 0, cfg, "d_model",
                 f"is not divisible by model.heads={cfg.heads} (heads of d_model / heads, section 3.2.2)")
         n = cfg.decoder_layers
@@ -167,8 +169,7 @@ class DecoderLayer(nn.Module):
         ``group`` rows each (a sentence's beams, folded into one call). Adds the t0+T keys/values."""
         q, k, v = self.self_attn.project_qkv(self.res1.inp(x))
         if self_kv is not None:
-            k = torch.cat([self_kv[0], k], dim=2)
-            v = torch.cat([self_kv[1], v], dim=2)
+            k, v = torch.cat([self_kv[0], k], dim=2), torch.cat([self_kv[1], v], dim=2)
         y, self_weights = self.self_attn.attend(q, k, v, causal=True, need_weights=need_self_weights)
         x = self.res1.out(x, y)
         q = self.cross_attn.project_q(self.res2.inp(x))
@@ -315,6 +316,5 @@ class Transformer(Seq2Seq):
         logits = F.linear(x, self.tgt_embed.weight) if self.output_proj is None else self.output_proj(x)
         if state is None:
             return logits, alignment, None
-        steps = state.steps + tgt_in.size(1)
-        return logits, alignment, TransformerState(state.cross_kv, state.src_attn_mask, new_kv, steps,
-                                                   state.rows, state.group)
+        return logits, alignment, TransformerState(state.cross_kv, state.src_attn_mask, new_kv,
+                                                   state.steps + tgt_in.size(1), state.rows, state.group)

@@ -9,10 +9,9 @@ import numpy as np
 import pytest
 import torch
 from conftest import tiny_transformer, write_corpus
-from omegaconf import OmegaConf
 
-from nmt.config import to_plain
 from nmt.cli import evaluate as cli_evaluate
+from nmt.config import to_plain
 from nmt.evaluation.alignments import load_alignments
 
 pytestmark = pytest.mark.slow
