@@ -12,10 +12,9 @@ read. Every problem is a one-line :class:`ConfigError` naming the key::
 from __future__ import annotations
 
 import copy
-import enum
 import dataclasses
-import functools
-from collections.abc import Callable, Mapping
+import enum
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -281,12 +280,6 @@ def register_configs() -> None:
 
 
 # ------------------------------------------------------------------------- checks
-def _choice(cfg: DictConfig, key: str, choices: tuple[str, ...]) -> None:
-    value = OmegaConf.select(cfg, key)
-    if value not in choices:
-        raise ConfigError(f"{key}={value!r} is not one of {', '.join(choices)}.")
-
-
 def _positive(cfg: DictConfig, *keys: str, allow_zero: bool = False, prefix: str = "") -> None:
     for key in keys:
         value = OmegaConf.select(cfg, key)
@@ -316,7 +309,7 @@ def _check_sampling(tok: DictConfig) -> None:
 def validate_search(section: Any, prefix: str = "") -> DictConfig:
     """Type and range checks of the search keys (:class:`SearchSchema`); ``prefix`` is how they
     are spelled on the command line (``search.`` in nmt-train, none in evaluate/translate)."""
-    search = _merge_typed(SearchSchema, section, prefix.rstrip(".") or "search")
+    search = merge_typed(SearchSchema, section, prefix.rstrip(".") or "search")
     _positive(search, "beam_size", "batch_sentences", "n_best", prefix=prefix)
     _positive(search, "max_len_a", "max_len_b", "batch_tokens", allow_zero=True, prefix=prefix)
     if search.n_best > search.beam_size:
@@ -353,8 +346,8 @@ def validate(cfg: DictConfig) -> DictConfig:
     out = OmegaConf.create(
         {
             "model": cfg.model,    # nmt.models.validate_model checks it (the trainer, first)
-            "data": _merge_typed(DataSchema, cfg.data, "data"),
-            "train": _merge_typed(TrainSchema, cfg.train, "train"),
+            "data": merge_typed(DataSchema, cfg.data, "data"),
+            "train": merge_typed(TrainSchema, cfg.train, "train"),
             "search": validate_search(cfg.search, "search."),
             "run_dir": str(cfg.run_dir),
             "device": str(cfg.device),
@@ -392,7 +385,7 @@ def validate(cfg: DictConfig) -> DictConfig:
     return out
 
 
-def _merge_typed(schema: type, section: Any, where: str) -> DictConfig:
+def merge_typed(schema: type, section: Any, where: str) -> DictConfig:
     """Merge ``section`` into ``schema``; type errors become :class:`ConfigError`."""
     try:
         merged = OmegaConf.merge(OmegaConf.structured(schema), section)

@@ -14,13 +14,13 @@ import sys
 
 from nmt.cli.common import exit_on_user_error
 from nmt.config import ConfigError
-from nmt.training.run import format_sweep_table, sweep_rows
+from nmt.training.run import sweep_table
 
 
 def main(argv: list[str]) -> int:
     if len(argv) != 1:
         raise ConfigError("give one sweep directory: python scripts/sweep_table.py SWEEP_DIR")
-    print(format_sweep_table(sweep_rows(argv[0])))
+    print(sweep_table(argv[0]))
     return 0
 
 

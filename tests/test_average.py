@@ -7,17 +7,16 @@ from pathlib import Path
 import pytest
 import torch
 from conftest import tiny_transformer
-from omegaconf import OmegaConf
 
-from nmt.config import to_plain
-from nmt.cli import average as cli_average
-from nmt.inference.translator import load_for_inference
 from nmt.checkpoint import (
     CheckpointError,
     average_checkpoints,
     load_checkpoint,
     save_atomic,
 )
+from nmt.cli import average as cli_average
+from nmt.config import to_plain
+from nmt.inference.translator import load_for_inference
 
 
 @pytest.fixture(scope="module")

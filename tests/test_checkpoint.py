@@ -12,7 +12,6 @@ from conftest import REPO_ROOT
 from omegaconf import OmegaConf
 
 import nmt.checkpoint as ckpt_mod
-from nmt.config import to_plain
 from nmt.checkpoint import (
     CheckpointError,
     CheckpointManager,
@@ -22,7 +21,7 @@ from nmt.checkpoint import (
     set_rng_state,
     upgrade_config,
 )
-from nmt.config import ConfigError, compose_config
+from nmt.config import ConfigError, compose_config, to_plain
 from nmt.inference.translator import load_for_inference
 
 
@@ -100,7 +99,6 @@ def test_rng_state_round_trip():
                                        {"version": 1, "joint": True, "src_model": b"junk",
                                         "tgt_model": None, "settings": {}}])
 def test_unusable_tokenizer_state_is_a_checkpoint_error_naming_the_file(tmp_path, tokenizer):
-    from omegaconf import OmegaConf
 
     path = tmp_path / "last.pt"
     save_atomic({"version": 1, "config": to_plain(compose_config([])),

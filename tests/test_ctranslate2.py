@@ -20,13 +20,11 @@ import pytest
 import sacrebleu
 import torch
 from conftest import REPO_ROOT, make_pairs
-from omegaconf import OmegaConf
 
 pytest.importorskip("ctranslate2")
 
 import nmt  # noqa: E402
-from nmt.config import to_plain
-from nmt.config import ConfigError, compose_config  # noqa: E402
+from nmt.config import ConfigError, compose_config, to_plain  # noqa: E402
 from nmt.evaluation.alignments import load_alignments  # noqa: E402
 from nmt.evaluation.metrics import corpus_scores  # noqa: E402
 from nmt.extras.ctranslate2 import (  # noqa: E402

@@ -6,11 +6,13 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from matplotlib.figure import Figure
-from test_alignments import SHORT, SOURCES, _translator, transformer  # noqa: F401 (fixture)
+from test_translator import SHORT, _fresh, transformer  # noqa: F401 (fixture)
 
 import nmt
 from nmt.config import ConfigError
 from nmt.evaluation.plot import plot_alignment, plot_attention
+
+SOURCES = ["Ein großer Hund läuft im Park .", "Zwei Mädchen tanzen am Strand .", ""]
 
 
 def _panels(fig: Figure) -> list:
@@ -67,8 +69,8 @@ def test_grid_has_a_row_per_layer_and_a_column_per_head_plus_the_mean(transforme
 
 
 def test_rnn_has_no_self_attention_to_draw():
-    rnn = _translator(["model=rnn", "model.emb_dim=8", "model.encoder_hidden=8",
-                       "model.decoder_hidden=8", "model.attention_dim=8", "model.output_dim=8"])
+    rnn = _fresh(["model=rnn", "model.emb_dim=8", "model.encoder_hidden=8",
+                  "model.decoder_hidden=8", "model.attention_dim=8", "model.output_dim=8"])
     r = rnn.translate(SOURCES[0], return_attention=True, **SHORT)
     with pytest.raises(ConfigError, match="kind='encoder'"):
         nmt.plot_alignment(r, kind="encoder")

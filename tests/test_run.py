@@ -19,13 +19,12 @@ from nmt.checkpoint import CheckpointError, load_checkpoint, save_atomic
 from nmt.cli.train import main
 from nmt.config import ConfigError, compose_config, to_plain
 from nmt.training.run import (
-    batch_order_changes,
+    BATCH_ORDER_KEYS,
     check_compatible,
     config_changes,
-    format_sweep_table,
     job_dirname,
     load_init_from,
-    sweep_rows,
+    sweep_table,
 )
 
 TINY_MODEL = ["model.d_model=16", "model.heads=2", "model.ff_dim=32", "model.encoder_layers=1",
@@ -71,7 +70,7 @@ def test_incompatible_config_or_vocabulary_is_named():
             self.emb = torch.nn.Parameter(torch.zeros(vocab, 4))
 
     check_compatible("last.pt", saved, cfg, Tiny(10))
-    with pytest.raises(CheckpointError, match=r"weight emb.*\(10, 4\).*\(12, 4\)"):
+    with pytest.raises(CheckpointError, match=r"weight\.emb.*\(10, 4\).*\(12, 4\)"):
         check_compatible("last.pt", saved, cfg, Tiny(12))
 
 
@@ -80,14 +79,15 @@ def test_dropout_and_subword_sampling_changes_are_allowed_on_resume():
     check_compatible("last.pt", saved, compose_config(["model.dropout=0.3"]))
     sampling = compose_config(["data.tokenizer.sampling_alpha=0.2", "data.tokenizer.nbest_size=8"])
     check_compatible("last.pt", saved, sampling)               # regularisation, not vocabulary
-    assert [c.split(":")[0] for c in batch_order_changes(saved, sampling)] == [
+    assert [c.split(":")[0] for c in config_changes(saved, sampling, BATCH_ORDER_KEYS)] == [
         "data.tokenizer.sampling_alpha", "data.tokenizer.nbest_size"]
 
 
 def test_batch_order_changes_are_named():
     saved = _saved()
-    assert batch_order_changes(saved, compose_config(["model.dropout=0.3"])) == []
-    changed = batch_order_changes(saved, compose_config(["train.seed=7", "train.accum_steps=2"]))
+    assert config_changes(saved, compose_config(["model.dropout=0.3"]), BATCH_ORDER_KEYS) == []
+    changed = config_changes(saved, compose_config(["train.seed=7", "train.accum_steps=2"]),
+                             BATCH_ORDER_KEYS)
     assert [c.split(":")[0] for c in changed] == ["train.seed", "train.accum_steps"]
     assert changed[0].endswith("now 7")
 
@@ -120,21 +120,18 @@ def test_job_dirname_keeps_the_swept_keys(monkeypatch):
     assert len(long) == 130 and long[:120] == f"train.lr={'1' * 200}"[:120]
 
 
-def test_sweep_rows_and_table(tmp_path):
+def test_sweep_table(tmp_path):
     with pytest.raises(ConfigError):
-        sweep_rows(tmp_path / "none")
+        sweep_table(tmp_path / "none")
     with pytest.raises(ConfigError):
-        sweep_rows(tmp_path)
+        sweep_table(tmp_path)
     for name, lr in (("b", "0.002"), ("a", "0.001")):
         (tmp_path / name / ".hydra").mkdir(parents=True)
         (tmp_path / name / ".hydra" / "overrides.yaml").write_text(f"- train.lr={lr}\n- model=rnn\n")
     (tmp_path / "a" / "summary.json").write_text(json.dumps(
         {"steps": 3, "best_bleu": 2.0, "best_step": 3, "train_tokens_per_s": 10.0,
          "train_time_s": 30.0, "stop_reason": "done"}))
-    rows = sweep_rows(tmp_path)
-    assert [(r["job"], r["steps"], r["train_min"], r["stop"]) for r in rows] == [
-        ("a", 3, 0.5, "done"), ("b", None, None, "not finished")]
-    table = format_sweep_table(rows).splitlines()
+    table = sweep_table(tmp_path).splitlines()
     assert table[0] == "every job: model=rnn"
     assert table[3] == "| a | train.lr=0.001 | 3 | 2.00 | 3 | 10 | 0.5 | done |"
     assert table[4] == "| b | train.lr=0.002 | n/a | n/a | n/a | n/a | n/a | not finished |"
@@ -163,7 +160,7 @@ def test_multirun_sweep_gives_one_directory_per_job_and_a_table(base, tmp_path, 
     table = out[out.index("| job |"):].splitlines()
     assert len([row for row in table if row.startswith("| train.lr=")]) == 4
     assert "| train.lr=0.002 train.warmup_steps=4 | 2 |" in out
-    assert "| train.lr=0.001 train.warmup_steps=2 | 2 |" in format_sweep_table(sweep_rows(sweep))
+    assert "| train.lr=0.001 train.warmup_steps=2 | 2 |" in sweep_table(sweep)
 
 
 def test_changed_setting_is_refused_before_anything_is_written(base, tmp_path, capsys):

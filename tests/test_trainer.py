@@ -273,15 +273,15 @@ def test_subword_sampling_draws_each_training_epoch_and_leaves_validation_alone(
     try:
         trainer.setup()
         tok, best = trainer.tokenizer, trainer.train_split
-        epochs = [trainer.epoch_split(e) for e in (0, 1)]
+        epochs = [trainer.epoch_data(e)[0] for e in (0, 1)]
         n = len(best)
         for e, split in enumerate(epochs):
             assert sum(split.src_ids(i) != best.src_ids(i) for i in range(n)) > n // 2
             assert [tok.decode_tgt(split.src_ids(i)) for i in range(n)] == best.src_texts()
-            rows = np.sort(np.concatenate(trainer.epoch_batches(e)))
+            rows = np.sort(np.concatenate(trainer.epoch_data(e)[1]))
             assert rows.tolist() == list(range(n))       # each pair once, by sampled lengths
             widths = [max(split.src_lens[b].max(), split.tgt_lens[b].max()) * len(b)
-                      for b in trainer.epoch_batches(e)]
+                      for b in trainer.epoch_data(e)[1]]
             assert max(widths) <= cfg.train.batch_tokens
         assert sum(epochs[0].src_ids(i) != epochs[1].src_ids(i) for i in range(n)) > n // 2
         # Validation (and test) keep the best segmentation.
@@ -329,17 +329,6 @@ def test_kept_step_checkpoints_and_averaging_the_best(overrides, tmp_path, monke
         torch.testing.assert_close(value, (a[name] + b[name]) / 2, atol=1e-7, rtol=0, msg=name)
     assert cli_average.main([f"run_dir={run}", "last=3"]) == 0
     assert "step_8.pt, step_12.pt, step_15.pt" in capsys.readouterr().out
-
-
-def test_onednn_cache_bound_is_set_unless_the_user_set_it(monkeypatch):
-    """bf16 on CPU: oneDNN's primitive cache is bounded (flat RSS), a user's value wins."""
-    from nmt.runtime import ONEDNN_CACHE_CAPACITY, bound_onednn_cache
-
-    monkeypatch.delenv("ONEDNN_PRIMITIVE_CACHE_CAPACITY", raising=False)
-    assert bound_onednn_cache() is True
-    assert os.environ["ONEDNN_PRIMITIVE_CACHE_CAPACITY"] == str(ONEDNN_CACHE_CAPACITY)
-    monkeypatch.setenv("ONEDNN_PRIMITIVE_CACHE_CAPACITY", "256")
-    assert bound_onednn_cache() is False and os.environ["ONEDNN_PRIMITIVE_CACHE_CAPACITY"] == "256"
 
 
 def test_cooldown_decays_the_lr_to_zero_at_the_end_of_the_step_or_time_budget(overrides, tmp_path):

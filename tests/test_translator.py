@@ -13,18 +13,33 @@ import pytest
 from conftest import REPO_ROOT
 
 import nmt
-from nmt.config import ConfigError, SamplingSchema, SearchSchema
+from nmt.config import ConfigError, SamplingSchema, SearchSchema, compose_config
 from nmt.inference.search import length_penalty_factor
 from nmt.inference.translator import length_sorted_batches, search_settings
+from nmt.models import build_model
 
 CKPT = REPO_ROOT / "tests" / "data" / "tiny_transformer_2026-11-22.pt"
 SOURCES = ["Ein großer Hund läuft im Park .", "Zwei Mädchen tanzen am Strand mit einem Ball .",
            "Eine ältere Frau wartet auf der Brücke .", ""]
 
 
+SHORT = {"max_len_a": 0.0, "max_len_b": 8}     # untrained models: keep outputs short
+
+
 @pytest.fixture(scope="module")
 def translator() -> nmt.Translator:
     return nmt.Translator.from_checkpoint(CKPT)
+
+
+def _fresh(model_overrides: list[str]) -> nmt.Translator:
+    """A fresh (seeded) model over the tiny checkpoint's tokenizer."""
+    import torch
+
+    base = nmt.Translator.from_checkpoint(CKPT)
+    cfg = compose_config(model_overrides, validate_fn=None)
+    torch.manual_seed(0)
+    model = build_model(cfg.model, base.tokenizer.src_vocab_size, base.tokenizer.tgt_vocab_size)
+    return nmt.Translator(model, base.tokenizer, base.config)
 
 
 def test_translate_one_sentence_or_many(translator):
@@ -99,7 +114,6 @@ def test_ensemble_needs_one_vocabulary(tmp_path):
 
     other = tmp_path / "other.pt"
     ckpt = torch.load(CKPT, weights_only=True)
-    ckpt["tokenizer"] = {**ckpt["tokenizer"], "settings": {"x": 1}}
     from nmt.data.tokenizer import Tokenizer, train_sentencepiece
 
     model_bytes = train_sentencepiece(["ein hund", "a dog", "zwei katzen"] * 20, "unigram", 30, 1.0)
@@ -130,6 +144,62 @@ def test_train_from_python_returns_the_summary(tiny_overrides):
                        "model.encoder_layers=1", "model.decoder_layers=1", "train.max_steps=2",
                        "train.batch_tokens=256", "search.max_len_b=3", "device=cpu"])
     assert again == json.loads((Path(tiny_overrides[-1].split("=", 1)[1]) / "summary.json").read_text())
+
+
+# ------------------------------------------------------- capture_attention
+@pytest.fixture(scope="module")
+def transformer() -> nmt.Translator:
+    """2 encoder and 3 decoder layers, 2 heads, alignment from the middle decoder layer."""
+    return _fresh(["model.d_model=16", "model.heads=2", "model.ff_dim=32",
+                   "model.encoder_layers=2", "model.decoder_layers=3", "model.alignment_layer=1"])
+
+
+@pytest.mark.parametrize("search", [{"beam_size": 1}, {"beam_size": 3, "n_best": 2},
+                                    {"sampling": True, "seed": 5}])
+def test_return_attention_head_mean_at_the_alignment_layer_is_the_alignment(transformer, search):
+    results = transformer.translate(SOURCES, return_attention=True, **search, **SHORT)
+    for r in results:
+        t, s = len(r.tokens), len(r.src_tokens)
+        a = r.attention
+        assert {k: v.shape for k, v in a.items()} == {
+            "cross": (3, 2, t, s), "decoder": (3, 2, t, t), "encoder": (2, 2, s, s)}
+        assert all(v.dtype == np.float32 for v in a.values())
+        np.testing.assert_allclose(a["cross"][1].mean(0), r.alignment, atol=1e-5)
+        for w in a.values():
+            np.testing.assert_allclose(w.sum(-1), 1.0, atol=1e-5)
+        assert np.all(np.triu(a["decoder"], k=1) == 0)          # causal
+        assert all(h.attention is None for h in r.hypotheses[1:])  # only the chosen one
+    assert transformer.translate(SOURCES[0], **search, **SHORT).attention is None
+
+
+def test_rnn_attention_is_alpha_alone():
+    rnn = _fresh(["model=rnn", "model.emb_dim=8", "model.encoder_hidden=8",
+                  "model.decoder_hidden=8", "model.attention_dim=8", "model.output_dim=8"])
+    for r in rnn.translate(SOURCES, beam_size=2, return_attention=True, **SHORT):
+        assert list(r.attention) == ["cross"]
+        assert r.attention["cross"].shape == (1, 1, len(r.tokens), len(r.src_tokens))
+        np.testing.assert_allclose(r.attention["cross"][0, 0], r.alignment, atol=1e-5)
+
+
+def test_capture_attention_runs_in_eval_mode_and_restores_the_mode(transformer):
+    from nmt.inference.translator import capture_attention
+
+    ids = [[5, 6, 7], [8]], [[9, 10], [11, 12, 13]]
+    expected = capture_attention(transformer.model, *ids)
+    transformer.model.train()
+    try:
+        got = capture_attention(transformer.model, *ids)
+        assert transformer.model.training
+    finally:
+        transformer.model.eval()
+    for g, e in zip(got, expected, strict=True):
+        assert g.keys() == e.keys() and all(np.array_equal(g[k], e[k]) for k in g)
+
+
+def test_ensemble_cannot_return_attention():
+    twice = nmt.Translator.from_checkpoint([CKPT, CKPT])
+    with pytest.raises(ConfigError):
+        twice.translate(SOURCES[0], return_attention=True, **SHORT)
 
 
 # ---------------------------------------------------------------- the CLIs on the API

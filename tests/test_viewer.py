@@ -12,11 +12,13 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from test_alignments import SHORT, SOURCES, transformer  # noqa: F401 (fixture)
+from test_translator import SHORT, transformer  # noqa: F401 (fixture)
 
 import nmt
 from nmt.evaluation.alignments import load_alignments, save_alignments
 from nmt.extras.viewer import attention_page, page_data
+
+SOURCES = ["Ein großer Hund läuft im Park .", "Zwei Mädchen tanzen am Strand .", ""]
 
 
 def _npz(tmp_path: Path, translator: nmt.Translator) -> Path:

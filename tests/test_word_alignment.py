@@ -15,6 +15,7 @@ from nmt.config import ConfigError, compose_config
 from nmt.data.corpus import CorpusError
 from nmt.extras.word_alignment import (
     AlignmentFormatError,
+    ForcedAlignment,
     alignment_scores,
     check_extraction,
     extract_links,
@@ -24,7 +25,6 @@ from nmt.extras.word_alignment import (
     read_gold,
     read_pair_file,
     select_attention,
-    subword_to_word_links,
     symmetrize,
     teacher_forced_links,
     word_ids,
@@ -134,11 +134,13 @@ def test_word_ids_sentencepiece_boundaries():
         word_ids(["▁a", "</s>"])
 
 
-def test_subword_to_word_links_merges_and_rejects_eos():
-    src = word_ids(["▁Das", "▁Fahr", "rad"])  # [0, 1, 1]
-    tgt = word_ids(["▁The", "▁bi", "ke"])  # [0, 1, 1]
+def test_word_links_merge_subword_links():
+    src, tgt = ["▁Das", "▁Fahr", "rad"], ["▁The", "▁bi", "ke"]
+    cross = np.zeros((1, 1, 4, 4), np.float32)   # rows: target subwords + </s>; last column </s>
+    cross[0, 0, [0, 1, 2, 2, 3], [0, 1, 0, 2, 3]] = [1.0, 1.0, 0.5, 0.5, 1.0]
+    item = ForcedAlignment(src, tgt, word_ids(src), word_ids(tgt), 2, 2, cross)
     # subword 00 -> 00; 11, 22 -> 11 (merged); 02 -> 01
-    assert subword_to_word_links({(0, 0), (1, 1), (2, 2), (0, 2)}, src, tgt) == {(0, 0), (1, 1), (0, 1)}
+    assert word_links(item, method="threshold", threshold=0.5) == {(0, 0), (1, 1), (0, 1)}
 
 
 def test_word_link_cells_cover_every_subword_pair_of_the_two_words():
@@ -182,9 +184,9 @@ def test_eos_never_produces_a_link():
             assert links and all(s < 3 and t < 3 for s, t in links)
     # without the </s> row and column: plain links {00, 11, 22} -> words: src [0, 1, 1],
     # tgt [0, 0, 1] -> {00, 10, 11}
-    src, tgt = word_ids(["▁a", "▁b", "c"]), word_ids(["▁x", "y", "▁z"])
-    assert subword_to_word_links(extract_links(FORCED[:-1, :-1]), src, tgt) == {
-        (0, 0), (1, 0), (1, 1)}
+    src, tgt = ["▁a", "▁b", "c"], ["▁x", "y", "▁z"]
+    item = ForcedAlignment(src, tgt, word_ids(src), word_ids(tgt), 2, 2, FORCED[None, None])
+    assert word_links(item) == {(0, 0), (1, 0), (1, 1)}
 
 
 def test_extract_links_argmax_threshold_and_shift():
@@ -202,8 +204,7 @@ def test_extraction_settings_are_checked_once():
     check_extraction("threshold", 1.0)
     for method, threshold, key in (("threshold", None, "threshold=None"),
                                    ("argmax", 0.5, "threshold=0.5"),
-                                   ("threshold", 1.5, "threshold=1.5"),
-                                   ("max", None, "method='max'")):
+                                   ("threshold", 1.5, "threshold=1.5")):
         with pytest.raises(ConfigError, match=key):
             check_extraction(method, threshold)
 

@@ -2,9 +2,8 @@
 
 :func:`prepare_data` gives the tokenizer and the tokenized training and validation splits.
 A split is an Arrow IPC file under ``{cache_dir}/tokenized/`` named by a hash of the corpus
-bytes, the tokenizer and the filters, so a second run skips tokenization and any change
-makes a new file. The file is memory-mapped: only two length arrays per split live in
-Python memory, so corpora larger than RAM train too.
+bytes, the tokenizer and the filters (a second run skips tokenization, any change makes a
+new file), memory-mapped: only two length arrays per split live in Python memory.
 
 :class:`TokenBatchSampler` cuts an epoch into batches of at most ``batch_tokens`` padded
 positions, grouping pairs of similar length (Vaswani et al. 2017, section 5.1: "sentence
@@ -27,6 +26,7 @@ import numpy as np
 import pyarrow as pa
 import torch
 
+from nmt.config import ConfigError
 from nmt.data.corpus import CorpusError, iter_nonempty_pairs, iter_parallel, split_fingerprint
 from nmt.data.tokenizer import Tokenizer, tokenizer_from_pairs
 from nmt.data.vocab import BOS_ID, EOS_ID, PAD_ID
@@ -43,24 +43,19 @@ _SCHEMA = pa.schema([("src_ids", pa.list_(pa.int32())), ("tgt_ids", pa.list_(pa.
 
 @dataclass
 class Batch:
-    """One padded batch: ``src`` [B, S] int64 (ids + EOS, PAD-padded), ``src_mask`` [B, S]
-    bool (True at real positions), ``tgt_in`` [B, T] int64 (BOS + y, teacher forcing),
-    ``tgt_out`` [B, T] int64 (y + EOS, the decoder's targets), and the real positions of
-    ``src`` and ``tgt_out`` (EOS included; the latter is the loss normaliser)."""
+    """One padded batch of B pairs (PAD past each row's end)."""
 
-    src: torch.Tensor
-    src_mask: torch.Tensor
-    tgt_in: torch.Tensor
-    tgt_out: torch.Tensor
-    n_src_tokens: int
-    n_tgt_tokens: int
+    src: torch.Tensor          # [B, S] int64: ids + EOS
+    src_mask: torch.Tensor     # [B, S] bool: True at real positions
+    tgt_in: torch.Tensor       # [B, T] int64: BOS + y (teacher forcing)
+    tgt_out: torch.Tensor      # [B, T] int64: y + EOS (the decoder's targets)
+    n_src_tokens: int          # real positions of src and tgt_out, EOS included
+    n_tgt_tokens: int          # (the loss normaliser)
 
     def to(self, device: torch.device | str, non_blocking: bool = False) -> Batch:
-        """A copy with every tensor on ``device``."""
         return self._map(lambda t: t.to(device, non_blocking=non_blocking))
 
-    def pin_memory(self) -> Batch:
-        """A copy with every tensor in page-locked memory (for asynchronous host-to-GPU copies)."""
+    def pin_memory(self) -> Batch:   # page-locked, for asynchronous host-to-GPU copies
         return self._map(torch.Tensor.pin_memory)
 
     def _map(self, fn: Callable[[torch.Tensor], torch.Tensor]) -> Batch:
@@ -72,8 +67,7 @@ class Batch:
 
 
 def _pad_rows(values: np.ndarray, starts: np.ndarray, lens: np.ndarray, width: int) -> np.ndarray:
-    """Rows ``values[starts[k] : starts[k] + lens[k]]`` left-aligned in a PAD matrix
-    [B, width] (one vectorised gather)."""
+    """Rows ``values[starts[k] : starts[k] + lens[k]]`` left-aligned in a PAD matrix [B, width]."""
     cols = np.arange(width)
     valid = cols[None, :] < lens[:, None]
     if not values.size:
@@ -83,8 +77,7 @@ def _pad_rows(values: np.ndarray, starts: np.ndarray, lens: np.ndarray, width: i
 
 
 def _padded(rows: list[list[int]], device: torch.device | str | None) -> tuple[torch.Tensor, ...]:
-    """Id lists left-aligned in a PAD-filled int64 [B, W] and its bool mask [B, W] (True at
-    the ids), W the longest row (1 for no rows)."""
+    """Id lists in a PAD-filled int64 [B, W] and its bool mask [B, W] (True at the ids)."""
     lens = np.array([len(r) for r in rows], dtype=np.int64)
     ids = np.full((len(rows), int(lens.max(initial=1))), PAD_ID, dtype=np.int64)
     for k, r in enumerate(rows):
@@ -95,36 +88,32 @@ def _padded(rows: list[list[int]], device: torch.device | str | None) -> tuple[t
 
 def make_src_batch(src_ids: Sequence[Sequence[int]], device: torch.device | str | None = None
                    ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Source id lists (no EOS) -> ``(src, src_mask)``, each [B, S]: EOS appended (an empty
-    list becomes just EOS), PAD-padded. For search, scoring and attention capture."""
+    """Source id lists (no EOS) -> ``(src, src_mask)`` [B, S], EOS appended (search, scoring)."""
     return _padded([[*s, EOS_ID] for s in src_ids], device)
 
 
 def make_tgt_batch(tgt_ids: Sequence[Sequence[int]], device: torch.device | str | None = None
                    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Target id lists (no BOS/EOS) -> ``(tgt_in, tgt_out, tgt_mask)``, each [B, T]: BOS + y,
-    y + EOS, True at real positions. For forced decoding."""
+    """Target id lists (no BOS/EOS) -> ``(tgt_in, tgt_out, tgt_mask)`` [B, T] (forced decoding)."""
     tgt_in, mask = _padded([[BOS_ID, *t] for t in tgt_ids], device)
     return tgt_in, _padded([[*t, EOS_ID] for t in tgt_ids], device)[0], mask
 
 
 class TokenizedSplit:
-    """A tokenized split: a memory-mapped Arrow IPC file, or one held in memory (``path``
-    None: :meth:`from_bytes`). ``src_lens`` / ``tgt_lens`` [N] int64: the lengths of ``src``
-    and ``tgt_out`` with EOS (S and T of a batch of one)."""
+    """A memory-mapped Arrow IPC file, or one held in memory (``path`` None: :meth:`from_bytes`).
+    ``src_lens`` / ``tgt_lens`` [N] int64: the lengths of ``src`` and ``tgt_out`` with EOS."""
 
     def __init__(self, path: str | Path):
         self._open(Path(path))
 
     @classmethod
     def from_bytes(cls, data: bytes | pa.Buffer) -> TokenizedSplit:
-        """A split held in memory from :meth:`ipc_bytes`."""
+        """A split held in memory from :meth:`ipc_bytes` (the Arrow file, sent to other ranks)."""
         split = cls.__new__(cls)
         split._open(None, data if isinstance(data, pa.Buffer) else pa.py_buffer(data))
         return split
 
     def ipc_bytes(self) -> bytes:
-        """The Arrow IPC file as bytes (to send the split to other processes)."""
         return self.path.read_bytes() if self.path is not None else self._buffer.to_pybytes()
 
     def _open(self, path: Path | None, buffer: pa.Buffer | None = None) -> None:
@@ -148,31 +137,25 @@ class TokenizedSplit:
         return len(self.src_lens)
 
     def _ids(self, i: int, side: int) -> list[int]:
-        if not 0 <= i < len(self):
-            raise IndexError(f"row {i} out of range for a split of {len(self)} pairs.")
         c = int(np.searchsorted(self._starts, i, side="right") - 1)
         j = i - int(self._starts[c])
         values, off = self._chunks[c][2 * side], self._chunks[c][2 * side + 1]
         return values[off[j]: off[j + 1]].tolist()
 
-    def src_ids(self, i: int) -> list[int]:
-        """Subword ids of source ``i`` (no EOS)."""
+    def src_ids(self, i: int) -> list[int]:   # without EOS
         return self._ids(int(i), 0)
 
-    def tgt_ids(self, i: int) -> list[int]:
-        """Subword ids of target ``i`` (no BOS/EOS)."""
+    def tgt_ids(self, i: int) -> list[int]:   # without BOS/EOS
         return self._ids(int(i), 1)
 
     def _texts(self, column: str) -> list[str]:
         return [s for i in range(self._reader.num_record_batches)
                 for s in self._reader.get_batch(i).column(column).to_pylist()]
 
-    def src_texts(self) -> list[str]:
-        """The raw source sentences, in row order."""
+    def src_texts(self) -> list[str]:   # the raw sentences, in row order
         return self._texts("src_text")
 
     def tgt_texts(self) -> list[str]:
-        """The raw target sentences (references), in row order."""
         return self._texts("tgt_text")
 
     def collate(self, indices: Sequence[int] | np.ndarray) -> Batch:
@@ -210,7 +193,7 @@ def _lengths(ids: list[list[int]]) -> np.ndarray:
 
 def _record_batch(src_ids: list[list[int]], tgt_ids: list[list[int]], src_texts: Sequence[str],
                   tgt_texts: Sequence[str], keep: np.ndarray | None = None) -> pa.RecordBatch:
-    """The pairs where ``keep`` (bool [N]; default all) is true as one Arrow record batch."""
+    """The pairs where ``keep`` (bool [N]; default all) is true, as an Arrow record batch."""
     keep = np.ones(len(src_ids), bool) if keep is None else keep
     columns = []
     for ids in (src_ids, tgt_ids):
@@ -227,8 +210,7 @@ def _record_batch(src_ids: list[list[int]], tgt_ids: list[list[int]], src_texts:
 
 def _tokenize_piece(piece: list[tuple[str, str]], tokenizer: Tokenizer, max_len: int | None,
                     max_len_ratio: float | None, stats: dict[str, int]) -> pa.RecordBatch:
-    """The pairs, tokenized and filtered (see :func:`write_pairs`), as a record batch; adds
-    the counts to ``stats``."""
+    """The pairs tokenized and filtered (:func:`write_pairs`); adds the counts to ``stats``."""
     src_t, tgt_t = zip(*piece, strict=True)
     s_ids, t_ids = tokenizer.encode_src_batch(src_t), tokenizer.encode_tgt_batch(tgt_t)
     ls, lt = _lengths(s_ids), _lengths(t_ids)
@@ -248,15 +230,11 @@ def _tokenize_piece(piece: list[tuple[str, str]], tokenizer: Tokenizer, max_len:
 
 def write_pairs(path: str | Path, pairs: Iterable[tuple[str, str]], tokenizer: Tokenizer,
                 max_len: int | None = None, max_len_ratio: float | None = None) -> dict[str, int]:
-    """Tokenize a stream of ``(source, target)`` texts into the Arrow file ``path``, which
-    appears only if the stream ends without error; returns ``{"pairs": kept, "too_long": n,
-    "bad_ratio": n}``.
-
-    Training filters, in subword tokens without EOS: a pair with a side longer than
-    ``max_len``, or with ``max(len) / max(min(len), 1) > max_len_ratio``, is dropped (None
-    keeps every pair). Memory stays within one record batch of 100,000 pairs, read and
-    tokenized 10,000 at a time.
-    """
+    """Tokenize a stream of ``(source, target)`` texts into the Arrow file ``path`` (written
+    only if the stream ends without error); returns ``{"pairs": kept, "too_long": n,
+    "bad_ratio": n}``. In subword tokens without EOS, a pair with a side longer than
+    ``max_len`` or ``max(len) / max(min(len), 1) > max_len_ratio`` is dropped (None: kept).
+    Memory stays within one record batch of 100,000 pairs, tokenized 10,000 at a time."""
     stats = {"pairs": 0, "too_long": 0, "bad_ratio": 0}
     stream, chunk_rows = iter(pairs), _CHUNK_ROWS
     with atomic_path(path) as tmp, pa.OSFile(str(tmp), "wb") as sink, \
@@ -275,14 +253,11 @@ def write_pairs(path: str | Path, pairs: Iterable[tuple[str, str]], tokenizer: T
 
 def sample_split(split: TokenizedSplit, tokenizer: Tokenizer, alpha: float, nbest_size: int,
                  seed: int | Sequence[int], cache: bool = True) -> TokenizedSplit:
-    """The pairs of a training split with segmentations drawn by
-    :meth:`Tokenizer.encode_sampled` under ``seed``, e.g. ``(train.seed, epoch)``.
-
-    A pair with a sampled side longer than the longest side in ``split`` keeps its
-    segmentation, so no batch outgrows the ``train.batch_tokens`` check. SentencePiece's
-    draws repeat within one process only, so with ``cache`` the draw is cached beside
-    ``split``'s file, keyed by the settings and ``seed``: a resumed run reads the same ids.
-    """
+    """The training split with segmentations drawn by :meth:`Tokenizer.encode_sampled` under
+    ``seed``, e.g. ``(train.seed, epoch)``. A pair with a sampled side longer than the longest
+    side in ``split`` keeps its segmentation (no batch outgrows the ``train.batch_tokens``
+    check). SentencePiece's draws repeat within one process only, so with ``cache`` the draw
+    is cached beside ``split``'s file, keyed by the settings and ``seed``, for resumed runs."""
     path = None
     if cache and split.path is not None:
         key = _key(split.path.name, float(alpha), int(nbest_size),
@@ -313,23 +288,20 @@ class TokenBatchSampler:
     length, target length) with random tie-breaking, cut greedily into batches with
     ``B * max(S, T) <= batch_tokens`` (lengths with EOS), in shuffled order; all randomness
     from ``np.random.default_rng((seed, epoch))``. ``shuffle=False``: sorted (validation).
-
-    Raises:
-        ValueError: ``batch_tokens`` is smaller than the longest pair.
-    """
+    ConfigError when ``batch_tokens`` is smaller than the longest pair."""
 
     def __init__(self, src_lens: np.ndarray, tgt_lens: np.ndarray, batch_tokens: int,
                  shuffle: bool = True, seed: int = 0):
         self.src_lens = np.asarray(src_lens, dtype=np.int64)
         self.tgt_lens = np.asarray(tgt_lens, dtype=np.int64)
         self.batch_tokens, self.shuffle, self.seed = int(batch_tokens), bool(shuffle), int(seed)
-        longest = int(np.maximum(self.src_lens, self.tgt_lens).max()) if len(self.src_lens) else 0
+        longest = int(np.maximum(self.src_lens, self.tgt_lens).max(initial=0))
         if longest > self.batch_tokens:
-            raise ValueError(f"train.batch_tokens={self.batch_tokens} is smaller than the longest "
-                             f"pair ({longest} tokens): raise train.batch_tokens or lower data.max_len.")
+            raise ConfigError(f"train.batch_tokens={self.batch_tokens} is smaller than the longest "
+                              f"pair ({longest} tokens): raise it or lower data.max_len.")
 
     def batches(self, epoch: int = 0) -> list[np.ndarray]:
-        """The batches of ``epoch``: a list of int64 row-index arrays."""
+        """The batches of ``epoch``: int64 row-index arrays."""
         n = len(self.src_lens)
         if n == 0:
             return []
@@ -355,8 +327,6 @@ class TokenBatchSampler:
 
 @dataclass
 class PreparedData:
-    """What training needs from the data side."""
-
     tokenizer: Tokenizer
     train: TokenizedSplit
     valid: TokenizedSplit
@@ -368,11 +338,7 @@ def _key(*parts: Any) -> str:
 
 
 def load_split(data_cfg: Any, split: str, tokenizer: Tokenizer) -> TokenizedSplit:
-    """A split tokenized without filtering (validation, test), cached like training.
-
-    Raises:
-        CorpusError: see :func:`nmt.data.corpus.iter_parallel`.
-    """
+    """A split tokenized without filtering (validation, test), cached like training."""
     path = Path(str(data_cfg.cache_dir)) / "tokenized" / \
         f"{split}-{_key(split_fingerprint(data_cfg, split), tokenizer.fingerprint)}.arrow"
     if path.is_file():
@@ -384,31 +350,23 @@ def load_split(data_cfg: Any, split: str, tokenizer: Tokenizer) -> TokenizedSpli
 
 
 def training_pairs(data_cfg: Any, report: bool = True) -> Iterator[tuple[str, str]]:
-    """The training pairs, streamed: the first ``data.max_train_pairs`` pairs of
-    ``data.train_split`` without the empty ones (their number logged when ``report``). The
-    rest is still read, so a broken corpus is a :class:`CorpusError` whatever the cap."""
+    """The first ``data.max_train_pairs`` pairs of ``data.train_split`` but the empty ones
+    (their number logged when ``report``). The rest is still read, so a broken corpus is a
+    :class:`CorpusError` whatever the cap."""
     pairs = iter_parallel(data_cfg, str(data_cfg.train_split))
-    if data_cfg.max_train_pairs is not None:  # the first n pairs, then the rest read, unused
+    if data_cfg.max_train_pairs is not None:
         pairs = itertools.chain(itertools.islice(pairs, int(data_cfg.max_train_pairs)),
                                 filter(lambda _: False, pairs))
     return iter_nonempty_pairs(pairs, where=str(data_cfg.train_split), report=report)
 
 
-def prepare_data(data_cfg: Any, run_dir: str | Path | None = None,
-                 tokenizer: Tokenizer | None = None) -> PreparedData:
+def prepare_data(data_cfg: Any, tokenizer: Tokenizer | None = None) -> PreparedData:
     """The tokenizer and the tokenized, cached training and validation splits of the ``data``
-    config; the tokenizer is also saved to ``run_dir/tokenizer/``.
-
-    ``tokenizer`` (a fine-tuning run's, or ``data.tokenizer.model``'s) is used as it is;
-    else one is trained on :func:`training_pairs` (or found in the cache). Training pairs
+    config. ``tokenizer`` (a fine-tuning run's, or ``data.tokenizer.model``'s) is used as it
+    is; else one is trained on :func:`training_pairs` (or found in the cache). Training pairs
     beyond ``max_len`` / ``max_len_ratio`` are dropped; validation keeps every pair. The
     corpus is streamed: one pass hashes its bytes (the cache key, and all a cache hit
-    reads), one samples the tokenizer's sentences, one tokenizes it into the cache.
-
-    Raises:
-        CorpusError: unreadable or empty corpus, or no training pair left after filtering.
-        ConfigError: the tokenizer settings do not fit the corpus.
-    """
+    reads), one samples the tokenizer's sentences, one tokenizes it into the cache."""
     cache, split = Path(str(data_cfg.cache_dir)), str(data_cfg.train_split)
     train_id = _key(split_fingerprint(data_cfg, split), data_cfg.max_train_pairs)
     if tokenizer is None:
@@ -428,8 +386,5 @@ def prepare_data(data_cfg: Any, run_dir: str | Path | None = None,
             path.unlink()
             raise CorpusError(f"{split}: no training pair is left after the length filters "
                               f"(data.max_len={max_len}, data.max_len_ratio={ratio}).")
-    train = TokenizedSplit(path)
     valid = load_split(data_cfg, str(data_cfg.valid_split), tokenizer)
-    if run_dir is not None:
-        tokenizer.save(Path(run_dir) / "tokenizer")
-    return PreparedData(tokenizer=tokenizer, train=train, valid=valid)
+    return PreparedData(tokenizer, TokenizedSplit(path), valid)

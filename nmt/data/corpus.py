@@ -3,9 +3,8 @@
 (``tsv``), or a Hugging Face ``DatasetDict`` (``hf``: a ``save_to_disk`` directory or a hub
 name) with a ``translation: {lang: text}`` column or one column per language.
 
-Every reader streams, so memory does not grow with the corpus (callers wanting a list write
-``list(...)``), and yields raw text. Bad input raises :class:`CorpusError`, one sentence
-naming the file and the line, when the stream reaches it.
+Every reader streams raw text, so memory does not grow with the corpus. Bad input raises
+:class:`CorpusError`, one sentence naming the file and line, when the stream reaches it.
 """
 
 from __future__ import annotations
@@ -41,21 +40,13 @@ def _unreadable(path: Path, err: OSError) -> str:
 def iter_lines(path: str | Path) -> Iterator[str]:
     """The lines of a UTF-8 file, streamed, without ``\\n`` / ``\\r\\n``: the package's one
     line reader. Only ``\\n`` ends a line, as for ``wc -l``; a leading byte order mark is
-    dropped. An error in line k is raised after lines 1..k-1 were yielded.
-
-    Raises:
-        CorpusError: the path is missing, a directory or unreadable; a line is not UTF-8
-            (names the line and the byte offset); the file is empty.
-    """
+    dropped. CorpusError: missing, unreadable or empty file, or a line that is not UTF-8
+    (naming the line and byte offset), raised after the lines before it were yielded."""
     path = Path(path)
     _check_file(path)
+    offset, number = 0, 0  # bytes before the current line; lines read so far
     try:
-        f = path.open("rb")
-    except OSError as err:  # PermissionError and friends
-        raise CorpusError(_unreadable(path, err)) from None
-    with f:
-        offset, number = 0, 0  # bytes before the current line; lines read so far
-        try:
+        with path.open("rb") as f:
             for raw in f:
                 start = len(_BOM) if number == 0 and raw.startswith(_BOM) else 0
                 if start == len(raw):  # a BOM and nothing else
@@ -72,15 +63,15 @@ def iter_lines(path: str | Path) -> Iterator[str]:
                                       "the file as UTF-8.") from None
                 offset += len(raw)
                 yield line
-        except OSError as err:
-            raise CorpusError(_unreadable(path, err)) from None
+    except OSError as err:  # PermissionError and friends
+        raise CorpusError(_unreadable(path, err)) from None
     if number == 0:
         raise CorpusError(f"{path}: the file is empty; a corpus needs at least one line.")
 
 
 def iter_text_pair(src_path: str | Path, tgt_path: str | Path) -> Iterator[tuple[str, str]]:
-    """``(source line, target line)`` of two line-aligned files (:class:`CorpusError`: see
-    :func:`iter_lines`, or the line counts differ, raised after both files were read)."""
+    """``(source line, target line)`` of two line-aligned files (CorpusError after both were
+    read if their line counts differ)."""
     n_src = n_tgt = 0
     for s, t in itertools.zip_longest(iter_lines(src_path), iter_lines(tgt_path)):
         n_src, n_tgt = n_src + (s is not None), n_tgt + (t is not None)
@@ -92,8 +83,7 @@ def iter_text_pair(src_path: str | Path, tgt_path: str | Path) -> Iterator[tuple
 
 
 def iter_tsv(path: str | Path) -> Iterator[tuple[str, str]]:
-    """``(source, target)`` of each ``source<TAB>target`` line (:class:`CorpusError`: see
-    :func:`iter_lines`, or a line without exactly one tab)."""
+    """``(source, target)`` of each ``source<TAB>target`` line."""
     for number, line in enumerate(iter_lines(path), start=1):
         fields = line.split("\t")
         if len(fields) != 2:
@@ -103,8 +93,7 @@ def iter_tsv(path: str | Path) -> Iterator[tuple[str, str]]:
 
 
 def _load_hf(root: str, split: str):
-    """Split ``split`` of the ``DatasetDict`` at ``root`` (a directory, else a hub name); a
-    single ``Dataset`` is refused rather than used for every split."""
+    """Split ``split`` of the ``DatasetDict`` at ``root`` (a directory, else a hub name)."""
     import datasets  # here, not at the top: it takes a second to import, and few runs use it
 
     try:
@@ -123,9 +112,7 @@ def _load_hf(root: str, split: str):
 
 def iter_hf(root: str, split: str, src_lang: str, tgt_lang: str,
             batch_rows: int = 10_000) -> Iterator[tuple[str, str]]:
-    """``(source, target)`` of each row of a Hugging Face dataset split, read ``batch_rows``
-    rows at a time (:class:`CorpusError`: see :func:`_load_hf`, or the split is empty, lacks
-    the languages, or row k, counted from 0, holds a non-string)."""
+    """``(source, target)`` of each row of a dataset split, read ``batch_rows`` at a time."""
     ds = _load_hf(root, split)
     where = f"{root} (split {split})"
     if len(ds) == 0:
@@ -156,24 +143,22 @@ def iter_hf(root: str, split: str, src_lang: str, tgt_lang: str,
 
 
 def split_paths(data_cfg: Any, split: str) -> list[Path]:
-    """The files a ``text`` or ``tsv`` split is read from ([] for ``hf``), checked to exist
-    (the error names ``data.root``, ``NMT_DATA_ROOT`` and the Multi30k download script)."""
+    """The files a ``text`` or ``tsv`` split is read from ([] for ``hf``), checked to exist."""
     root = Path(str(data_cfg.root))
     paths = {"text": [root / f"{split}.{data_cfg.src_lang}", root / f"{split}.{data_cfg.tgt_lang}"],
              "tsv": [root / f"{split}.tsv"]}.get(data_cfg.format, [])
     for path in paths:
         if not path.exists():
-            raise CorpusError(
-                f"{path}: file not found (split {split!r} under data.root={root}). Point "
-                "data.root=DIR or the NMT_DATA_ROOT environment variable at the corpus "
-                "directory, or fetch Multi30k with bash scripts/download_multi30k.sh DIR.")
+            raise CorpusError(f"{path}: file not found (split {split!r}, data.root={root}): "
+                              "set data.root=DIR or NMT_DATA_ROOT, or fetch Multi30k with "
+                              "bash scripts/download_multi30k.sh DIR.")
         _check_file(path)
     return paths
 
 
 def iter_parallel(data_cfg: Any, split: str) -> Iterator[tuple[str, str]]:
-    """``(source, target)`` of each pair of split ``split`` of the ``data`` config's corpus,
-    raw; a missing file raises :class:`CorpusError` at the call, other errors when read."""
+    """``(source, target)`` of each pair of split ``split``, raw; a missing file raises
+    :class:`CorpusError` at the call, other errors when read."""
     if data_cfg.format == "hf":
         return iter_hf(str(data_cfg.root), split, data_cfg.src_lang, data_cfg.tgt_lang)
     return (iter_text_pair if data_cfg.format == "text" else iter_tsv)(*split_paths(data_cfg, split))
@@ -181,11 +166,10 @@ def iter_parallel(data_cfg: Any, split: str) -> Iterator[tuple[str, str]]:
 
 def split_fingerprint(data_cfg: Any, split: str) -> str:
     """sha256 of a split's content, the key of its caches: its files' bytes (``text``,
-    ``tsv``) or the dataset's own fingerprint (``hf``). Raises :class:`CorpusError`."""
+    ``tsv``) or the dataset's own fingerprint (``hf``)."""
     h = hashlib.sha256(f"{data_cfg.format}|{split}|{data_cfg.src_lang}|{data_cfg.tgt_lang}".encode())
     if data_cfg.format == "hf":
-        ds = _load_hf(str(data_cfg.root), split)
-        h.update(str(getattr(ds, "_fingerprint", "")).encode())
+        h.update(str(getattr(_load_hf(str(data_cfg.root), split), "_fingerprint", "")).encode())
         return h.hexdigest()
     for path in split_paths(data_cfg, split):
         try:
@@ -200,8 +184,8 @@ def split_fingerprint(data_cfg: Any, split: str) -> str:
 
 def iter_nonempty_pairs(pairs: Iterable[tuple[str, str]], where: str = "train",
                         report: bool = True) -> Iterator[tuple[str, str]]:
-    """The pairs whose sides are both non-blank (training only); the number skipped is
-    logged at the end if ``report``. :class:`CorpusError` at the end if none was kept."""
+    """The pairs whose sides are both non-blank (training only), the number skipped logged
+    if ``report``; CorpusError if none was kept."""
     kept = total = 0
     for s, t in pairs:
         total += 1
@@ -211,5 +195,4 @@ def iter_nonempty_pairs(pairs: Iterable[tuple[str, str]], where: str = "train",
     if total > kept and report:
         log.info("%s: dropped %d empty or whitespace-only pairs of %d", where, total - kept, total)
     if not kept:
-        raise CorpusError(f"{where}: the corpus is empty (all {total} pairs are empty or "
-                          "whitespace-only).")
+        raise CorpusError(f"{where}: the corpus is empty (all {total} pairs are blank).")

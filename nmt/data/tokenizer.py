@@ -43,11 +43,7 @@ _SAMPLING_LOCK = threading.Lock()  # held by Tokenizer.encode_sampled while it s
 class Tokenizer:
     """The source and target SentencePiece models (one when ``joint``) from their bytes,
     with their training ``settings`` (kept, not read). ``encode_*`` give ids without BOS/EOS.
-
-    Raises:
-        ValueError: a model's special ids are not those of :mod:`nmt.data.vocab`
-            (``RuntimeError``: bytes that are not a model).
-    """
+    ValueError: special ids other than :mod:`nmt.data.vocab`'s (RuntimeError: not a model)."""
 
     def __init__(self, src_model: bytes, tgt_model: bytes | None = None,
                  settings: dict[str, Any] | None = None):
@@ -66,11 +62,9 @@ class Tokenizer:
         self.settings = dict(settings or {})
 
     def encode_src_batch(self, texts: Sequence[str]) -> list[list[int]]:
-        """Source texts -> subword id lists (SentencePiece's threaded batch encoder)."""
         return self._src.encode(list(texts), out_type=int, num_threads=2)
 
     def encode_tgt_batch(self, texts: Sequence[str]) -> list[list[int]]:
-        """Target texts -> subword id lists (SentencePiece's threaded batch encoder)."""
         return self._tgt.encode(list(texts), out_type=int, num_threads=2)
 
     def encode_sampled(self, src_texts: Sequence[str], tgt_texts: Sequence[str], alpha: float,
@@ -116,36 +110,30 @@ class Tokenizer:
         ids = ids[: ids.index(EOS_ID)] if EOS_ID in ids else ids
         return self._tgt.decode([i for i in ids if i not in (PAD_ID, BOS_ID)])
 
-    def src_pieces(self, ids: Iterable[int]) -> list[str]:
-        """Source ids -> subword strings, one per id (EOS shown as ``</s>``), for plots."""
+    def src_pieces(self, ids: Iterable[int]) -> list[str]:   # one per id, EOS as </s> (plots)
         return [self._src.id_to_piece(int(i)) for i in ids]
 
     def tgt_pieces(self, ids: Iterable[int]) -> list[str]:
-        """Target ids -> subword strings, one per id (EOS shown as ``</s>``), for plots."""
         return [self._tgt.id_to_piece(int(i)) for i in ids]
 
     @property
-    def fingerprint(self) -> str:
-        """sha256 of the model bytes: changes whenever the tokenizer changes."""
+    def fingerprint(self) -> str:   # sha256 of the model bytes
         h = hashlib.sha256(self._src_bytes)
         if not self.joint:
             h.update(self._tgt_bytes)
         return h.hexdigest()
 
-    def state_dict(self) -> dict[str, Any]:
-        """Model bytes and settings, no paths: what checkpoints store."""
+    def state_dict(self) -> dict[str, Any]:   # what checkpoints store
         return {"version": TOKENIZER_VERSION, "joint": self.joint, "src_model": self._src_bytes,
                 "tgt_model": None if self.joint else self._tgt_bytes, "settings": dict(self.settings)}
 
     @classmethod
     def from_state_dict(cls, state: dict[str, Any]) -> Tokenizer:
-        """Inverse of :meth:`state_dict` (``ValueError``: not a state of this version)."""
         if not isinstance(state, dict) or state.get("version") != TOKENIZER_VERSION:
             raise ValueError(f"not a tokenizer state of version {TOKENIZER_VERSION}.")
         return cls(state["src_model"], state["tgt_model"], state.get("settings"))
 
-    def save(self, directory: str | Path) -> None:
-        """Write ``spm.model`` (joint) or ``src.model`` + ``tgt.model``, and ``tokenizer.json``."""
+    def save(self, directory: str | Path) -> None:   # spm.model or src/tgt.model, tokenizer.json
         directory = Path(directory)
         directory.mkdir(parents=True, exist_ok=True)
         files = {"spm.model": self._src_bytes} if self.joint else \
@@ -159,7 +147,7 @@ class Tokenizer:
 
     @classmethod
     def load(cls, directory: str | Path) -> Tokenizer:
-        """Read a directory written by :meth:`save` (``FileNotFoundError`` names a missing file)."""
+        """Read a directory :meth:`save` wrote (FileNotFoundError names a missing file)."""
         meta_path = Path(directory) / _STATE_FILE
         if not meta_path.is_file():
             raise FileNotFoundError(f"{meta_path}: no tokenizer saved here.")
@@ -201,13 +189,8 @@ def train_sentencepiece(texts: Sequence[str], model_type: str, vocab_size: int,
                         character_coverage: float) -> bytes:
     """The bytes of a SentencePiece model trained on all of ``texts``, in order (about 1.4 KB
     of memory per sentence). ``vocab_size`` is a soft limit: a small corpus gives a smaller
-    vocabulary (logged).
-
-    Raises:
-        CorpusError: no non-empty sentence.
-        ConfigError: SentencePiece rejects the settings, e.g. ``vocab_size`` below the number
-            of characters (names the smallest value that works).
-    """
+    vocabulary (logged). ConfigError when SentencePiece rejects the settings, e.g. a
+    ``vocab_size`` below the number of characters (names the smallest that works)."""
     if not any(t.strip() for t in texts):
         raise CorpusError("cannot train a tokenizer: the training texts are all empty.")
     out = io.BytesIO()
@@ -252,12 +235,7 @@ def tokenizer_from_pairs(tok_cfg: Any, src_lang: str, tgt_lang: str,
 
     Training reads the stream once and keeps a seeded sample (:func:`sample_pairs`) of
     ``input_sentence_size`` pairs, half as many for a joint model (both sides of each), so
-    each model trains on at most ``input_sentence_size`` sentences.
-
-    Raises:
-        CorpusError: the training texts are all empty; the stream's own errors propagate.
-        ConfigError: SentencePiece rejects the settings (see :func:`train_sentencepiece`).
-    """
+    each model trains on at most ``input_sentence_size`` sentences."""
     settings = {"type": str(tok_cfg.type), "vocab_size": int(tok_cfg.vocab_size),
                 "character_coverage": float(tok_cfg.character_coverage),
                 "joint": bool(tok_cfg.joint), "input_sentence_size": int(tok_cfg.input_sentence_size),
@@ -295,12 +273,7 @@ def tokenizer_from_pairs(tok_cfg: Any, src_lang: str, tgt_lang: str,
 
 def load_tokenizer_model(path: str | Path, tok_cfg: Any, src_lang: str, tgt_lang: str) -> Tokenizer:
     """The tokenizer ``data.tokenizer.model`` names: a run's ``tokenizer/`` directory, or one
-    SentencePiece ``.model`` file for both sides.
-
-    Raises:
-        ConfigError: no such file or directory, not a SentencePiece model, or a single model
-            with ``data.tokenizer.joint=false`` (each message names ``data.tokenizer.model``).
-    """
+    SentencePiece ``.model`` file for both sides (ConfigError naming the key otherwise)."""
     path = Path(path)
     key = f"data.tokenizer.model={path}"
     if path.is_dir():
@@ -313,9 +286,8 @@ def load_tokenizer_model(path: str | Path, tok_cfg: Any, src_lang: str, tgt_lang
         raise ConfigError(f"{key}: no such file or directory; give a run's tokenizer/ directory "
                           "or a SentencePiece .model file.")
     if not tok_cfg.joint:
-        raise ConfigError(f"{key} is one SentencePiece model, used for both sides: set "
-                          "data.tokenizer.joint=true, or give a tokenizer/ directory with "
-                          "src.model and tgt.model.")
+        raise ConfigError(f"{key} is one model for both sides: set data.tokenizer.joint=true, "
+                          "or give a tokenizer/ directory with src.model and tgt.model.")
     try:
         tokenizer = Tokenizer(path.read_bytes())
     except RuntimeError:

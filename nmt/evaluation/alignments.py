@@ -4,8 +4,7 @@ A compressed ``.npz`` of plain arrays (no pickle): ``count`` (int64, N), then pe
 ``i`` ``align_{i}`` float32 [T_i, S_i] (row t: target subword t over the source subwords),
 ``src_{i}`` / ``tgt_{i}`` the subwords (each ending with ``</s>``) and, with ``nmt-evaluate
 attention=all``, float16 ``cross_{i}`` [L,H,T_i,S_i], ``decoder_{i}`` [L,H,T_i,T_i] and
-``encoder_{i}`` [L,H,S_i,S_i] (the RNN has cross only, L = H = 1): about 20 MB before
-compression for the reference Transformer on test_2016_flickr.
+``encoder_{i}`` [L,H,S_i,S_i] (the RNN has cross only, L = H = 1).
 """
 
 from __future__ import annotations
@@ -43,18 +42,15 @@ def attention_labels(kind: str, src: Sequence[str], tgt: Sequence[str]
         return tgt, src, ("target", "source")
     if kind == "encoder":
         return src, src, ("source (query)", "source (key)")
-    if kind == "decoder":
-        inputs = ["<s>", *tgt[:-1]]
-        return inputs, inputs, ("target input (query)", "target input (key)")
-    raise ValueError(f"kind={kind!r} is not one of alignment, cross, encoder, decoder.")
+    inputs = ["<s>", *tgt[:-1]]   # decoder
+    return inputs, inputs, ("target input (query)", "target input (key)")
 
 
 def panel_choices(weights: np.ndarray, layer: int | str, head: int | str, kind: str = "cross",
                   grid: bool = True) -> tuple[list[int | str], list[int | str]]:
     """The layers and heads of [L,H,R,C] ``weights`` chosen by ``layer`` and ``head``: each an
-    index (negative counts from the end), ``"mean"`` or with ``grid`` ``"all"`` (every index;
-    for several heads also their mean). The one check of these settings (plot, nmt-align):
-    ConfigError naming the key, the value and the model's range."""
+    index (negative counts from the end), ``"mean"`` or with ``grid`` ``"all"`` (every index,
+    and the mean of several heads). The one check of these settings (plot, nmt-align)."""
     picked = []
     for n, choice, key in zip(np.shape(weights)[:2], (layer, head), ("layer", "head"), strict=True):
         if grid and choice == "all":
@@ -93,8 +89,9 @@ def save_alignments(path: str | Path, alignments: Sequence[np.ndarray],
 
 
 class AlignmentFile:
-    """Lazy reader of an ``alignments.npz``: ``len(f)``; ``f[i]`` (negative counts from the
-    end) loads sentence ``i`` as an :class:`Alignment`; ``f.labels(i)`` its labels only."""
+    """Lazy reader of an ``alignments.npz`` (ValueError: missing or foreign): ``len(f)``;
+    ``f[i]`` (negative counts from the end) loads sentence ``i`` as an :class:`Alignment`;
+    ``f.labels(i)`` its labels only."""
 
     def __init__(self, path: str | Path):
         self.path = Path(path)
@@ -121,6 +118,4 @@ class AlignmentFile:
         return self._npz[f"src_{i}"].tolist(), self._npz[f"tgt_{i}"].tolist()
 
 
-def load_alignments(path: str | Path) -> AlignmentFile:
-    """Open ``path`` (:class:`AlignmentFile`); a missing or foreign file is a ValueError."""
-    return AlignmentFile(path)
+load_alignments = AlignmentFile

@@ -20,10 +20,8 @@ def corpus_scores(hyps: Sequence[str], refs: Sequence[str]) -> dict:
     word sequences) / reference words, summed over the corpus; lower is better (sacreBLEU's
     defaults: tercom tokenization, case-insensitive). Scores are in 0..100 (TER can exceed
     100), plus the BLEU details ``bleu_precisions`` (1- to 4-gram, %), ``bleu_bp`` (brevity
-    penalty), ``hyp_len`` and ``ref_len`` (13a tokens). An empty corpus scores 0.
-
-    Raises:
-        ValueError: ``hyps`` and ``refs`` differ in length.
+    penalty), ``hyp_len`` and ``ref_len`` (13a tokens). An empty corpus scores 0. ValueError:
+    ``hyps`` and ``refs`` differ in length.
     """
     hyps, refs = list(hyps), list(refs)
     if len(hyps) != len(refs):
@@ -52,10 +50,8 @@ def sentence_scores(hyps: Sequence[str], refs: Sequence[str]) -> dict:
 
     Sentence BLEU uses the effective n-gram order (orders with no match in a short sentence
     are left out instead of zeroing the score, as sacreBLEU recommends) and exponential
-    smoothing; chrF is the corpus metric applied to one sentence.
-
-    Raises:
-        ValueError: ``hyps`` and ``refs`` differ in length.
+    smoothing; chrF is the corpus metric applied to one sentence. ValueError: ``hyps`` and
+    ``refs`` differ in length.
     """
     bleu_metric, chrf_metric = BLEU(effective_order=True), CHRF()
     pairs = list(zip(hyps, refs, strict=True))

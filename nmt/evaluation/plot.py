@@ -42,12 +42,8 @@ def plot_alignment(result: Translation | np.ndarray, src_tokens: Sequence[str] |
     ``kind``/``layer``/``head`` draw ``result.attention`` (translated with
     ``return_attention=True``) with :func:`plot_attention`: ``kind`` cross (default),
     encoder or decoder; ``layer``/``head`` an index, ``"mean"`` or ``"all"`` (default).
-
-    Raises:
-        ValueError: a bare matrix without labels, labels that do not match it, or
-            kind/layer/head for a result without ``attention``.
-        ConfigError: a kind the model does not have, a layer or head out of range.
-        OSError: ``out_path`` cannot be written (``filename`` names it).
+    ValueError: a bare matrix without labels, or kind/layer/head without ``attention``;
+    ConfigError: a kind the model does not have, a layer or head out of range.
     """
     if kind is not None or layer is not None or head is not None:
         if getattr(result, "attention", None) is None:
@@ -80,11 +76,8 @@ def plot_attention(weights: np.ndarray, src_labels: Sequence[str], tgt_labels: S
     entry): ``cross`` [L,H,T,S], ``decoder`` [L,H,T,T], ``encoder`` [L,H,S,S], labelled by
     :func:`~nmt.evaluation.alignments.attention_labels` from the S source and T target
     subwords. ``layer``/``head``: an index, ``"mean"`` or ``"all"``; one layer and one head
-    give a single heatmap. ``marks`` go on every panel.
-
-    Raises:
-        ConfigError: ``layer`` / ``head`` out of range.
-        OSError: ``out_path`` cannot be written.
+    give a single heatmap. ``marks`` go on every panel. ConfigError: ``layer`` / ``head`` out
+    of range.
     """
     rows, cols, names = attention_labels(kind, src_labels, tgt_labels)
     layers, heads = panel_choices(weights, layer, head, kind)
@@ -182,12 +175,7 @@ def tensorboard_figures(model, src_ids: Sequence[Sequence[int]], hyps: Sequence,
     src_labels = tokenizer.src_pieces(list(src_ids[i]) + [EOS_ID])
     tgt_labels = tokenizer.tgt_pieces(list(hyp.tokens) + [EOS_ID])
     figures = {"valid/alignment": plot_alignment(np.asarray(hyp.alignment), src_labels, tgt_labels)}
-    was_training = model.training
-    model.eval()
-    try:
-        attention = capture_attention(model, [src_ids[i]], [hyp.tokens], device)[0]
-    finally:
-        model.train(was_training)
+    attention = capture_attention(model, [src_ids[i]], [hyp.tokens], device)[0]
     title = f"validation sentence {i}, step {step}"
     figures["valid/attention"] = plot_attention(attention["cross"], src_labels, tgt_labels,
                                                 "cross", dpi=80, title=title)

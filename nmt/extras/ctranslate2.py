@@ -22,10 +22,9 @@ output projection                  ``decoder.projection``
 ``alignment_layer``, head mean     ``alignment_layer``, ``alignment_heads`` = all
 =================================  ==============================================
 
-:class:`CTranslate2Translator` decodes with our conventions (the same batches, scores,
-length penalty, per-sentence maximum length; PAD and BOS never produced), so its best
-translation is the PyTorch engine's. ``docs/ctranslate2.md`` shows why for each of them,
-and where n-best lists and samples may differ.
+:class:`CTranslate2Translator` decodes with our conventions (batches, scores, length penalty,
+per-sentence maximum length; PAD and BOS never produced), so its best translation is the
+PyTorch engine's: ``docs/ctranslate2.md`` shows why, and where n-best lists and samples differ.
 """
 
 from __future__ import annotations
@@ -72,10 +71,7 @@ def build_spec(model: torch.nn.Module, tokenizer: Tokenizer, model_cfg: DictConf
     """A validated ``ctranslate2.specs.TransformerSpec`` holding float32 copies of a
     Transformer's weights (the table of the module docstring; ``model`` is never modified),
     its tokenizer's pieces as vocabularies and ``max_positions`` rows of positions.
-
-    Raises:
-        ConfigError: CTranslate2 is missing, or ``model_cfg.name`` is not ``transformer``.
-    """
+    ConfigError: CTranslate2 is missing, or the model is not a Transformer."""
     require_ctranslate2()
     from ctranslate2.specs import common_spec, transformer_spec
 
@@ -147,15 +143,10 @@ def export(source: str | Path | Translator, out_dir: str | Path, quantization: s
     """Write a CTranslate2 model directory for a Transformer checkpoint (``nmt-export``) or a
     :class:`~nmt.inference.translator.Translator` in memory; returns ``out_dir``.
 
-    ``quantization``: ``float32`` or ``int8`` weights; ``max_positions``: rows of the
-    positional table, the longest source (subwords + EOS) and output + 1 it accepts. The
-    directory is built beside ``out_dir`` and renamed into place (complete or absent).
-
-    Raises:
-        ConfigError: CTranslate2 missing, an RNN, or an ``out_dir`` that holds files or
-            cannot be written.
-        CheckpointError: an unreadable checkpoint.
-    """
+    ``max_positions``: rows of the positional table, the longest source (subwords + EOS) and
+    output + 1 it accepts. The directory is built beside ``out_dir`` and renamed into place
+    (complete or absent). ConfigError: an RNN, or an ``out_dir`` that holds files or cannot
+    be written."""
     ct2 = require_ctranslate2()
     out_dir = Path(out_dir)
     if out_dir.exists() and (not out_dir.is_dir() or any(out_dir.iterdir())):
@@ -187,23 +178,13 @@ def export(source: str | Path | Translator, out_dir: str | Path, quantization: s
 
 
 # ----------------------------------------------------------------------------- engine
-def _our_last_step(lengths: Sequence[int], beam_size: int) -> int:
-    """The step (output length incl. EOS) by which our beam search has ``beam_size`` ended
-    hypotheses, given the lengths of CTranslate2's ended ones; all of them when fewer."""
-    ordered = sorted(lengths)
-    return ordered[beam_size - 1] if len(ordered) >= beam_size else max(ordered, default=0)
-
-
 class CTranslate2Translator(TranslatorBase):
     """An ``nmt-export`` directory behind :class:`~nmt.inference.translator.TranslatorBase`'s
     surface (``translate``, ``score``), on ``device`` (cpu or cuda). ``compute_type``
     ``"default"`` keeps the exported quantization; ``intra_threads`` None uses torch's
     threads; the batches of one call run in turn, so ``inter_threads`` 1 is the useful value.
     ``info`` is ``nmt_export.json``, ``max_positions`` the rows of the exported table.
-
-    Raises:
-        ConfigError: CTranslate2 missing, or ``model_dir`` not an ``nmt-export`` directory.
-    """
+    ConfigError: ``model_dir`` is not an ``nmt-export`` directory."""
 
     def __init__(self, model_dir: str | Path, device: str | torch.device = "cpu",
                  compute_type: str = "default", intra_threads: int | None = None,
@@ -239,12 +220,10 @@ class CTranslate2Translator(TranslatorBase):
 
     @classmethod
     def from_dir(cls, model_dir: str | Path, device: str | torch.device = "cpu",
-                 **kwargs: Any) -> CTranslate2Translator:
-        """``Translator.from_checkpoint``'s counterpart: ``cls(model_dir, device, **kwargs)``."""
+                 **kwargs: Any) -> CTranslate2Translator:   # from_checkpoint's counterpart
         return cls(model_dir, device, **kwargs)
 
-    def _load(self):
-        """A ``ctranslate2.Translator`` of the directory with the constructor's settings."""
+    def _load(self):   # a ctranslate2.Translator with the constructor's settings
         try:
             return require_ctranslate2().Translator(str(self.model_dir), **self._load_args)
         except (RuntimeError, ValueError) as err:
@@ -257,11 +236,12 @@ class CTranslate2Translator(TranslatorBase):
         a, b = float(settings["max_len_a"]), int(settings["max_len_b"])
         return [max(0, math.floor(a * float(len(ids) + 1) + b)) for ids in src_ids]
 
-    def _check(self, src_ids, settings, return_attention):
-        if return_attention:
-            raise ConfigError("every layer's and head's attention (return_attention, "
-                              "nmt-evaluate attention=all) needs engine=pytorch: CTranslate2 "
-                              "returns only the alignment.")
+    def _attention(self, src_ids, tgt_ids, settings):
+        raise ConfigError("every layer's and head's attention (return_attention, "
+                          "nmt-evaluate attention=all) needs engine=pytorch: CTranslate2 "
+                          "returns only the alignment.")
+
+    def _hypotheses(self, src_ids, settings, sampling):
         for i, (ids, limit) in enumerate(zip(src_ids, self._max_lengths(src_ids, settings),
                                              strict=True)):
             if len(ids) + 1 > self.max_positions or limit + 1 > self.max_positions:
@@ -270,8 +250,6 @@ class CTranslate2Translator(TranslatorBase):
                     f"{limit} output subwords, beyond the {self.max_positions} positions of "
                     f"{self.model_dir}: export it again with a larger max_positions=, or lower "
                     "max_len_a / max_len_b.")
-
-    def _hypotheses(self, src_ids, settings, sampling):
         engine = self.ct2
         if sampling is not None:
             # A fresh translator (new worker threads) makes the samples a function of seed.
@@ -329,7 +307,10 @@ class CTranslate2Translator(TranslatorBase):
         for b, (result, limit) in enumerate(zip(results, limits, strict=True)):
             s_len = len(batch[b]) + 1
             hyps = []
-            ended_by = _our_last_step([len(t) for t in result.hypotheses], k)
+            # the step (output length with EOS) by which our beam search has k ended
+            # hypotheses, given the lengths of CTranslate2's; all of them when fewer
+            lengths = sorted(len(t) for t in result.hypotheses)
+            ended_by = lengths[k - 1] if len(lengths) >= k else max(lengths, default=0)
             for tokens, score, attention in zip(result.hypotheses, result.scores,
                                                 result.attention, strict=True):
                 if len(tokens) > ended_by:
@@ -346,24 +327,19 @@ class CTranslate2Translator(TranslatorBase):
                 if not exact:
                     pending.append((b, len(hyps) - 1))
             raw.append(hyps)
-        if pending:
-            forced = engine.score_batch(
-                [sources[b] for b, _ in pending],
-                [[self._tgt_pieces[i] for i in raw[b][h][0]] for b, h in pending],
-                max_input_length=0)
-            for (b, h), f in zip(pending, forced, strict=True):
-                raw[b][h][1] = float(sum(f.log_probs))
+        forced = engine.score_batch([sources[b] for b, _ in pending],
+                                    [[self._tgt_pieces[i] for i in raw[b][h][0]] for b, h in pending],
+                                    max_input_length=0)
+        for (b, h), f in zip(pending, forced, strict=True):
+            raw[b][h][1] = float(sum(f.log_probs))
         out = []
         for hyps in raw:
-            seen, unique = set(), []
+            unique: dict[tuple, Hypothesis] = {}    # of equal outputs, the first
             for ids, logprob, align in hyps:
-                if tuple(ids) not in seen:
-                    seen.add(tuple(ids))
-                    unique.append(Hypothesis(tokens=ids, alignment=align,
-                                             score=logprob / length_penalty_factor(
-                                                 float(len(ids) + 1), alpha)))
-            unique.sort(key=lambda h: -h.score)        # stable: CTranslate2's order on ties
-            out.append(unique[:n_keep])
+                score = logprob / length_penalty_factor(float(len(ids) + 1), alpha)
+                unique.setdefault(tuple(ids), Hypothesis(tokens=ids, score=score, alignment=align))
+            # sorted is stable: CTranslate2's order on ties
+            out.append(sorted(unique.values(), key=lambda h: -h.score)[:n_keep])
         return out
 
     def _forced(self, src_ids, tgt_ids, batch_tokens):

@@ -1,7 +1,6 @@
 """Word alignments from attention: forced alignment, symmetrisation and alignment error rate.
 
-A model reads each given (source, target) pair as in training (source + ``</s>``; decoder
-input ``<s>`` + target, predicting target + ``</s>``) and returns every cross-attention
+A model reads each (source, target) pair as in training and returns every cross-attention
 weight; one layer and head (or their mean) is a matrix [T+1, S+1] (row t: target subword t
 over the source subwords; row T predicts ``</s>``, column S is the source ``</s>``). Hard
 subword links come from it by argmax or a threshold, at the step that predicts the subword
@@ -36,10 +35,10 @@ from nmt.runtime import write_text_atomic
 
 Link = tuple[int, int]
 
-SPECIAL_PIECES = frozenset({"<pad>", "<s>", "</s>"})
 # Koehn's neighbours as (target, source) offsets: the 4 adjacent cells, then the 4 diagonal ones
 _NEIGHBOURS = ((-1, 0), (0, -1), (1, 0), (0, 1), (-1, -1), (-1, 1), (1, -1), (1, 1))
 _LINK = re.compile(r"([0-9]+)([-p])([0-9]+)")
+SYMMETRIZATIONS = ("intersection", "union", "grow-diag", "grow-diag-final", "grow-diag-final-and")
 
 
 class AlignmentFormatError(CorpusError):
@@ -48,12 +47,7 @@ class AlignmentFormatError(CorpusError):
 
 # ---------------------------------------------------------------------- Pharaoh format
 def parse_links(line: str, one_based: bool = False) -> tuple[set[Link], set[Link]]:
-    """(sure, possible) 0-based links of one Pharaoh line (``i-j`` sure, ``ipj`` possible).
-
-    Raises:
-        AlignmentFormatError: a token is not ``i-j`` / ``ipj``, or has index 0 while
-            ``one_based``.
-    """
+    """(sure, possible) 0-based links of one Pharaoh line (``i-j`` sure, ``ipj`` possible)."""
     sure: set[Link] = set()
     possible: set[Link] = set()
     for token in line.split():
@@ -74,13 +68,8 @@ def read_gold(path: str | Path, *, one_based: bool, src_lengths: Sequence[int] |
 
     ``one_based`` has no default: 0- and 1-based files look alike, and a wrong guess shifts
     every link by one without an error. ``src_lengths`` / ``tgt_lengths`` (words per
-    sentence), when given, are checked against the number of lines and every index.
-
-    Raises:
-        CorpusError: missing, unreadable, not UTF-8 or empty file.
-        AlignmentFormatError: a malformed link, a line count other than the lengths', or a
-            link outside its sentence (names the file and the 1-based line).
-    """
+    sentence), when given, must match the number of lines and hold every index
+    (AlignmentFormatError naming the file and line)."""
     sure: list[set[Link]] = []
     possible: list[set[Link]] = []
     base = int(one_based)
@@ -115,11 +104,7 @@ def write_links(path: str | Path, alignments: Iterable[Iterable[Link]],
 
 
 def read_pair_file(path: str | Path, separator: str = "|||") -> list[tuple[str, str]]:
-    """(source, target) of each ``source ||| target`` line (the format of alignment test sets).
-
-    Raises:
-        CorpusError: an unreadable file, or a line without exactly one separator.
-    """
+    """(source, target) of each ``source ||| target`` line (the format of alignment test sets)."""
     pairs = []
     for number, line in enumerate(iter_lines(path), start=1):
         parts = line.split(separator)
@@ -137,15 +122,12 @@ def word_ids(pieces: Sequence[str]) -> list[int]:
 
     A lone ``▁`` piece (SentencePiece emits one before a character it cannot merge with the
     space, e.g. ``▁`` ``(``) belongs to the following word, and at the very end to the word
-    before it. Words are then the whitespace tokens of the encoded text.
-
-    Raises:
-        ValueError: a piece is ``</s>``, ``<s>`` or ``<pad>``: those must never become words.
-    """
+    before it. Words are then the whitespace tokens of the encoded text. ValueError for
+    ``</s>``, ``<s>`` or ``<pad>``: those must never become words."""
     ids = [0] * len(pieces)
     word, boundary, lone = -1, False, []  # lone: pending lone "▁" pieces, join the next word
     for k, piece in enumerate(pieces):
-        if piece in SPECIAL_PIECES:
+        if piece in ("<pad>", "<s>", "</s>"):
             raise ValueError(f"piece {k} is {piece!r}: drop </s>, <s> and padding first.")
         boundary = boundary or k == 0 or piece.startswith("▁")
         if piece == "▁":
@@ -160,12 +142,6 @@ def word_ids(pieces: Sequence[str]) -> list[int]:
     for m in lone:  # trailing lone "▁": whitespace after the last word
         ids[m] = max(word, 0)
     return ids
-
-
-def subword_to_word_links(subword_links: Iterable[Link], src_word_ids: Sequence[int],
-                          tgt_word_ids: Sequence[int]) -> set[Link]:
-    """Word links: words ``(a, b)`` are linked when any of their subword pairs is."""
-    return {(src_word_ids[s], tgt_word_ids[t]) for s, t in subword_links}
 
 
 def word_link_cells(links: Iterable[Link], src: Sequence[str], tgt: Sequence[str]) -> set[Link]:
@@ -190,10 +166,8 @@ def word_link_cells(links: Iterable[Link], src: Sequence[str], tgt: Sequence[str
 
 # ------------------------------------------------------------------ attention -> links
 def check_extraction(method: str, threshold: float | None) -> None:
-    """The one check of the extraction settings (``nmt-align`` runs it before any work):
-    ConfigError unless ``method`` is argmax (no threshold) or threshold (one in (0, 1])."""
-    if method not in ("argmax", "threshold"):
-        raise ConfigError(f"method={method!r} is not one of argmax, threshold.")
+    """The one check of the threshold (``nmt-align`` runs it before any work; the schema
+    checks ``method``): ConfigError unless argmax has none and threshold one in (0, 1]."""
     if (method == "threshold") != (threshold is not None):
         raise ConfigError(f"threshold={threshold} goes with method=threshold, and only there.")
     if threshold is not None and not 0.0 < threshold <= 1.0:
@@ -207,9 +181,7 @@ def extract_links(attention: np.ndarray, method: str = "argmax", threshold: floa
     ``threshold`` every cell >= ``threshold``. With ``shift`` target t uses row t + 1
     (SHIFT-ATT, Chen et al. 2020, arXiv:2004.14837): row i predicts token i from input
     token i - 1, so row t + 1 reads token t; R rows give R - 1 targets."""
-    matrix = np.asarray(attention)
-    if shift:
-        matrix = matrix[1:]  # row t + 1 -> target t
+    matrix = np.asarray(attention)[1:] if shift else np.asarray(attention)  # shift: row t+1 -> t
     if matrix.shape[1] == 0:
         return set()
     if method == "argmax":
@@ -221,15 +193,12 @@ def extract_links(attention: np.ndarray, method: str = "argmax", threshold: floa
 
 def teacher_forced_links(attention: np.ndarray, method: str = "argmax",
                          threshold: float | None = None) -> tuple[set[Link], set[Link]]:
-    """(plain, shifted) subword links of a teacher-forced matrix [T+1, S+1].
-
-    Plain: target t uses row t (the step that predicts it), for t < T. Shifted: target t
-    uses row t + 1 (the step that reads it; the last one uses the ``</s>`` row). The source
-    ``</s>`` column is removed first, so it never links: an ``argmax`` row that attends
-    mostly to ``</s>`` links to its best real subword (as fairseq's
-    ``extract_hard_alignment``). The Bahdanau decoder's query s_{i-1} has not read the input
-    token yet, so the shift mainly suits the Transformer.
-    """
+    """(plain, shifted) subword links of a teacher-forced matrix [T+1, S+1]: target t uses
+    row t (the step that predicts it) or, shifted, row t + 1 (the step that reads it). The
+    source ``</s>`` column is dropped first, so an ``argmax`` row that attends mostly to
+    ``</s>`` links to its best real subword (as fairseq's ``extract_hard_alignment``). The
+    Bahdanau decoder's query s_{i-1} has not read the input token yet: the shift suits the
+    Transformer."""
     source = np.asarray(attention)[:, :-1]  # [T+1, S]: without the </s> column
     return (extract_links(source[:-1], method, threshold),              # rows 0..T-1
             extract_links(source, method, threshold, shift=True))       # rows 1..T
@@ -252,11 +221,9 @@ class ForcedAlignment:
 
 
 def _encode_words(encode_batch, text: str) -> tuple[list[int], list[int], int]:
-    """(piece ids, word index per piece, number of words) of whitespace-split ``text``.
-
-    Each word is encoded on its own: that gives the sentence's pieces (SentencePiece never
-    merges across whitespace) and ties every piece to its word even where normalisation or
-    ``<unk>`` hides the ``▁`` boundary."""
+    """(piece ids, word index per piece, number of words) of whitespace-split ``text``. Each
+    word is encoded on its own (SentencePiece never merges across whitespace), which ties
+    every piece to its word even where normalisation or ``<unk>`` hides the ``▁``."""
     words = text.split()
     ids, word_of = [], []
     for w, piece_ids in enumerate(encode_batch(words) if words else []):
@@ -268,17 +235,11 @@ def _encode_words(encode_batch, text: str) -> tuple[list[int], list[int], int]:
 def force_align(model, tokenizer, pairs: Sequence[tuple[str, str]], batch_sentences: int = 32,
                 device: str | torch.device = "cpu") -> list[ForcedAlignment]:
     """Teacher-force every (source, target) pair (``batch_sentences`` per length-sorted
-    batch) and keep its cross-attention; ``model`` is put in eval mode, then restored.
-    ConfigError for a model that cannot capture its attention (an ensemble)."""
+    batch) and keep its cross-attention (:func:`~nmt.inference.translator.capture_attention`)."""
     src = [_encode_words(tokenizer.encode_src_batch, s) for s, _ in pairs]
     tgt = [_encode_words(tokenizer.encode_tgt_batch, t) for _, t in pairs]
-    was_training = model.training
-    model.eval()
-    try:
-        captured = capture_attention(model, [s[0] for s in src], [t[0] for t in tgt], device,
-                                     batch_sentences)
-    finally:
-        model.train(was_training)
+    captured = capture_attention(model, [s[0] for s in src], [t[0] for t in tgt], device,
+                                 batch_sentences)
     return [ForcedAlignment(tokenizer.src_pieces(s_ids), tokenizer.tgt_pieces(t_ids), s_words,
                             t_words, n_s, n_t, weights["cross"])
             for (s_ids, s_words, n_s), (t_ids, t_words, n_t), weights
@@ -295,11 +256,12 @@ def select_attention(cross: np.ndarray, layer: int | str = -1, head: int | str =
 
 def word_links(item: ForcedAlignment, *, method: str = "argmax", threshold: float | None = None,
                shift: bool = False, layer: int | str = -1, head: int | str = "mean") -> set[Link]:
-    """(src word, tgt word) links of one pair from :func:`teacher_forced_links` (plain, or
-    ``shift``) of the ``layer`` and ``head`` chosen by :func:`select_attention`."""
+    """(src word, tgt word) links of one pair: words are linked when any of their subwords
+    are by :func:`teacher_forced_links` (plain, or ``shift``) of the ``layer`` and ``head``
+    chosen by :func:`select_attention`."""
     plain, shifted = teacher_forced_links(select_attention(item.cross, layer, head), method,
                                           threshold)
-    return subword_to_word_links(shifted if shift else plain, item.src_words, item.tgt_words)
+    return {(item.src_words[s], item.tgt_words[t]) for s, t in (shifted if shift else plain)}
 
 
 def align_words(model, tokenizer, pairs: Sequence[tuple[str, str]], *, method: str = "argmax",
@@ -311,11 +273,7 @@ def align_words(model, tokenizer, pairs: Sequence[tuple[str, str]], *, method: s
     """Word links of each pair by :func:`word_links`; with ``reverse``, the ``(model,
     tokenizer)`` of a target->source model, symmetrised with its flipped links (same
     settings) by :func:`symmetrize`. ``items``: ``force_align(model, tokenizer, pairs)``
-    when already computed.
-
-    ``method`` and ``threshold`` are trusted (the caller ran :func:`check_extraction`);
-    ConfigError for a layer or head the model does not have.
-    """
+    when already computed."""
     settings = dict(method=method, threshold=threshold, shift=shift, layer=layer, head=head)
     if items is None:
         items = force_align(model, tokenizer, pairs, batch_sentences, device)
@@ -371,8 +329,6 @@ def symmetrize(src2tgt: Iterable[Link], tgt2src: Iterable[Link],
     while added:  # grow-diag
         added = False
         for e in range(tgt_len):
-            if e not in tgt_aligned:  # its row has no cell to grow from in this pass
-                continue
             for f in range(src_len):
                 if (f, e) not in alignment:
                     continue
@@ -417,9 +373,6 @@ def alignment_scores(predicted: Sequence[Iterable[Link]], sure: Sequence[Iterabl
         n_a, n_s, n_p = n_a + len(a), n_s + len(s), n_p + len(p)
         hits_s += len(a & s)
         hits_p += len(a & p)
-    return {
-        "aer": 1.0 - (hits_s + hits_p) / (n_a + n_s) if n_a + n_s else 0.0,
-        "precision": hits_p / n_a if n_a else 1.0,
-        "recall": hits_s / n_s if n_s else 1.0,
-        "links": n_a, "sure": n_s, "possible": n_p, "sure_hits": hits_s, "possible_hits": hits_p,
-    }
+    return {"aer": 1.0 - (hits_s + hits_p) / (n_a + n_s) if n_a + n_s else 0.0,
+            "precision": hits_p / n_a if n_a else 1.0, "recall": hits_s / n_s if n_s else 1.0,
+            "links": n_a, "sure": n_s, "possible": n_p, "sure_hits": hits_s, "possible_hits": hits_p}

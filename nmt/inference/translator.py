@@ -6,10 +6,8 @@
     result.attention["cross"].shape                            # [layers, heads, T, S]
     translator.score(["Ein Hund ."], ["A dog ."])[0].ppl       # forced decoding
 
-:class:`TranslatorBase` is the surface of both engines (this one and
-:mod:`nmt.extras.ctranslate2`): it checks the settings, tokenizes and makes the
-:class:`Translation` objects; an engine supplies the hypotheses. :func:`decode` batches the
-algorithms of :mod:`nmt.inference.search`: sorted by length, answered in input order.
+Both engines (this one and :mod:`nmt.extras.ctranslate2`) share :class:`TranslatorBase` and
+the length-sorted batches of :func:`in_batches`.
 """
 
 from __future__ import annotations
@@ -38,7 +36,6 @@ from nmt.models.base import Seq2Seq
 SEARCH_KEYS = tuple(f.name for f in dataclasses.fields(SearchSchema))
 _DEFAULTS = {f.name: f.default for schema in (SearchSchema, SamplingSchema)
              for f in dataclasses.fields(schema)}
-WEIGHTS = ("inference", "trained")
 
 
 def search_settings(**overrides: Any) -> dict:
@@ -49,14 +46,13 @@ def search_settings(**overrides: Any) -> dict:
     if unknown:
         raise ConfigError(f"unknown search setting(s) {', '.join(sorted(unknown))}: use "
                           f"{', '.join(_DEFAULTS)}.")
-    merged = {**_DEFAULTS, **{k: v for k, v in overrides.items() if v is not None}}
-    settings = OmegaConf.to_container(validate_search({k: merged[k] for k in SEARCH_KEYS}))
-    settings.update({k: merged[k] for k in _DEFAULTS if k not in SEARCH_KEYS})
-    for key, ok, allowed in (("temperature", 0 <= merged["temperature"] < math.inf, "finite, >= 0"),
-                             ("top_k", merged["top_k"] >= 0, ">= 0"),
-                             ("top_p", 0 < merged["top_p"] <= 1, "in (0, 1]")):
+    settings = {**_DEFAULTS, **{k: v for k, v in overrides.items() if v is not None}}
+    settings.update(OmegaConf.to_container(validate_search({k: settings[k] for k in SEARCH_KEYS})))
+    for key, ok, allowed in (("temperature", 0 <= settings["temperature"] < math.inf, "finite, >= 0"),
+                             ("top_k", settings["top_k"] >= 0, ">= 0"),
+                             ("top_p", 0 < settings["top_p"] <= 1, "in (0, 1]")):
         if not ok:
-            raise ConfigError(f"{key}={merged[key]} must be {allowed}.")
+            raise ConfigError(f"{key}={settings[key]} must be {allowed}.")
     return settings
 
 
@@ -96,8 +92,8 @@ def load_for_inference(path: str | Path, device: str | torch.device = "cpu",
     ``inference`` loads what the run validated with (the EMA of a ``train.ema_decay`` run),
     ``trained`` the weights behind it (one set without EMA). CheckpointError (naming the
     file): unreadable, or a tokenizer or weights that do not fit."""
-    if weights not in WEIGHTS:
-        raise ConfigError(f"weights={weights!r} is not one of {', '.join(WEIGHTS)}.")
+    if weights not in ("inference", "trained"):
+        raise ConfigError(f"weights={weights!r} is not one of inference, trained.")
     ckpt = load_checkpoint(path)
     cfg: DictConfig = OmegaConf.create(ckpt["config"])
     try:
@@ -136,13 +132,12 @@ def in_batches(src_ids: Sequence[Sequence[int]], settings: Mapping,
                ) -> list[list[Hypothesis]]:
     """``search(batch)`` (id lists without EOS, none empty) per length-sorted batch of
     ``settings["batch_sentences"]`` / ``["batch_tokens"]``, results in input order; an empty
-    source gets one empty hypothesis (score 0, alignment [[1.0]]) without the model. Both
-    engines batch here."""
+    source gets one empty hypothesis (score 0, alignment [[1.0]]) without the model."""
     out = [None if len(ids) else [Hypothesis([], 0.0, np.ones((1, 1), np.float32))]
            for ids in src_ids]
     nonempty = [i for i, ids in enumerate(src_ids) if len(ids)]
-    limits = int(settings["batch_sentences"]), int(settings["batch_tokens"])
-    for batch in length_sorted_batches([len(src_ids[i]) + 1 for i in nonempty], *limits):
+    for batch in length_sorted_batches([len(src_ids[i]) + 1 for i in nonempty],
+                                       settings["batch_sentences"], settings["batch_tokens"]):
         chunk = [nonempty[k] for k in batch]
         for i, hyps in zip(chunk, search([list(src_ids[i]) for i in chunk]), strict=True):
             out[i] = hyps
@@ -156,17 +151,16 @@ def decode(model: Seq2Seq, src_ids: Sequence[Sequence[int]], settings: Mapping,
     (``settings`` of :class:`nmt.config.SearchSchema` with ``beam_size`` 1), beam search, or
     with ``sampling`` (temperature, top_k, top_p, seed) one sample from a generator seeded on
     ``device`` and shared by the batches in turn (a function of seed, input and batches)."""
-    lengths = dict(max_len_a=float(settings["max_len_a"]), max_len_b=int(settings["max_len_b"]),
-                   length_penalty=float(settings["length_penalty"]))
+    lengths = {k: settings[k] for k in ("max_len_a", "max_len_b", "length_penalty")}
     if sampling is not None:
-        generator = torch.Generator(device=device).manual_seed(int(sampling["seed"]))
+        generator = torch.Generator(device=device).manual_seed(sampling["seed"])
         search = functools.partial(sample_search, model, **lengths, generator=generator,
                                    **{k: sampling[k] for k in ("temperature", "top_k", "top_p")})
-    elif int(settings["beam_size"]) == 1:
+    elif settings["beam_size"] == 1:
         search = functools.partial(greedy_search, model, **lengths)
     else:
-        search = functools.partial(beam_search, model, **lengths, n_best=int(settings["n_best"]),
-                                   beam_size=int(settings["beam_size"]))
+        search = functools.partial(beam_search, model, **lengths, n_best=settings["n_best"],
+                                   beam_size=settings["beam_size"])
     return in_batches(src_ids, settings, lambda batch: search(*make_src_batch(batch, device)))
 
 
@@ -186,24 +180,27 @@ def capture_attention(model: Seq2Seq, src_ids: Sequence[Sequence[int]],
                       tgt_ids: Sequence[Sequence[int]], device: str | torch.device = "cpu",
                       batch_sentences: int = 32, batch_tokens: int = 0
                       ) -> list[dict[str, np.ndarray]]:
-    """Every attention weight of given outputs (ids without BOS/EOS), as
-    ``Translation.attention`` (S and T with EOS): one teacher-forced ``need_alignment="all"``
-    pass per batch of a model in eval mode. ConfigError: an ensemble (it cannot)."""
+    """Every attention weight of given outputs (ids without BOS/EOS), as ``Translation.attention``
+    (S and T with EOS): one teacher-forced ``need_alignment="all"`` pass per batch in eval mode
+    (the model's mode restored after). ConfigError: an ensemble (it cannot)."""
     out: list[dict[str, np.ndarray] | None] = [None] * len(src_ids)
-    for batch, src, src_mask, tgt_in, _, _ in _teacher_forced_batches(
-            src_ids, tgt_ids, device, max(int(batch_sentences), 1), int(batch_tokens)):
-        try:
+    was_training = model.training
+    model.eval()
+    try:
+        for batch, src, src_mask, tgt_in, _, _ in _teacher_forced_batches(
+                src_ids, tgt_ids, device, batch_sentences, batch_tokens):
             _, attention = model(src, src_mask, tgt_in, need_alignment="all")
-        except ValueError as err:
-            raise ConfigError(f"return_attention / attention=all needs a single model: "
-                              f"{err}") from None
-        kinds = {name: getattr(attention, name) for name in ("cross", "decoder", "encoder")}
-        kinds = {name: w.float().cpu().numpy() for name, w in kinds.items() if w is not None}
-        for k, i in enumerate(batch):
-            s, t = len(src_ids[i]) + 1, len(tgt_ids[i]) + 1
-            size = {"cross": (t, s), "decoder": (t, t), "encoder": (s, s)}
-            out[i] = {name: np.ascontiguousarray(w[k, :, :, : size[name][0], : size[name][1]])
-                      for name, w in kinds.items()}
+            kinds = {name: getattr(attention, name) for name in ("cross", "decoder", "encoder")}
+            kinds = {name: w.float().cpu().numpy() for name, w in kinds.items() if w is not None}
+            for k, i in enumerate(batch):
+                s, t = len(src_ids[i]) + 1, len(tgt_ids[i]) + 1
+                size = {"cross": (t, s), "decoder": (t, t), "encoder": (s, s)}
+                out[i] = {name: np.ascontiguousarray(w[k, :, :, : size[name][0], : size[name][1]])
+                          for name, w in kinds.items()}
+    except ValueError as err:   # an ensemble
+        raise ConfigError(f"return_attention / attention=all needs a single model: {err}") from None
+    finally:
+        model.train(was_training)
     return out  # type: ignore[return-value]
 
 
@@ -212,7 +209,7 @@ class TranslatorBase:
     """``translate`` and ``score`` of raw sentences for both engines; ``config`` is the training
     config. An engine implements ``_hypotheses`` (:func:`decode`'s contract), ``_forced`` (per
     pair the teacher-forced log-probability sum and length, EOS included) and ``_attention``
-    (:func:`capture_attention`'s); ``_check`` may refuse a request before any decoding."""
+    (:func:`capture_attention`'s)."""
 
     search_settings = staticmethod(search_settings)
 
@@ -229,14 +226,13 @@ class TranslatorBase:
                   sampling: bool | None = None, temperature: float | None = None,
                   top_k: int | None = None, top_p: float | None = None, seed: int | None = None,
                   return_attention: bool = False) -> Translation | list[Translation]:
-        """One raw sentence -> a :class:`Translation`, a list -> a list in input order. The
-        settings are :func:`search_settings`' (None: the default). ``return_attention`` fills
-        ``Translation.attention`` with one more teacher-forced pass; ConfigError with an
-        ensemble or CTranslate2 (their attention cannot be taken apart)."""
+        """One raw sentence -> a :class:`Translation`, a list -> a list in input order; settings
+        as :func:`search_settings` (None: the default). ``return_attention`` fills
+        ``Translation.attention`` by one more teacher-forced pass (ConfigError: an ensemble or
+        CTranslate2)."""
         single = isinstance(sentences, str)
         settings = search_settings(**{k: v for k, v in locals().items() if k in _DEFAULTS})
         src_ids = self.tokenizer.encode_src_batch([sentences] if single else list(sentences))
-        self._check(src_ids, settings, return_attention)
         sample = ({k: settings[k] for k in ("temperature", "top_k", "top_p", "seed")}
                   if settings["sampling"] else None)
         results = []   # the one place that turns hypotheses into text
@@ -261,15 +257,10 @@ class TranslatorBase:
         penalty; ``batch_tokens`` padded target subwords per pass. ConfigError: not pairs."""
         if len(sources) != len(targets):
             raise ConfigError(f"{len(sources)} sources but {len(targets)} targets: give pairs.")
-        if not sources:
-            return []
         src_ids = self.tokenizer.encode_src_batch(list(sources))
         tgt_ids = self.tokenizer.encode_tgt_batch(list(targets))
         return [ForcedScore(logprob=total, tokens=n, ppl=math.exp(-total / max(n, 1)))
                 for total, n in self._forced(src_ids, tgt_ids, batch_tokens)]
-
-    def _check(self, src_ids: list[list[int]], settings: dict, return_attention: bool) -> None:
-        pass
 
 
 class Translator(TranslatorBase):
@@ -285,19 +276,19 @@ class Translator(TranslatorBase):
     def from_checkpoint(cls, path: str | Path | Sequence[str | Path],
                         device: str | torch.device = "cpu",
                         weights: str = "inference") -> Translator:
-        """Load a checkpoint of ``nmt-train`` / ``nmt-average``, or several: an ensemble
-        averaging their log-probabilities at each step (:class:`nmt.models.Ensemble`, one
-        tokenizer). ``weights``: :func:`load_for_inference`."""
+        """Load a checkpoint of ``nmt-train`` / ``nmt-average``, or several: an ensemble that
+        averages their log-probabilities at each step (one tokenizer); ``weights``:
+        :func:`load_for_inference`."""
         paths = [path] if isinstance(path, str | Path) else list(path)
         if not paths:
             raise ConfigError("give at least one checkpoint.")
         loaded = [load_for_inference(p, device, weights) for p in paths]
         model, tokenizer, config = loaded[0]
+        for p, (_, tok, _) in zip(paths[1:], loaded[1:], strict=True):
+            if tok.fingerprint != tokenizer.fingerprint:
+                raise ConfigError(f"{p} uses another tokenizer than {paths[0]}: an ensemble "
+                                  "needs one vocabulary (data.tokenizer.model=...).")
         if len(loaded) > 1:
-            for p, (_, tok, _) in zip(paths[1:], loaded[1:], strict=True):
-                if tok.fingerprint != tokenizer.fingerprint:
-                    raise ConfigError(f"{p} uses another tokenizer than {paths[0]}: an ensemble "
-                                      "needs one vocabulary (data.tokenizer.model=...).")
             model = Ensemble([m for m, _, _ in loaded])
         return cls(model, tokenizer, config, device)
 

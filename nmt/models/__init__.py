@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from omegaconf import DictConfig
 
-from nmt.config import ConfigError, _merge_typed
+from nmt.config import ConfigError, merge_typed
 from nmt.data.vocab import PAD_ID
 from nmt.models.base import Seq2Seq
 from nmt.models.ensemble import Ensemble
@@ -33,7 +33,7 @@ def validate_model(section) -> DictConfig:
     if name not in MODELS:
         raise ConfigError(f"model.name={name!r} is not one of {', '.join(MODELS)}.")
     config, _ = MODELS[name]
-    typed = _merge_typed(config, section, "model")
+    typed = merge_typed(config, section, "model")
     config.check(typed)
     return typed
 

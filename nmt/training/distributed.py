@@ -1,6 +1,6 @@
 """Data-parallel plumbing for ``torchrun`` (DDP): process group, batch sharding, collectives.
 
-Launch (one process per device; gloo on CPU, NCCL on GPUs)::
+Launch (one process per device)::
 
     torchrun --nproc_per_node=2 -m nmt.cli.train model=transformer run_dir=runs/tf_ddp ...
 
@@ -9,8 +9,7 @@ epoch). One optimizer step consumes ``world_size * accum_steps`` consecutive bat
 list; rank ``r`` takes every ``world_size``-th of them starting at ``r``, so two ranks with
 ``accum_steps=1`` see exactly the batches one process with ``accum_steps=2`` would. The list
 is cut to a multiple of ``world_size`` so every rank runs as many micro-batches. Only rank 0
-writes logs, TensorBoard events and checkpoints. Without ``torchrun`` (no ``WORLD_SIZE``)
-everything here is a single process and no collective is called.
+writes files. Without ``torchrun`` (no ``WORLD_SIZE``) no collective is called.
 """
 
 from __future__ import annotations
@@ -43,9 +42,7 @@ class DistInfo:
 
 
 def init_distributed(device_type: str) -> DistInfo:
-    """Join the ``torchrun`` process group if the environment describes one (gloo for
-    ``device_type="cpu"``, NCCL bound to ``cuda:LOCAL_RANK`` for ``"cuda"``); ``DistInfo()``
-    (rank 0 of 1) outside ``torchrun``."""
+    """Join ``torchrun``'s process group (gloo on CPU, NCCL on ``cuda:LOCAL_RANK``), if any."""
     world = int(os.environ.get("WORLD_SIZE", "1"))
     if world <= 1:
         return DistInfo()
@@ -60,32 +57,27 @@ def init_distributed(device_type: str) -> DistInfo:
 
 
 def cleanup_distributed() -> None:
-    """Leave the process group (no-op when none is running)."""
     if dist.is_available() and dist.is_initialized():
         dist.destroy_process_group()
 
 
 def truncate_to_multiple(batches: Sequence[Any], world_size: int) -> list:
-    """Drop the tail so the number of batches is a multiple of ``world_size``."""
-    n = len(batches) // world_size * world_size
-    return list(batches[:n])
+    return list(batches[:len(batches) // world_size * world_size])
 
 
 def local_share(group: Sequence[Any], info: DistInfo) -> list:
-    """This rank's micro-batches of one step's ``group`` (starting at a multiple of world)."""
+    """This rank's micro-batches of one step's ``group``."""
     return list(group[info.rank::info.world_size])
 
 
-def all_reduce_sum(tensor: torch.Tensor, info: DistInfo) -> torch.Tensor:
-    """Sum ``tensor`` over ranks in place (returned); identity for one process."""
+def all_reduce_sum(tensor: torch.Tensor, info: DistInfo) -> None:
+    """Sum ``tensor`` over ranks in place."""
     if info.enabled:
         dist.all_reduce(tensor, op=dist.ReduceOp.SUM)
-    return tensor
 
 
 def max_over_ranks(value: float, info: DistInfo, device: torch.device) -> float:
-    """The largest ``value`` over all ranks (every rank gets the same number, e.g. the wall
-    seconds a time budget has used, so the ranks agree on a time-dependent lr)."""
+    """The largest ``value`` over all ranks (e.g. the seconds a time budget has used)."""
     if not info.enabled:
         return value
     t = torch.tensor([float(value)], dtype=torch.float64, device=device)
@@ -94,7 +86,7 @@ def max_over_ranks(value: float, info: DistInfo, device: torch.device) -> float:
 
 
 def broadcast_object(obj: Any, info: DistInfo) -> Any:
-    """Rank 0's ``obj`` on every rank (pickled; for small results such as validation scores)."""
+    """Rank 0's ``obj`` on every rank (pickled)."""
     if not info.enabled:
         return obj
     box = [obj]
@@ -114,14 +106,10 @@ def gather_objects(obj: Any, info: DistInfo) -> list[Any]:
 @contextmanager
 def collective_errors(info: DistInfo, user_errors: tuple[type[BaseException], ...]) -> Iterator[None]:
     """Run a block on every rank; if it raised one of ``user_errors`` on any rank, raise on
-    every rank (the rank's own error, or one of the first failing rank's class and message).
-
-    A user error on one rank (say rank 0 finds a bad corpus while the others wait) must end
-    all ranks at once, not leave them waiting at the next collective until the process group
-    times out. Every rank leaves the block through one ``all_gather`` of the error messages
-    (a barrier), so the block must not call collectives that a failing rank would skip.
-    Other exceptions (bugs) propagate at once.
-    """
+    every rank (its own error, or the first failing rank's class and message), rather than
+    leave the others waiting at the next collective until the process group times out.
+    Every rank leaves through one ``all_gather`` (a barrier), so the block must not call
+    collectives that a failing rank would skip. Other exceptions (bugs) propagate at once."""
     error: BaseException | None = None
     try:
         yield
@@ -132,12 +120,11 @@ def collective_errors(info: DistInfo, user_errors: tuple[type[BaseException], ..
     if not info.enabled:
         return
     report = None if error is None else (type(error).__name__, str(error))
-    reports = gather_objects(report, info)
-    failed = [(rank, r) for rank, r in enumerate(reports) if r is not None]
-    if not failed:
-        return
+    failed = [r for r in gather_objects(report, info) if r is not None]
     if error is not None:
         raise error
-    rank, (name, message) = failed[0]
+    if not failed:
+        return
+    name, message = failed[0]
     cls = next((c for c in user_errors if c.__name__ == name), user_errors[0])
     raise cls(message)

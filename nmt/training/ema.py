@@ -39,13 +39,11 @@ class WeightAverage:
             [b for _, b in self.model.named_buffers()]
         self._copy = (copied_dst, copied_src)
 
-    def decay_at(self, step: int) -> float:
-        """``d_t`` of optimizer step ``step`` (1-based): ``min(decay, (1 + t) / (10 + t))``."""
+    def decay_at(self, step: int) -> float:   # d_t of optimizer step t (1-based)
         return min(self.decay, (1.0 + step) / (10.0 + step))
 
     @torch.no_grad()
-    def update(self, step: int) -> None:
-        """Fold the model's current weights in, after optimizer step ``step`` (1-based)."""
+    def update(self, step: int) -> None:   # after optimizer step ``step``
         torch._foreach_lerp_(self._avg, self._src, 1.0 - self.decay_at(step))
         if self._copy[0]:
             torch._foreach_copy_(*self._copy)

@@ -10,9 +10,8 @@ instead spreads it over the V - 1 others). The per-token loss is the cross-entro
 
     l = -(1 - eps) * log p(y) - eps / V * sum_k log p(k).
 
-Padding positions (``ignore_index``) contribute nothing. The functions return *sums*
-over tokens; the trainer divides by the number of target tokens of the whole (global,
-possibly accumulated and distributed) batch, so every token weighs the same.
+Padding (``ignore_index``) contributes nothing. The functions return *sums* over tokens; the
+trainer divides by the target tokens of the whole (accumulated, distributed) batch.
 """
 
 from __future__ import annotations
@@ -24,8 +23,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 
-def _at_least_fp32(x: Tensor) -> Tensor:
-    """``x`` as float32 if it is a narrower float (fp16/bf16), else unchanged (fp32/fp64)."""
+def _at_least_fp32(x: Tensor) -> Tensor:   # fp16/bf16 -> fp32; fp32/fp64 unchanged
     return x.float() if x.element_size() < 4 else x
 
 
@@ -74,13 +72,9 @@ def label_smoothed_nll(logits: Tensor, target: Tensor, epsilon: float,
                        ignore_index: int = 0) -> tuple[Tensor, Tensor]:
     """``(loss_sum, nll_sum)`` in nats over the targets that are not ``ignore_index``: the
     smoothed cross-entropy (carries the gradient) and the plain NLL (detached, for logging),
-    0-dim float32 (float64 for float64 logits).
-
-    ``logits`` [batch, tgt_len, vocab] (or [N, vocab]) of any float dtype (fp16/bf16 are
-    computed in float32, the gradient comes back in their dtype); ``target`` [batch, tgt_len]
-    (or [N]) gold ids. Equals :func:`label_smoothed_nll_reference` (tested), with the
-    backward in closed form (:class:`_LabelSmoothedNLL`).
-    """
+    0-dim float32 (float64 for float64 logits). ``logits`` [batch, tgt_len, vocab] or
+    [N, vocab], any float dtype (fp16/bf16 computed in float32); ``target`` [batch, tgt_len]
+    or [N]. Equals :func:`label_smoothed_nll_reference` (tested)."""
     vocab = logits.size(-1)
     return _LabelSmoothedNLL.apply(logits.reshape(-1, vocab), target.reshape(-1),
                                    float(epsilon), int(ignore_index))
@@ -88,8 +82,7 @@ def label_smoothed_nll(logits: Tensor, target: Tensor, epsilon: float,
 
 def label_smoothed_nll_reference(logits: Tensor, target: Tensor, epsilon: float,
                                  ignore_index: int = 0) -> tuple[Tensor, Tensor]:
-    """The textbook version of :func:`label_smoothed_nll` (same arguments and results),
-    through autograd: PyTorch's own label smoothing follows Szegedy's convention."""
+    """:func:`label_smoothed_nll` through autograd: PyTorch's label smoothing is Szegedy's."""
     logits, target = _at_least_fp32(logits.reshape(-1, logits.size(-1))), target.reshape(-1)
     loss_sum = F.cross_entropy(logits, target, label_smoothing=epsilon, ignore_index=ignore_index,
                                reduction="sum")

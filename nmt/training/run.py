@@ -1,6 +1,6 @@
 """One training run's policy around the loop: its directory, its settings, its tokenizer.
 
-A run directory holds one run, however many times its command is run::
+A run directory holds one run, however many times its command runs::
 
     no checkpoints/last.pt                    -> a fresh run
     last.pt, the same settings, not finished  -> resume from last.pt
@@ -9,18 +9,17 @@ A run directory holds one run, however many times its command is run::
                                                  naming every key that differs ...
     ... with train.resume=force               -> resume with the new settings (warned)
 
-"The same settings" is the whole resolved config but :data:`UNCHECKED_KEYS`. Even forced,
-a resumed run keeps its model, language pair and tokenizer (:data:`COMPATIBILITY_KEYS`;
-dropout rates and subword sampling are regularisation and may change); a changed batch
-order (:data:`BATCH_ORDER_KEYS`) is warned about. A run is finished when its last checkpoint
-records the stop condition that ended it. ``train.init_from`` fine-tunes another run's
-weights with its tokenizer; otherwise a run's tokenizer is its checkpoint's, the file of
-``data.tokenizer.model``, or one trained on (or found in the cache for) the data.
+"The same settings" is the resolved config but :data:`UNCHECKED_KEYS`. Even forced, a run
+keeps its model, language pair and tokenizer (:data:`COMPATIBILITY_KEYS`; dropout and subword
+sampling may change); a changed batch order (:data:`BATCH_ORDER_KEYS`) is warned about. A run
+is finished when its last checkpoint records the stop condition that ended it.
+``train.init_from`` fine-tunes another run's weights with its tokenizer; otherwise the
+tokenizer is the checkpoint's, ``data.tokenizer.model``'s, or one trained on the data.
 
-Each segment (run of the command) is recorded: ``.hydra/`` holds Hydra's files of the
-latest one (written after the checks, so a refused or finished run changes no file) and
-``summary.json`` lists every segment. A sweep (``nmt-train -m``) names each job's directory
-from its overrides (``${nmt.dirname:...}``) and ends with a table of all jobs.
+``.hydra/`` holds Hydra's files of the latest segment (run of the command; written after the
+checks, so a refused or finished run changes no file) and ``summary.json`` lists every
+segment. A sweep (``nmt-train -m``) names each job's directory from its overrides
+(``${nmt.dirname:...}``) and ends with a table of all jobs.
 """
 
 from __future__ import annotations
@@ -30,6 +29,8 @@ import json
 import logging
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -66,28 +67,18 @@ DIRNAME_EXCLUDED_KEYS = ("run_dir", "device", "data.root", "data.cache_dir",
 
 
 def _regularisation(problem: str) -> bool:
-    """Whether a :func:`config_diff` line names a key that may change within one model:
-    a dropout rate or a subword-sampling setting."""
+    """Whether a :func:`config_changes` line names a dropout rate or a subword-sampling key."""
     key = problem.split(":")[0]
     return "dropout" in key or key in SAMPLING_KEYS
 
 
-def _diff(ckpt: dict, cfg: DictConfig, keys: tuple[str, ...]) -> list[str]:
+def config_changes(ckpt: dict, cfg: DictConfig, keys: tuple[str, ...] | None = None) -> list[str]:
+    """``["train.lr: checkpoint has 0.001, now 0.002", ...]``: the settings under ``keys``
+    (default: all but :data:`UNCHECKED_KEYS`) that differ from the checkpoint's."""
     saved, now = ckpt.get("config") or {}, to_plain(cfg)
+    if keys is None:
+        return [p for p in config_diff(saved, now) if p.split(":")[0] not in UNCHECKED_KEYS]
     return [p for key in keys for p in config_diff(config_at(saved, key), config_at(now, key), key)]
-
-
-def config_changes(ckpt: dict, cfg: DictConfig) -> list[str]:
-    """``["train.lr: checkpoint has 0.001, now 0.002", ...]``: every setting of ``cfg`` that
-    differs from the checkpoint's, but :data:`UNCHECKED_KEYS`."""
-    now = to_plain(cfg)
-    return [p for p in config_diff(ckpt.get("config") or {}, now)
-            if p.split(":")[0] not in UNCHECKED_KEYS]
-
-
-def batch_order_changes(ckpt: dict, cfg: DictConfig) -> list[str]:
-    """The :data:`BATCH_ORDER_KEYS` that differ, as :func:`config_changes` lines."""
-    return _diff(ckpt, cfg, BATCH_ORDER_KEYS)
 
 
 def check_compatible(path: str | Path, ckpt: dict, cfg: DictConfig,
@@ -95,28 +86,22 @@ def check_compatible(path: str | Path, ckpt: dict, cfg: DictConfig,
     """Raise CheckpointError, naming every difference, if ``path`` is of another model or
     vocabulary: the :data:`COMPATIBILITY_KEYS` (but regularisation), then, given ``model``,
     every weight shape (a vocabulary change shows as an embedding shape)."""
-    problems = [p for p in _diff(ckpt, cfg, COMPATIBILITY_KEYS) if not _regularisation(p)]
+    problems = [p for p in config_changes(ckpt, cfg, COMPATIBILITY_KEYS)
+                if not _regularisation(p)]
     if model is not None and not problems:
         saved_w, now_w = ckpt.get("model") or {}, model.state_dict()
-        for name in sorted(set(saved_w) | set(now_w)):
-            a = tuple(saved_w[name].shape) if name in saved_w else "<absent>"
-            b = tuple(now_w[name].shape) if name in now_w else "<absent>"
-            if a != b:
-                problems.append(f"weight {name}: checkpoint has shape {a}, now {b}")
-            if len(problems) >= 4:
-                problems.append("...")
-                break
+        problems = config_diff({n: tuple(w.shape) for n, w in saved_w.items()},
+                               {n: tuple(w.shape) for n, w in now_w.items()}, "weight")
+        problems = problems[:4] + ["..."] * (len(problems) > 4)
     if problems:
-        raise CheckpointError(
-            f"{path} was written by an incompatible run ({'; '.join(problems)}). Resume with the "
-            "original settings, or start afresh with another run_dir=... (or delete the old one).")
+        raise CheckpointError(f"{path} was written by an incompatible run ({'; '.join(problems)})"
+                              ": resume with the original settings, or use another run_dir=...")
 
 
 # ------------------------------------------------------------------ the run directory
 @dataclass
 class RunRecord:
-    """How a segment was launched (``nmt-train`` fills it; empty from Python): the command
-    line, Hydra's task overrides, its composed config and its own config (YAML)."""
+    """How ``nmt-train`` launched a segment (empty from Python); the configs as YAML."""
 
     command: str = ""
     overrides: list[str] = field(default_factory=list)
@@ -126,18 +111,14 @@ class RunRecord:
 
 @dataclass
 class RunPlan:
-    """``kind``: fresh, resume or finished; ``checkpoint``: the ``last.pt`` to resume;
-    ``changes``: settings forced by ``train.resume=force``; ``summary``: a finished run's."""
-
-    kind: str
-    checkpoint: dict | None = None
-    changes: list[str] = field(default_factory=list)
-    summary: dict | None = None
+    kind: str                                            # fresh, resume or finished
+    checkpoint: dict | None = None                       # the last.pt to resume
+    changes: list[str] = field(default_factory=list)     # settings train.resume=force changes
+    summary: dict | None = None                          # a finished run's
 
 
 def plan_run(run_dir: Path, cfg: DictConfig) -> RunPlan:
-    """Decide how the run in ``run_dir`` goes on with ``cfg`` (module docstring); writes
-    nothing. ConfigError: other settings without ``train.resume=force`` (names the keys)."""
+    """How the run in ``run_dir`` goes on with ``cfg`` (module docstring); writes nothing."""
     last = run_dir / "checkpoints" / "last.pt"
     if not last.is_file():
         return RunPlan("fresh")
@@ -145,29 +126,30 @@ def plan_run(run_dir: Path, cfg: DictConfig) -> RunPlan:
     changes = config_changes(ckpt, cfg)
     if changes and cfg.train.resume != "force":
         shown = "; ".join(changes[:8]) + ("; ..." if len(changes) > 8 else "")
-        raise ConfigError(
-            f"run_dir={run_dir} holds a run with other settings ({shown}). Re-run with the "
-            "original settings to resume it, add train.resume=force to continue it with the "
-            "new ones, or choose another run_dir=... for a new run. Nothing was written.")
+        raise ConfigError(f"run_dir={run_dir} holds a run with other settings ({shown}): "
+                          "resume with the original settings, continue with the new ones by "
+                          "train.resume=force, or use another run_dir=... Nothing was written.")
     reason = (ckpt.get("trainer") or {}).get("stop_reason") or ""
     if reason and not changes:
-        summary_path = run_dir / "summary.json"
-        summary = json.loads(summary_path.read_text()) if summary_path.is_file() else None
+        summary = _read_json(run_dir / "summary.json")
         return RunPlan("finished", summary=summary or {"stop_reason": reason,
                                                        "steps": ckpt.get("step")})
     return RunPlan("resume", checkpoint=ckpt, changes=changes)
 
 
+def _read_json(path: Path) -> dict:
+    return json.loads(path.read_text()) if path.is_file() else {}
+
+
 def open_run(cfg: DictConfig, info: DistInfo) -> RunPlan:
-    """Rank 0's :func:`plan_run` on every rank, once the ranks agree on one ``run_dir`` and
-    it is writable (a finished run is only reported, on stderr)."""
+    """Rank 0's :func:`plan_run` on every rank, once the ranks agree on one writable
+    ``run_dir`` (a finished run is only reported, on stderr)."""
     run_dir, plan = Path(cfg.run_dir), None
     with collective_errors(info, USER_ERRORS):
         dirs = sorted(set(gather_objects(str(run_dir.resolve()), info)))
         if len(dirs) > 1:
-            raise ConfigError(f"run_dir differs between the processes ({', '.join(dirs)}): under "
-                              "torchrun give a sweep an explicit hydra.sweep.dir=..., not one "
-                              "with ${now:...}.")
+            raise ConfigError(f"run_dir differs between the processes ({', '.join(dirs)}): "
+                              "under torchrun give hydra.sweep.dir=... without ${now:...}.")
         if info.is_main:
             plan = plan_run(run_dir, cfg)
             if plan.kind != "finished":
@@ -175,13 +157,14 @@ def open_run(cfg: DictConfig, info: DistInfo) -> RunPlan:
     plan = broadcast_object(plan, info)
     if plan.kind == "finished" and info.is_main:
         print(f"nmt-train: {run_dir} is finished ({plan.summary.get('stop_reason')}, "
-              f"{plan.summary.get('steps')} steps); nothing to do. Change a stop setting with "
-              "train.resume=force to train on, or choose another run_dir=...", file=sys.stderr)
+              f"{plan.summary.get('steps')} steps); nothing to do. Train on with a new stop "
+              "setting and train.resume=force, or use another run_dir=...", file=sys.stderr)
     return plan
 
 
-def log_to(run_dir: Path, info: DistInfo) -> list[logging.Handler]:
-    """Console (+ ``run_dir/train.log`` on rank 0) handlers on the ``nmt`` logger."""
+@contextmanager
+def logging_to(run_dir: Path, info: DistInfo) -> Iterator[None]:
+    """The ``nmt`` logger to the console (+ ``run_dir/train.log`` on rank 0) within the block."""
     fmt = logging.Formatter("%(asctime)s %(levelname)s %(message)s", "%Y-%m-%d %H:%M:%S")
     handlers: list[logging.Handler] = [logging.StreamHandler(sys.stderr)]
     handlers[0].setLevel(logging.INFO if info.is_main else logging.WARNING)
@@ -192,19 +175,18 @@ def log_to(run_dir: Path, info: DistInfo) -> list[logging.Handler]:
         log.addHandler(h)
     log.setLevel(logging.INFO)
     log.propagate = False   # not once more through the root logger (Hydra's)
-    return handlers
-
-
-def close_log(handlers: list[logging.Handler]) -> None:
-    for h in handlers:
-        log.removeHandler(h)
-        h.close()
-    log.propagate = True
+    try:
+        yield
+    finally:
+        for h in handlers:
+            log.removeHandler(h)
+            h.close()
+        log.propagate = True
 
 
 def write_record(run_dir: Path, record: RunRecord | None) -> None:
     """Hydra's ``.hydra/{config,hydra,overrides}.yaml`` of this segment (Hydra's own writing
-    is off, ``hydra.output_subdir: null``, so that a refused or finished run writes nothing)."""
+    is off, ``hydra.output_subdir: null``: a refused or finished run writes nothing)."""
     if record is None or record.config_yaml is None:
         return
     out = run_dir / ".hydra"
@@ -227,24 +209,19 @@ def segment(record: RunRecord | None, step: int, machine: dict, world_size: int)
 
 def write_summary(run_dir: Path, st, stop_reason: str, n_params: int, device: torch.device,
                   info: DistInfo, compiled: bool) -> dict:
-    """``summary.json`` (written by rank 0): the whole run (``st``: the trainer's state), all
-    segments together; returns it."""
+    """``summary.json`` (rank 0 writes it) of all segments; ``st``: the trainer's state."""
     first, last = st.segments[0], st.segments[-1]
     started, ended = first["started"][:10], (last["ended"] or last["started"])[:10]
-    summary = {
-        "stop_reason": stop_reason,
-        "steps": st.step, "epochs_done": st.epoch, "params": n_params,
-        "wall_time_s": round(st.elapsed_s, 2),       # all segments, validation included
-        "train_time_s": round(st.train_s, 2),        # all segments, training steps only
+    summary = {   # times: all segments; wall with validation, train without
+        "stop_reason": stop_reason, "steps": st.step, "epochs_done": st.epoch, "params": n_params,
+        "wall_time_s": round(st.elapsed_s, 2), "train_time_s": round(st.train_s, 2),
         "train_tokens": st.train_tokens,
         "train_tokens_per_s": round(st.train_tokens / max(st.train_s, 1e-9), 1),
         "best_bleu": st.best_bleu, "best_step": st.best_step,
         "last": st.history[-1] if st.history else None,
         "peak_rss_mb": round(st.peak_rss_mb, 1), "world_size": info.world_size,
         "device": str(device), "machine": last["machine"],
-        "date": started if started == ended else f"{started}..{ended}",
-        "segments": st.segments,
-    }
+        "date": started if started == ended else f"{started}..{ended}", "segments": st.segments}
     if device.type == "cuda":
         summary["peak_cuda_mb"] = round(torch.cuda.max_memory_allocated(device) / 2**20, 1)
     if compiled:  # this segment's process: graphs built and seconds compiling
@@ -263,18 +240,14 @@ def write_summary(run_dir: Path, st, stop_reason: str, n_params: int, device: to
 
 # ------------------------------------------------------------------ fine-tuning and tokenizer
 def load_init_from(cfg: DictConfig) -> dict:
-    """``train.init_from``'s checkpoint; CheckpointError (naming the keys) unless its model
-    section is ours, but regularisation."""
+    """``train.init_from``'s checkpoint; CheckpointError unless its model section is ours
+    (dropout rates may differ)."""
     path = str(cfg.train.init_from)
     ckpt = load_checkpoint(path)
-    saved = config_at(ckpt.get("config") or {}, "model")
-    diff = [p for p in config_diff(saved, to_plain(cfg.model), "model")
-            if not _regularisation(p)]
+    diff = [p for p in config_changes(ckpt, cfg, ("model",)) if not _regularisation(p)]
     if diff:
-        raise CheckpointError(
-            f"train.init_from={path}: its model config differs from this run's "
-            f"({'; '.join(diff)}). Fine-tuning keeps the architecture: give the same model "
-            "settings as the checkpoint (dropout rates may differ).")
+        raise CheckpointError(f"train.init_from={path}: its model config differs from this "
+                              f"run's ({'; '.join(diff)}); fine-tuning keeps the architecture.")
     return ckpt
 
 
@@ -285,12 +258,10 @@ def load_init_weights(model: torch.nn.Module, ckpt: dict, path: str) -> None:
     except RuntimeError as err:
         raise CheckpointError(f"train.init_from={path}: its weights do not fit this model "
                               f"({err}).") from None
-    log.info("fine-tuning: weights and tokenizer from %s (fresh optimizer, schedule and step "
-             "count)", path)
+    log.info("fine-tuning: weights and tokenizer from %s (fresh optimizer, schedule, steps)", path)
 
 
 def saved_tokenizer(source: str | Path, state: Any) -> Tokenizer:
-    """The tokenizer a checkpoint saved. Raises CheckpointError naming ``source``."""
     try:
         return Tokenizer.from_state_dict(state)
     except (ValueError, RuntimeError, KeyError, TypeError) as err:
@@ -299,9 +270,9 @@ def saved_tokenizer(source: str | Path, state: Any) -> Tokenizer:
 
 
 def prepare_run_data(cfg: DictConfig, plan: RunPlan, init_ckpt: dict | None, last: Path):
-    """The run's :class:`~nmt.data.batching.PreparedData` with its tokenizer: a resumed run
-    that did not train its own takes ``last.pt``'s, fine-tuning ``train.init_from``'s, else
-    ``data.tokenizer.model`` or a trained one (a resumed run must get its saved one back)."""
+    """The run's :class:`~nmt.data.batching.PreparedData`. The tokenizer: a resumed run that
+    did not train its own takes ``last.pt``'s, fine-tuning ``train.init_from``'s, else
+    ``data.tokenizer.model``'s or a trained one, which must be the one ``last.pt`` saved."""
     given, ckpt = cfg.data.tokenizer.model, plan.checkpoint
     tokenizer = None
     if ckpt is not None and (cfg.train.init_from or given):
@@ -311,39 +282,33 @@ def prepare_run_data(cfg: DictConfig, plan: RunPlan, init_ckpt: dict | None, las
     elif given:
         tokenizer = load_tokenizer_model(str(given), cfg.data.tokenizer, cfg.data.src_lang,
                                          cfg.data.tgt_lang)
-    data = prepare_data(cfg.data, None, tokenizer=tokenizer)
+    data = prepare_data(cfg.data, tokenizer)
     if ckpt is not None:
-        check_resume(last, ckpt, cfg, data.tokenizer)
+        state = ckpt.get("tokenizer")
+        if state is not None and saved_tokenizer(last, state).fingerprint != \
+                data.tokenizer.fingerprint:
+            raise CheckpointError(f"{last} was trained with another tokenizer than the current "
+                                  "data gives (data or data.max_train_pairs changed?): resume "
+                                  "with the original data, or use a new run_dir=...")
+        if changed := config_changes(ckpt, cfg, BATCH_ORDER_KEYS):
+            log.warning("resuming %s with settings that change the batch order (%s): the run "
+                        "continues at batch %d of epoch %d of the NEW order, so some pairs of "
+                        "this epoch are seen twice or not at all; restore them for an exact "
+                        "resume", last, "; ".join(changed), ckpt.get("batch_in_epoch", 0),
+                        ckpt.get("epoch", 0))
     if plan.changes:
         log.warning("train.resume=force: continuing %s with changed settings: %s",
                     last.parent.parent, "; ".join(plan.changes))
-    if data.tokenizer.joint is False and cfg.model.tie_embeddings:
-        raise ConfigError("model.tie_embeddings=true needs one vocabulary for both sides, but "
-                          "the given tokenizer has two: set model.tie_embeddings=false.")
+    if not data.tokenizer.joint and cfg.model.tie_embeddings:
+        raise ConfigError("model.tie_embeddings=true needs a joint tokenizer; the given one "
+                          "has two vocabularies: set model.tie_embeddings=false.")
     return data
-
-
-def check_resume(last: Path, ckpt: dict, cfg: DictConfig, tokenizer: Tokenizer) -> None:
-    """Refuse ``last.pt`` of another tokenizer; warn when the batch order changed."""
-    if ckpt.get("tokenizer") is not None and \
-            saved_tokenizer(last, ckpt["tokenizer"]).fingerprint != tokenizer.fingerprint:
-        raise CheckpointError(
-            f"{last} was trained with another tokenizer than the one built from the current "
-            "data (training data or data.max_train_pairs changed?): resume with the original "
-            "data, or use a new run_dir=...")
-    changed = batch_order_changes(ckpt, cfg)
-    if changed:
-        log.warning("resuming %s with settings that change the batch order (%s): the run "
-                    "continues at batch %d of epoch %d of the NEW order, so some pairs of "
-                    "this epoch are seen twice or not at all; restore the old values for "
-                    "an exact resume", last, "; ".join(changed),
-                    ckpt.get("batch_in_epoch", 0), ckpt.get("epoch", 0))
 
 
 def sampled_split(split: TokenizedSplit, tokenizer: Tokenizer, tok: DictConfig, seed: int,
                   epoch: int, info: DistInfo) -> TokenizedSplit:
-    """The epoch's sampled segmentation (``data.tokenizer.sampling_alpha``): rank 0 draws (or
-    finds in the cache) it and sends it to the others, which must cut the same batches."""
+    """The epoch's sampled segmentation (``data.tokenizer.sampling_alpha``), drawn (or found
+    in the cache) by rank 0 and sent to the others: all ranks must cut the same batches."""
     t0 = time.perf_counter()
     if info.is_main:
         split = sample_split(split, tokenizer, float(tok.sampling_alpha), int(tok.nbest_size),
@@ -363,8 +328,8 @@ def _override_key(override: str) -> str:
     return override.split("=", 1)[0].lstrip("+~")
 
 
-def _command_line_keys(argv: list[str]) -> tuple[set[str], set[str]]:
-    """(keys swept on a sweep's command line, keys given there with one value only)."""
+def _fixed_keys(argv: list[str]) -> set[str]:
+    """The keys a sweep's command line gives one value only."""
     parser, swept, fixed = OverridesParser.create(), set(), set()
     for arg in argv:
         if arg.startswith("-"):
@@ -374,22 +339,18 @@ def _command_line_keys(argv: list[str]) -> tuple[set[str], set[str]]:
         except Exception:  # not an override: Hydra reports it elsewhere
             continue
         (swept if sweep else fixed).add(_override_key(arg))
-    return swept, fixed - swept
+    return fixed - swept
 
 
 def job_dirname(task_overrides: Any, limit: int = 120) -> str:
-    """A sweep job's directory (``hydra.sweep.subdir``): its overrides that vary between the
-    jobs (those of the command line with one value and :data:`DIRNAME_EXCLUDED_KEYS` left
-    out; a sweeper's own keys kept), sorted and joined like Hydra's ``override_dirname``.
-    ``/`` becomes ``_``; past ``limit`` characters the name is cut and given an 8-character
-    hash of the whole (unique, under the 255-byte limit); no override gives ``default``."""
-    swept, fixed = _command_line_keys(sys.argv[1:])
-    own: dict[str, str] = {}
-    for override in map(str, task_overrides):
-        key = _override_key(override)
-        if key not in DIRNAME_EXCLUDED_KEYS and key not in fixed:
-            own[key] = override
-    name = ",".join(sorted(own.values())).replace("/", "_") or "default"
+    """A sweep job's directory (``hydra.sweep.subdir``): its overrides but the command line's
+    single-valued ones and :data:`DIRNAME_EXCLUDED_KEYS`, sorted and joined like Hydra's
+    ``override_dirname``, ``/`` as ``_``; past ``limit`` characters cut and given an
+    8-character hash of the whole (under the 255-byte limit); ``default`` when empty."""
+    fixed = _fixed_keys(sys.argv[1:])
+    last = {_override_key(o): o for o in map(str, task_overrides)}   # the last of each key
+    own = [o for key, o in last.items() if key not in DIRNAME_EXCLUDED_KEYS and key not in fixed]
+    name = ",".join(sorted(own)).replace("/", "_") or "default"
     if len(name) > limit:
         name = f"{name[:limit]}..{hashlib.sha256(name.encode()).hexdigest()[:8]}"
     return name
@@ -403,71 +364,49 @@ SWEEP_COLUMNS = ("job", "overrides", "steps", "best val BLEU", "at step", "train
 
 
 def _job_number(job: Path) -> int:
-    hydra_yaml = job / ".hydra" / "hydra.yaml"
-    if hydra_yaml.is_file():
-        num = OmegaConf.select(OmegaConf.load(hydra_yaml), "hydra.job.num")
-        if isinstance(num, int):
-            return num
-    return 1 << 30
+    path = job / ".hydra" / "hydra.yaml"
+    num = OmegaConf.select(OmegaConf.load(path), "hydra.job.num") if path.is_file() else None
+    return num if isinstance(num, int) else 1 << 30
 
 
-def sweep_rows(sweep_dir: str | Path) -> list[dict[str, Any]]:
-    """One dict per job below ``sweep_dir`` (a directory with ``.hydra/overrides.yaml``), in
-    job order: ``job``, ``overrides``, ``steps``, ``best_bleu``, ``best_step``,
-    ``tokens_per_s``, ``train_min``, ``stop`` (``"not finished"`` without ``summary.json``).
-    ConfigError when ``sweep_dir`` is not a directory or holds no job."""
+def sweep_table(sweep_dir: str | Path) -> str:
+    """A markdown table of the jobs (directories with ``.hydra/overrides.yaml``) below
+    ``sweep_dir``, in job order, the overrides every job shares above it; "not finished"
+    for a job without ``summary.json``."""
     sweep_dir = Path(sweep_dir)
-    if not sweep_dir.is_dir():
-        raise ConfigError(f"{sweep_dir} is not a directory: give the sweep directory that "
-                          "nmt-train -m printed (hydra.sweep.dir).")
-    jobs = {p.parent.parent for p in sweep_dir.glob("**/.hydra/overrides.yaml")}
+    jobs = sorted({p.parent.parent for p in sweep_dir.glob("**/.hydra/overrides.yaml")},
+                  key=lambda j: (_job_number(j), str(j)))
     if not jobs:
-        raise ConfigError(f"{sweep_dir} holds no job of nmt-train -m (no */.hydra/overrides.yaml).")
-    rows = []
-    for job in sorted(jobs, key=lambda j: (_job_number(j), str(j))):
-        overrides = [str(o) for o in OmegaConf.load(job / ".hydra" / "overrides.yaml")]
-        summary_path = job / "summary.json"
-        done = json.loads(summary_path.read_text()) if summary_path.is_file() else {}
-        rows.append({"job": str(job.relative_to(sweep_dir)), "overrides": overrides,
-                     "steps": done.get("steps"), "best_bleu": done.get("best_bleu"),
-                     "best_step": done.get("best_step"),
-                     "tokens_per_s": done.get("train_tokens_per_s"),
-                     "train_min": done["train_time_s"] / 60 if "train_time_s" in done else None,
-                     "stop": done.get("stop_reason") or "not finished"})
-    return rows
-
-
-def format_sweep_table(rows: list[dict[str, Any]]) -> str:
-    """A markdown table of :func:`sweep_rows`: the overrides every job shares above it, each
-    row with the job's other overrides (the last of each key) sorted by key."""
-    effective = [{_override_key(o): o for o in r["overrides"]} for r in rows]
-    common = set.intersection(*(set(e.values()) for e in effective)) if len(rows) > 1 else set()
-
-    def cell(value: Any, fmt: str) -> str:
-        return "n/a" if value is None else format(value, fmt)
-
+        raise ConfigError(f"{sweep_dir} holds no job of nmt-train -m (no */.hydra/overrides.yaml"
+                          "): give the hydra.sweep.dir that nmt-train -m printed.")
+    effective = []   # per job: {key: its last override}
+    for job in jobs:
+        overrides = map(str, OmegaConf.load(job / ".hydra" / "overrides.yaml"))
+        effective.append({_override_key(o): o for o in overrides})
+    common = set.intersection(*(set(e.values()) for e in effective)) if len(jobs) > 1 else set()
     lines = [f"every job: {' '.join(sorted(common))}"] if common else []
     lines += ["| " + " | ".join(SWEEP_COLUMNS) + " |", "|" + "---|" * len(SWEEP_COLUMNS)]
-    for r, eff in zip(rows, effective, strict=True):
+    for job, eff in zip(jobs, effective, strict=True):
+        done = _read_json(job / "summary.json")
+        minutes = done["train_time_s"] / 60 if "train_time_s" in done else None
         own = " ".join(v for _, v in sorted(eff.items()) if v not in common) or "(none)"
-        lines.append("| " + " | ".join([
-            r["job"], own, cell(r["steps"], "d"), cell(r["best_bleu"], ".2f"),
-            cell(r["best_step"], "d"), cell(r["tokens_per_s"], ".0f"), cell(r["train_min"], ".1f"),
-            r["stop"]]) + " |")
+        cells = ["n/a" if value is None else format(value, fmt) for value, fmt in (
+            (done.get("steps"), "d"), (done.get("best_bleu"), ".2f"), (done.get("best_step"), "d"),
+            (done.get("train_tokens_per_s"), ".0f"), (minutes, ".1f"))]
+        stop = done.get("stop_reason") or "not finished"
+        lines.append("| " + " | ".join([str(job.relative_to(sweep_dir)), own, *cells, stop]) + " |")
     return "\n".join(lines)
 
 
 class SweepTableCallback(Callback):
-    """Hydra callback (``hydra.callbacks`` in ``configs/config.yaml``): the table of all jobs
-    when a sweep ends, whatever the sweeper or launcher."""
+    """Hydra callback (``configs/config.yaml``): the table of all jobs when a sweep ends."""
 
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
         sweep_dir = Path(str(config.hydra.sweep.dir))
         try:
-            rows = sweep_rows(sweep_dir)
+            table = sweep_table(sweep_dir)
         except ConfigError as err:
             print(f"nmt-train: no sweep table: {err}")
             return
-        print(f"\nSweep {sweep_dir} ({len(rows)} jobs; python scripts/sweep_table.py {sweep_dir} "
-              "prints this again):")
-        print(format_sweep_table(rows), flush=True)
+        print(f"\nSweep {sweep_dir} (python scripts/sweep_table.py {sweep_dir} prints this "
+              f"again):\n{table}", flush=True)

@@ -14,17 +14,13 @@ peak equals ``train.lr`` (the usual fairseq ``inverse_sqrt`` parametrisation)::
 validations without a BLEU gain (Bahdanau-style RNN training), never below ``min_lr``.
 
 ``train.cooldown`` (a fraction c of the budget, 0 = off) multiplies any of them by a linear
-decay to zero over the last part of the run, the "cooldown" of warmup-stable-decay
-schedules (Hägele et al. 2024, "Scaling Laws and Compute-Optimal Training Beyond Fixed
-Training Durations", section 3)::
+decay to zero at the end, the "cooldown" of warmup-stable-decay schedules (Hägele et al.
+2024, "Scaling Laws and Compute-Optimal Training Beyond Fixed Training Durations", sec. 3)::
 
     lr(s) = schedule(s) * min(1, (1 - p) / c),     p = the fraction of the budget used
 
-where the budget is ``train.max_steps`` (p = s / max_steps) or ``train.max_minutes``
-(p = wall minutes so far / max_minutes), whichever is nearer its end.
-
-The trainer counts the validations without a BLEU gain (also for early stopping) and
-passes the count to :meth:`LRSchedule.on_validation`; the only state is the plateau ``scale``.
+where p is s / ``train.max_steps`` or wall minutes / ``train.max_minutes``, the larger.
+The only state is the plateau ``scale``.
 """
 
 from __future__ import annotations
@@ -35,33 +31,23 @@ import torch
 
 
 def inverse_sqrt_factor(step: int, warmup_steps: int) -> float:
-    """``min(s/w, sqrt(w/s))`` at optimizer step ``s`` (1-based): 1 at the peak ``s = w``;
-    ``warmup_steps=0`` acts as 1."""
+    """``min(s/w, sqrt(w/s))`` at optimizer step ``s`` (1-based); ``warmup_steps=0`` acts as 1."""
     w = max(warmup_steps, 1)
     s = max(step, 1)
     return min(s / w, math.sqrt(w / s))
 
 
 def cooldown_factor(progress: float, cooldown: float) -> float:
-    """``min(1, (1 - p) / c)`` (1 when ``cooldown=0``); ``p`` is clamped to [0, 1], so the
-    factor is 0 at and after the end of the budget."""
+    """``min(1, (1 - p) / c)``, 0 past the end of the budget (1 when ``cooldown=0``)."""
     if cooldown <= 0.0:
         return 1.0
     return min(1.0, max(0.0, 1.0 - progress) / cooldown)
 
 
-def warmup_factor(step: int, warmup_steps: int) -> float:
-    """Linear warmup ``min(1, s/w)`` (1 when ``warmup_steps=0``)."""
-    if warmup_steps <= 0:
-        return 1.0
-    return min(1.0, max(step, 1) / warmup_steps)
-
-
 class LRSchedule:
-    """Sets the lr of every param group of ``optimizer``: call :meth:`set_step` with the
-    1-based number of the step about to be taken (before ``optimizer.step()``) and
-    :meth:`on_validation` after each validation. ``kind``, ``lr``, ``warmup_steps``, the
-    plateau settings and ``cooldown`` are the ``train`` keys of the same names."""
+    """Sets the lr of ``optimizer``: :meth:`set_step` with the 1-based number of the step about
+    to be taken, :meth:`on_validation` after each validation. The arguments are the ``train``
+    keys of the same names (``kind``: ``train.schedule``)."""
 
     def __init__(self, optimizer: torch.optim.Optimizer, kind: str, lr: float,
                  warmup_steps: int = 0, plateau_factor: float = 0.5, plateau_patience: int = 2,
@@ -74,12 +60,12 @@ class LRSchedule:
         self.last_lr = self.lr_at(1)
 
     def lr_at(self, step: int, progress: float = 0.0) -> float:
-        """The lr of optimizer step ``step`` (1-based) at ``progress`` (the fraction of the
-        budget used, in [0, 1], for the cooldown)."""
+        """The lr of optimizer step ``step`` (1-based) at ``progress`` (budget used, [0, 1])."""
         if self.kind == "inverse_sqrt":
             lr = self.lr * inverse_sqrt_factor(step, self.warmup_steps)
         else:
-            lr = self.lr * warmup_factor(step, self.warmup_steps)
+            w = self.warmup_steps
+            lr = self.lr * (min(1.0, max(step, 1) / w) if w > 0 else 1.0)   # linear warmup
             if self.kind == "plateau":
                 lr = lr * self.scale
                 if self.scale < 1.0:
@@ -90,17 +76,13 @@ class LRSchedule:
         """Write the lr of step ``step`` (at budget ``progress``) into the optimizer; returns it."""
         lr = self.lr_at(step, progress)
         for group in self.optimizer.param_groups:
-            if isinstance(group["lr"], torch.Tensor):
-                group["lr"].fill_(lr)
-            else:
-                group["lr"] = lr
+            group["lr"] = lr
         self.last_lr = lr
         return lr
 
     def on_validation(self, bad_validations: int) -> bool:
-        """Plateau step after a validation, given the validations since the last BLEU gain
-        (this one included); True when the lr was reduced: whenever the count reaches a
-        multiple of ``plateau_patience``, unless the lr is at ``min_lr`` already."""
+        """True when the lr was reduced: ``bad_validations`` (since the last BLEU gain) reached
+        a multiple of ``plateau_patience`` and the lr is above ``min_lr``."""
         if self.kind != "plateau" or bad_validations <= 0:
             return False
         if bad_validations % self.plateau_patience == 0 and self.lr * self.scale > self.min_lr:
@@ -116,7 +98,6 @@ class LRSchedule:
 
 
 def build_schedule(optimizer: torch.optim.Optimizer, train_cfg) -> LRSchedule:
-    """:class:`LRSchedule` from the ``train`` config section."""
     return LRSchedule(optimizer, train_cfg.schedule, train_cfg.lr, train_cfg.warmup_steps,
                       train_cfg.plateau_factor, train_cfg.plateau_patience, train_cfg.min_lr,
                       train_cfg.cooldown)

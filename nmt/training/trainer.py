@@ -73,8 +73,7 @@ class TrainState:
     batch_in_epoch: int = 0          # batches of the epoch list consumed (all ranks together)
     best_bleu: float | None = None
     best_step: int | None = None
-    bad_validations: int = 0         # validations since the last BLEU gain (early stopping
-    #                                  and the plateau lr schedule both read this one counter)
+    bad_validations: int = 0         # since the last BLEU gain (early stopping, plateau lr)
     last_validated_step: int = -1
     elapsed_s: float = 0.0           # wall time of all segments so far (for max_minutes)
     history: list = field(default_factory=list)   # one dict per validation
@@ -88,8 +87,7 @@ class TrainState:
 def autocast_dtype(precision: str, device: torch.device) -> torch.dtype | None:
     """The autocast dtype of ``train.precision`` on ``device`` (None: fp32). ``auto``: bf16
     on a CUDA card that has it, else fp16 (loss-scaled); on CPU bf16 where it is native
-    (:func:`nmt.runtime.cpu_has_bf16`: 1.4x the Transformer's tokens/s), else fp32.
-    Raises ConfigError for ``fp16`` off CUDA."""
+    (:func:`nmt.runtime.cpu_has_bf16`: 1.4x the Transformer's tokens/s), else fp32."""
     if precision == "fp32":
         return None
     if precision == "auto" and device.type != "cuda":
@@ -98,15 +96,14 @@ def autocast_dtype(precision: str, device: torch.device) -> torch.dtype | None:
         return torch.bfloat16
     if precision == "fp16":
         if device.type != "cuda":
-            raise ConfigError(f"train.precision=fp16 needs a CUDA device (this run uses "
-                              f"{device}): use train.precision=bf16 or fp32 on CPU.")
+            raise ConfigError(f"train.precision=fp16 needs a CUDA device, not {device}: use bf16 "
+                              "or fp32.")
         return torch.float16
     return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
 
 
 def build_optimizer(params: list[torch.nn.Parameter], t) -> torch.optim.Optimizer:
-    """Adam / AdamW with ``t``'s (the ``train`` section) lr, betas, eps and weight decay,
-    fused where the device has the kernel, else foreach."""
+    """Adam / AdamW of the ``train`` section ``t``, fused where the device has the kernel."""
     cls = torch.optim.AdamW if t.optimizer == "adamw" else torch.optim.Adam
     kwargs = dict(lr=t.lr, betas=tuple(t.betas), eps=t.eps, weight_decay=t.weight_decay)
     try:
@@ -118,9 +115,8 @@ def build_optimizer(params: list[torch.nn.Parameter], t) -> torch.optim.Optimize
 
 
 class Trainer:
-    """Owns model, optimizer, schedule, data and the loop (module docstring). ``plan``:
-    :func:`nmt.training.run.plan_run`'s decision; ``record``: how the command was launched.
-    :meth:`setup` raises the user errors (``run.USER_ERRORS``) before the first batch."""
+    """Model, optimizer, schedule, data and the loop (module docstring). ``plan``:
+    :func:`nmt.training.run.plan_run`'s decision; ``record``: how the command was launched."""
 
     def __init__(self, cfg: DictConfig, info: dist.DistInfo, device: torch.device,
                  plan: run.RunPlan | None = None, record: run.RunRecord | None = None) -> None:
@@ -147,9 +143,8 @@ class Trainer:
 
     # ------------------------------------------------------------------ setup
     def setup(self) -> None:
-        """Data, model, optimizer, schedule; resume from the plan's checkpoint, or start from
-        ``train.init_from``'s weights. Every rank leaves each phase together
-        (:func:`~nmt.training.distributed.collective_errors`): a user error on one ends all."""
+        """Data, model, optimizer, schedule; resume, or start from ``train.init_from``'s weights.
+        Raises the user errors (``run.USER_ERRORS``) before the first batch, on every rank."""
         init_ckpt = data = None
         last, ckpt, errors = self.manager.last, self.plan.checkpoint, run.USER_ERRORS
         with dist.collective_errors(self.info, errors):
@@ -173,21 +168,17 @@ class Trainer:
             self._finish_setup()
 
     def _build(self, data) -> None:
-        """Sampler, seeded model, optimizer and schedule (the weights: same on every rank)."""
+        """Sampler, seeded model (the same on every rank), optimizer and schedule."""
         t, info = self.t, self.info
         self.tokenizer, self.train_split, self.valid_split = data.tokenizer, data.train, data.valid
         if info.is_main:
             run.write_record(self.run_dir, self.record)
             self.tokenizer.save(self.run_dir / "tokenizer")
-        try:
-            self.sampler = TokenBatchSampler(self.train_split.src_lens, self.train_split.tgt_lens,
-                                             t.batch_tokens, shuffle=True, seed=t.seed)
-        except ValueError as err:
-            raise ConfigError(str(err)) from None
-        if len(self.epoch_batches(0)) == 0:
-            raise ConfigError(
-                f"The training split yields fewer batches ({len(self.sampler.batches(0))}) than "
-                f"there are processes ({info.world_size}): use more data or fewer processes.")
+        self.sampler = TokenBatchSampler(self.train_split.src_lens, self.train_split.tgt_lens,
+                                         t.batch_tokens, shuffle=True, seed=t.seed)
+        if len(self.epoch_data(0)[1]) == 0:
+            raise ConfigError(f"the training split yields fewer batches than processes "
+                              f"({info.world_size}): use more data or fewer processes.")
         random.seed(t.seed)
         np.random.seed(t.seed)
         torch.manual_seed(t.seed)
@@ -208,11 +199,11 @@ class Trainer:
         if self.scaler is not None and ckpt.get("scaler"):
             self.scaler.load_state_dict(ckpt["scaler"])
         self.state = TrainState(**ckpt["trainer"])
-        rng = ckpt["rng"]
-        if isinstance(rng, list) and len(rng) == self.info.world_size:
+        rng = ckpt["rng"]                  # one state per rank
+        if len(rng) == self.info.world_size:
             set_rng_state(rng[self.info.rank])
         else:  # another world size: rank 0's state, other ranks reseeded deterministically
-            set_rng_state(rng[0] if isinstance(rng, list) else rng)
+            set_rng_state(rng[0])
             if self.info.rank > 0:
                 torch.manual_seed(self.t.seed + 1000 * self.info.rank + self.state.step)
         log.info("resumed from %s at step %d (epoch %d, batch %d of the epoch)", self.manager.last,
@@ -226,7 +217,7 @@ class Trainer:
             if ckpt is not None and "train_model" in ckpt:   # its "model" is the average
                 self.ema.load_state_dict(ckpt["model"])
         # Step checkpoints closer than half a validation interval are not both kept as "last".
-        steps_per_epoch = -(-len(self.epoch_batches(0)) // (info.world_size * t.accum_steps))
+        steps_per_epoch = -(-len(self.epoch_data(0)[1]) // (info.world_size * t.accum_steps))
         self.manager.min_gap = max(1, min(t.eval_every_steps, steps_per_epoch) // 2)
         self.state.segments.append(run.segment(self.record, self.state.step,
                                                machine_info(self.device), info.world_size))
@@ -238,11 +229,10 @@ class Trainer:
         self.valid_src_ids = [self.valid_split.src_ids(i) for i in range(len(self.valid_split))]
         self.valid_refs = self.valid_split.tgt_texts()
         # Validation pairs are never filtered: give over-long ones a batch of their own.
-        longest = int(max(self.valid_split.src_lens.max(initial=1),
-                          self.valid_split.tgt_lens.max(initial=1)))
-        self.valid_batches = TokenBatchSampler(
-            self.valid_split.src_lens, self.valid_split.tgt_lens, max(t.batch_tokens, longest),
-            shuffle=False).batches(0)
+        lens = (self.valid_split.src_lens, self.valid_split.tgt_lens)
+        longest = int(max(lens[0].max(initial=1), lens[1].max(initial=1)))
+        self.valid_batches = TokenBatchSampler(*lens, max(t.batch_tokens, longest),
+                                               shuffle=False).batches(0)
         if info.is_main:
             OmegaConf.save(self.cfg, self.run_dir / "config.yaml", resolve=True)
             purge = self.state.step + 1 if self.state.step > 0 else None
@@ -258,10 +248,10 @@ class Trainer:
                         "is emulated, usually slower than fp32: use train.precision=fp32 here.")
 
     # ------------------------------------------------------------------ batches
-    def _epoch(self, epoch: int) -> tuple[Any, list[np.ndarray]]:
+    def epoch_data(self, epoch: int) -> tuple[TokenizedSplit, list[np.ndarray]]:
         """``(split, batches)`` of an epoch: the training split (resampled with
-        ``data.tokenizer.sampling_alpha``) and its batch list, the same on every rank, cut to a
-        multiple of world size. Cached for this and the next epoch (the prefetcher's)."""
+        ``data.tokenizer.sampling_alpha``) and its batches of row indices, the same on every
+        rank, cut to a multiple of world size. Cached for this and the next epoch."""
         if epoch not in self._epoch_cache:
             split, sampler = self.train_split, self.sampler
             tok = self.cfg.data.tokenizer
@@ -275,19 +265,14 @@ class Trainer:
             self._epoch_cache[epoch] = (split, batches)
         return self._epoch_cache[epoch]
 
-    def epoch_batches(self, epoch: int) -> list[np.ndarray]:
-        return self._epoch(epoch)[1]      # row indices into epoch_split(epoch)
-
-    def epoch_split(self, epoch: int) -> TokenizedSplit:
-        return self._epoch(epoch)[0]
-
-    def _next_group(self, epoch: int, start: int, group_size: int) -> tuple[int, int, list]:
-        """``(epoch, start, group)`` of the step that follows a step taken at ``(epoch, start)``."""
-        batches = self.epoch_batches(epoch)
+    def _next_group(self, epoch: int, start: int, group_size: int) -> tuple[tuple, Any, list]:
+        """``((epoch, start), split, group)`` of the step after the one at ``(epoch, start)``."""
+        batches = self.epoch_data(epoch)[1]
         start += len(batches[start: start + group_size])
         if start >= len(batches):
             epoch, start = epoch + 1, 0
-        return epoch, start, self.epoch_batches(epoch)[start: start + group_size]
+        split, batches = self.epoch_data(epoch)
+        return (epoch, start), split, batches[start: start + group_size]
 
     def _collate_share(self, split, group: list[np.ndarray]) -> list:
         """This rank's micro-batches of ``group`` (rows of ``split``), padded (pinned for
@@ -303,28 +288,25 @@ class Trainer:
     # ------------------------------------------------------------------ one step
     def train_step(self, group: list[np.ndarray], collated: list | None = None,
                    split=None) -> tuple[torch.Tensor, torch.Tensor, int]:
-        """One optimizer step over the global ``group`` of batches (rows of ``split``,
-        default the training split; ``collated``: this rank's share, from the prefetcher),
-        then the weight average's. Returns ``(sums [2] = (smoothed loss, nll) over this
-        rank's tokens, grad_norm, target tokens of the whole group)``."""
+        """One optimizer step over the global ``group`` of batches (rows of ``split``;
+        ``collated``: this rank's share, from the prefetcher). Returns ``(sums [2] = (smoothed
+        loss, nll) over this rank's tokens, grad_norm, target tokens of the whole group)``."""
         split = self.train_split if split is None else split
-        tgt_lens = split.tgt_lens
-        tokens = int(sum(int(tgt_lens[idx].sum()) for idx in group))
+        tokens = int(sum(int(split.tgt_lens[idx].sum()) for idx in group))
         scale = self.info.world_size / max(tokens, 1)
         mine = collated if collated is not None else self._collate_share(split, group)
         sums = torch.zeros(2, device=self.device)
-        eps = self.t.label_smoothing
-        non_blocking = self.device.type == "cuda"
         for i, batch in enumerate(mine):
-            batch = batch.to(self.device, non_blocking=non_blocking)
-            last = i == len(mine) - 1
+            batch = batch.to(self.device, non_blocking=self.device.type == "cuda")
+            last = i == len(mine) - 1       # DDP averages the gradients at its backward
             sync = contextlib.nullcontext() if (last or not self.info.enabled) else \
                 self.train_model.no_sync()
             with sync:
                 with self._autocast():
                     logits, _ = self.train_model(batch.src, batch.src_mask, batch.tgt_in,
                                                  need_alignment=False)
-                loss_sum, nll_sum = label_smoothed_nll(logits, batch.tgt_out, eps, PAD_ID)
+                loss_sum, nll_sum = label_smoothed_nll(logits, batch.tgt_out,
+                                                       self.t.label_smoothing, PAD_ID)
                 loss = loss_sum * scale
                 (loss if self.scaler is None else self.scaler.scale(loss)).backward()
             sums += torch.stack((loss_sum.detach(), nll_sum))
@@ -349,15 +331,13 @@ class Trainer:
 
     # ------------------------------------------------------------------ validation
     @property
-    def eval_model(self) -> torch.nn.Module:
-        """The weights validated and translated with: the average (ema_decay) or the model."""
+    def eval_model(self) -> torch.nn.Module:   # validated and saved as "model"
         return self.model if self.ema is None else self.ema.model
 
     @torch.no_grad()
     def validate(self) -> dict[str, float]:
-        """Loss, perplexity and greedy BLEU (sacreBLEU, detokenized, cased) of
-        :attr:`eval_model` on the validation split; rank 0 computes, every rank gets the
-        dict (``loss``, ``nll``, ``ppl`` per target token, ``bleu``)."""
+        """``loss``, ``nll``, ``ppl`` per target token and greedy ``bleu`` (sacreBLEU) of
+        :attr:`eval_model` on the validation split: rank 0 computes, every rank gets them."""
         result = None
         if self.info.is_main:
             model = self.eval_model
@@ -387,7 +367,7 @@ class Trainer:
         return dist.broadcast_object(result, self.info)
 
     def _after_validation(self, scores: dict[str, float], epoch_end: bool) -> bool:
-        """Bookkeeping + logging; returns True if this is the best BLEU so far."""
+        """Bookkeeping and logging; True if this is the best BLEU so far."""
         st = self.state
         improved = st.best_bleu is None or scores["bleu"] > st.best_bleu
         if improved:
@@ -414,7 +394,7 @@ class Trainer:
 
     # ------------------------------------------------------------------ checkpoints
     def checkpoint(self, is_best: bool) -> None:
-        """Write ``step_<k>.pt`` / ``last.pt`` (/ ``best.pt``) on rank 0 (all ranks must call)."""
+        """``step_<k>.pt``, ``last.pt`` (, ``best.pt``) on rank 0; every rank must call it."""
         rngs = dist.gather_objects(rng_state(), self.info)
         st = self.state
         st.elapsed_s += time.perf_counter() - self._start
@@ -427,8 +407,7 @@ class Trainer:
                 "version": 1, "config_version": CONFIG_VERSION,
                 "model": self.eval_model.state_dict(),
                 **({} if self.ema is None else {"train_model": self.model.state_dict()}),
-                "valid_bleu": bleu.get(st.step),
-                "config": to_plain(self.cfg),
+                "valid_bleu": bleu.get(st.step), "config": to_plain(self.cfg),
                 "tokenizer": self.tokenizer.state_dict(),
                 "step": st.step, "epoch": st.epoch, "batch_in_epoch": st.batch_in_epoch,
                 "optimizer": self.optimizer.state_dict(), "scheduler": self.schedule.state_dict(),
@@ -437,7 +416,7 @@ class Trainer:
             self.manager.save(ckpt, st.step, is_best=is_best, scores=bleu)
 
     def _validate_and_save(self, epoch_end: bool, stop_reason: str = "") -> str:
-        """Validate, record the stop reason (given, or early stopping), checkpoint; returns it."""
+        """Validate, record the stop reason (given, or early stopping), checkpoint; return it."""
         t0 = time.perf_counter()
         self.state.train_s += t0 - self._mark
         scores = self.validate()
@@ -450,10 +429,9 @@ class Trainer:
 
     # ------------------------------------------------------------------ loop
     def _stop_reason(self, check_time: bool = False) -> str:
-        """The stop condition met (steps, epochs, early stopping and, with ``check_time``, the
-        time budget), or "". The time check is collective under DDP (every rank must pass the
-        same ``check_time``) and updates the budget's progress for ``train.cooldown`` with
-        the slowest rank's clock, so every rank sets the same lr."""
+        """The stop condition met (steps, epochs, early stopping, with ``check_time`` the time
+        budget), or "". The time check is collective under DDP and sets the budget's progress
+        (``train.cooldown``) by the slowest rank's clock, so every rank sets the same lr."""
         st, t = self.state, self.t
         if t.max_steps is not None and st.step >= t.max_steps:
             return f"max_steps={t.max_steps} reached"
@@ -471,19 +449,18 @@ class Trainer:
         return ""
 
     def _progress(self, step: int) -> float:
-        """The fraction of the budget used at optimizer step ``step`` (``train.cooldown``): the
-        larger of ``step / max_steps`` and the time used (last check) over ``max_minutes``."""
+        """The fraction of the budget used at ``step`` (``train.cooldown``): the larger of
+        ``step / max_steps`` and the time used (last check) over ``max_minutes``."""
         progress = self._time_progress if self.t.max_minutes is not None else 0.0
         if self.t.max_steps is not None:
             progress = max(progress, step / self.t.max_steps)
         return min(progress, 1.0)
 
     def fit(self) -> dict[str, Any]:
-        """Train until a stop condition (recorded by the last checkpoint: a re-run is a no-op);
-        returns the summary (``summary.json``)."""
+        """Train until a stop condition (the last checkpoint records it); returns the summary."""
         t, st, info = self.t, self.state, self.info
         group_size = info.world_size * t.accum_steps
-        steps_per_epoch = -(-len(self.epoch_batches(st.epoch)) // group_size)
+        steps_per_epoch = -(-len(self.epoch_data(st.epoch)[1]) // group_size)
         total = t.max_steps if t.max_steps is not None else steps_per_epoch * (t.max_epochs or 1)
         tty = info.is_main and sys.stderr.isatty() and not os.environ.get("CI")
         bar = tqdm(total=total, initial=st.step, unit="step", dynamic_ncols=True, disable=not tty)
@@ -506,16 +483,14 @@ class Trainer:
                 st.stop_reason = self.stop_reason
                 self.checkpoint(is_best=False)
         while not self.stop_reason:
-            split, batches = self._epoch(st.epoch)
+            split, batches = self.epoch_data(st.epoch)
             group = batches[st.batch_in_epoch: st.batch_in_epoch + group_size]
             collated = None
             if prefetch is not None:
                 if ahead is not None and ahead[0] == (st.epoch, st.batch_in_epoch):
                     collated = ahead[1].result()
-                nxt_epoch, nxt_start, nxt_group = self._next_group(st.epoch, st.batch_in_epoch,
-                                                                   group_size)
-                ahead = ((nxt_epoch, nxt_start), prefetch.submit(
-                    self._collate_share, self.epoch_split(nxt_epoch), nxt_group))
+                key, *split_group = self._next_group(st.epoch, st.batch_in_epoch, group_size)
+                ahead = (key, prefetch.submit(self._collate_share, *split_group))
             sums, grad_norm, tokens = self.train_step(group, collated, split)
             acc += sums
             acc_tokens += tokens
@@ -560,14 +535,12 @@ class Trainer:
 
     def close(self) -> None:
         if self.writer is not None:
-            self.writer.close()
-            self.writer = None
+            self.writer.close()     # a second call does nothing
 
 
 def train(cfg: DictConfig, record: run.RunRecord | None = None) -> dict[str, Any]:
     """Run, resume or (finished) leave alone the training described by ``cfg``; returns its
-    summary (``summary.json``). ``record``: how ``nmt-train`` was launched. User errors
-    (:data:`nmt.training.run.USER_ERRORS`) come before the first batch, on every rank."""
+    summary (``summary.json``). ``record``: how ``nmt-train`` was launched."""
     # First, before any data is read or file written; the typed section from here on.
     model_cfg = validate_model(to_plain(cfg.model))
     cfg = cfg.copy()
@@ -580,18 +553,16 @@ def train(cfg: DictConfig, record: run.RunRecord | None = None) -> dict[str, Any
     if device.type == "cuda":
         torch.backends.cuda.matmul.allow_tf32 = True
         torch.backends.cudnn.allow_tf32 = True
-    handlers: list[logging.Handler] = []
-    trainer = None
     try:
         plan = run.open_run(cfg, info)
         if plan.kind == "finished":
             return plan.summary
-        handlers = run.log_to(Path(cfg.run_dir), info)
-        trainer = Trainer(cfg, info, device, plan, record)
-        trainer.setup()
-        return trainer.fit()
+        with run.logging_to(Path(cfg.run_dir), info):
+            trainer = Trainer(cfg, info, device, plan, record)
+            try:
+                trainer.setup()
+                return trainer.fit()
+            finally:
+                trainer.close()
     finally:
-        if trainer is not None:
-            trainer.close()
-        run.close_log(handlers)
         dist.cleanup_distributed()
