@@ -1,19 +1,13 @@
 """nmt: neural machine translation with a Bahdanau RNN and a Transformer.
 
-Data flows one way (see ``README.md``): corpus -> SentencePiece -> token batches ->
-model (``encode`` / ``decode``) -> label-smoothed training -> search -> sacreBLEU and
-alignment heatmaps. The Python API::
-
-    import nmt
+The Python API (README.md, docs/tutorial.md)::
 
     summary = nmt.train(["model=transformer", "train.max_minutes=30", "run_dir=runs/tf"])
     translator = nmt.Translator.from_checkpoint("runs/tf/checkpoints/best.pt")
     result = translator.translate("Ein Hund läuft im Park .", beam_size=5)
-    print(result.text)
     nmt.plot_alignment(result)
 
-Everything but ``train`` loads on first use, so ``import nmt`` (and every CLI's ``--help``)
-stays fast.
+Everything but ``train`` loads on first use, so ``import nmt`` stays fast.
 """
 
 from __future__ import annotations

@@ -107,8 +107,6 @@ def upgrade_config(saved: Mapping, version: int | None = None) -> DictConfig:
     return merged
 
 
-
-
 class CheckpointError(RuntimeError):
     """A checkpoint file is missing, unreadable or incompatible (message names the file)."""
 
@@ -184,17 +182,8 @@ class CheckpointManager:
     def __init__(self, directory: str | Path, keep_last: int, keep_best: int = 0,
                  min_gap: int = 1) -> None:
         self.directory = Path(directory)
-        self.keep_last = keep_last
-        self.keep_best = keep_best
-        self.min_gap = min_gap
-
-    @property
-    def last(self) -> Path:
-        return self.directory / "last.pt"
-
-    @property
-    def best(self) -> Path:
-        return self.directory / "best.pt"
+        self.keep_last, self.keep_best, self.min_gap = keep_last, keep_best, min_gap
+        self.last, self.best = self.directory / "last.pt", self.directory / "best.pt"
 
     def step_files(self) -> list[Path]:
         """Existing ``step_<k>.pt`` files, oldest first."""

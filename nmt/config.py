@@ -42,7 +42,6 @@ class ConfigError(ValueError):
     (the CLIs print it and exit with status 2, no traceback)."""
 
 
-# --------------------------------------------------------------------------- schemas
 class Choice(str, enum.Enum):
     """A choice field: Hydra rejects any other value (naming the key and the choices); a
     member compares equal to, prints and formats as its value."""
@@ -279,7 +278,6 @@ def register_configs() -> None:
         store.store(name=name, node=schema)
 
 
-# ------------------------------------------------------------------------- checks
 def _positive(cfg: DictConfig, *keys: str, allow_zero: bool = False, prefix: str = "") -> None:
     for key in keys:
         value = OmegaConf.select(cfg, key)
@@ -398,7 +396,6 @@ def merge_typed(schema: type, section: Any, where: str) -> DictConfig:
     return merged
 
 
-# ------------------------------------------------------------------------ compose
 def _hydra_error_message(err: BaseException) -> str:
     """Hydra/OmegaConf error text as one line, without the config search path dump."""
     text = str(err)

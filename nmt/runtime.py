@@ -1,5 +1,5 @@
-"""Process-level settings shared by the library, the CLIs and the benchmarks: the device,
-glibc's allocator, and a description of the machine for run summaries."""
+"""Process-level settings and chores shared by every layer above: the device, glibc's
+allocator, oneDNN's cache, the machine for run summaries, and atomic file writes."""
 
 from __future__ import annotations
 
@@ -25,14 +25,10 @@ _M_MMAP_MAX = -4
 def tune_malloc() -> bool:
     """Keep freed memory in the process heap (glibc ``mallopt``); True if applied.
 
-    glibc serves allocations above ``M_MMAP_THRESHOLD`` (<= 32 MiB) with fresh ``mmap``
-    pages and unmaps them on free, so every large activation (the [batch*tgt_len, vocab]
-    logits and their gradient are ~130 MB at 4096 tokens x 8000 types) is page-faulted in
-    again at each training step; on our 2-core VM that cost more than the log-softmax
-    itself (Transformer step: ~1,350 -> ~2,300 target tokens/s). ``M_MMAP_MAX=0`` serves
-    everything from the heap and ``M_TRIM_THRESHOLD`` = 2 GiB keeps it mapped, so steps
-    reuse warm pages. The price: the process does not hand freed memory back to the OS.
-    A no-op (False) on non-glibc platforms.
+    glibc gives large allocations fresh ``mmap`` pages and unmaps them on free, so the
+    [tokens, vocab] logits and their gradient (~130 MB each) were page-faulted in again every
+    training step: ~1,350 -> ~2,300 target tokens/s for the Transformer with this. The price:
+    freed memory is not handed back to the OS. A no-op (False) off glibc.
     """
     if not sys.platform.startswith("linux"):
         return False
@@ -47,16 +43,11 @@ ONEDNN_CACHE_CAPACITY = 16  # oneDNN primitives kept (bf16 matmuls on CPU: one p
 
 
 def bound_onednn_cache(capacity: int = ONEDNN_CACHE_CAPACITY) -> bool:
-    """Bound oneDNN's primitive cache (``ONEDNN_PRIMITIVE_CACHE_CAPACITY``) unless it is set.
+    """Bound oneDNN's primitive cache (``ONEDNN_PRIMITIVE_CACHE_CAPACITY``) unless the user set it.
 
-    bf16 matmuls on CPU (autocast, AMX) run through oneDNN, which caches one primitive per
-    problem shape, with its buffers, up to 1,024 of them by default. Token-bucketed batches
-    have many shapes, so a bf16 training run's resident memory grew to 8.6 GB in 25 minutes
-    (1.5 GB in fp32). With 16 entries it stays flat, and no speed cost was measured
-    (``scripts/bench_model.py --precision bf16``, Transformer, 2026-11-22: 4,291 / 4,322
-    target tokens/s against 4,246 / 4,417 with 1,024; docs/speed.md). oneDNN reads the
-    variable when it first builds its cache, so this must run before the first bf16
-    matmul of the process. Returns True if it set the variable, False if the user had.
+    bf16 matmuls on CPU cache one primitive per shape (1,024 by default); token-bucketed
+    batches have many, and a bf16 run's RSS grew to 8.6 GB in 25 minutes. 16 keep it flat at
+    no measured speed cost (docs/speed.md). Must run before the first bf16 matmul; True if set.
     """
     if "ONEDNN_PRIMITIVE_CACHE_CAPACITY" in os.environ:
         return False
@@ -65,12 +56,8 @@ def bound_onednn_cache(capacity: int = ONEDNN_CACHE_CAPACITY) -> bool:
 
 
 def cpu_has_bf16() -> bool:
-    """Whether this CPU computes bf16 natively (AVX-512 BF16 or AMX), as oneDNN reports it.
-
-    Without it CPU autocast to bf16 still runs, emulated, and is usually slower than fp32; the
-    trainer warns. On the development machine (AMX) bf16 autocast is 1.4x fp32 for the
-    Transformer (docs/speed.md).
-    """
+    """Whether this CPU computes bf16 natively (AVX-512 BF16 or AMX), as oneDNN reports it
+    (elsewhere bf16 autocast is emulated and slower than fp32)."""
     import torch
 
     try:
@@ -80,11 +67,7 @@ def cpu_has_bf16() -> bool:
 
 
 def resolve_device(name: str):
-    """``"auto"`` -> ``cuda`` when available, else ``cpu``; other names pass through.
-
-    Raises:
-        ConfigError: ``cuda`` requested but no CUDA device is available.
-    """
+    """``"auto"`` -> ``cuda`` when available, else ``cpu``; ConfigError for an unusable name."""
     import torch
 
     if name in (None, "", "auto"):
@@ -110,13 +93,8 @@ def cpu_model() -> str:
 
 
 def machine_info(device=None) -> dict:
-    """What a run's figures depend on, for ``summary.json`` and results tables.
-
-    Returns:
-        ``{"cpu": model name, "cores": logical CPUs, "torch_threads": intra-op threads,
-        "torch": version, "python": version, "platform": OS and architecture}`` plus
-        ``"gpu"`` (device name) when ``device`` is a CUDA device.
-    """
+    """What a run's figures depend on (``summary.json``): cpu, cores, torch_threads, torch,
+    python, platform, and gpu on a CUDA device."""
     import torch
 
     info = {"cpu": cpu_model(), "cores": os.cpu_count(), "torch_threads": torch.get_num_threads(),
@@ -127,16 +105,11 @@ def machine_info(device=None) -> dict:
     return info
 
 
-# ------------------------------------------------------------------ files
 @contextlib.contextmanager
 def atomic_path(path: str | Path, directory: bool = False) -> Iterator[Path]:
-    """Yield a temporary path beside ``path``; when the block ends without an exception,
-    rename it to ``path`` (replacing a file, or a directory when ``directory``), else delete it.
-
-    A crash at any point leaves the old ``path`` or the new one, never a torn one (POSIX
-    ``rename`` is atomic within a file system). The one helper for every file nmt writes
-    whole: checkpoints, JSON, token caches, tokenizers, exports.
-    """
+    """Yield a temporary path beside ``path``, renamed to ``path`` (a file, or a directory when
+    ``directory``) if the block succeeds, else deleted: a crash leaves the old ``path`` or the
+    new one, never a torn one. Every file nmt writes whole goes through here."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp")
@@ -168,11 +141,8 @@ def write_json_atomic(path: str | Path, data: Any) -> None:
 
 
 def ensure_writable_dir(path: str | Path, key: str) -> Path:
-    """Create directory ``path`` and check that a file can be written in it, before long work.
-
-    Raises:
-        ConfigError: it cannot be created or written (names ``key=path`` and the reason).
-    """
+    """Create directory ``path`` and check that a file can be written in it, before long work
+    (ConfigError naming ``key=path`` if not)."""
     path = Path(path)
     try:
         path.mkdir(parents=True, exist_ok=True)

@@ -4,7 +4,6 @@ The CLI runs (every artefact, SIGKILL and resume, user errors) are in tests/e2e/
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import numpy as np

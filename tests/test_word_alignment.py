@@ -26,7 +26,6 @@ from nmt.extras.word_alignment import (
     read_pair_file,
     select_attention,
     symmetrize,
-    teacher_forced_links,
     word_ids,
     word_link_cells,
     word_links,
@@ -162,6 +161,15 @@ FORCED = np.array([
     [0.0,    0.25,   0.5,   0.25],  # row 2: predicts t2, input t1
     [0.0625, 0.0625, 0.125, 0.75],  # row 3: predicts </s>, input t2
 ])
+
+
+def teacher_forced_links(matrix, method="argmax", threshold=None):
+    """(plain, shifted) subword links: word_links with one word per subword."""
+    n_t, n_s = matrix.shape[0] - 1, matrix.shape[1] - 1
+    item = ForcedAlignment(["▁x"] * n_s, ["▁y"] * n_t, list(range(n_s)), list(range(n_t)),
+                           n_s, n_t, matrix[None, None])
+    return tuple(word_links(item, method=method, threshold=threshold, shift=shift, layer=0,
+                            head=0) for shift in (False, True))
 
 
 def test_teacher_forced_links_plain_and_shifted():

@@ -40,26 +40,15 @@ def parse_index(index, count: int) -> tuple[list[int], bool]:
 
 
 def plot_kind(cfg: DictConfig) -> str:
-    """``kind``, else ``cross`` when ``layer`` or ``head`` is given, else ``alignment``."""
     if cfg.kind is not None:
         return str(cfg.kind)
     return "cross" if cfg.layer is not None or cfg.head is not None else "alignment"
 
 
-def _read_gold(cfg: DictConfig, data) -> tuple[list, list]:
-    """(sure, possible) word links per sentence of ``data``, checked against its words (those
-    of the stored subwords without ``</s>``; ``▁`` starts a word)."""
-    from nmt.extras.word_alignment import read_gold, word_ids
-
-    counts = [[len(set(word_ids(pieces[:-1]))) for pieces in data.labels(i)] for i in range(len(data))]
-    return read_gold(cfg.gold, one_based=bool(cfg.gold_one_based),
-                     src_lengths=[n for n, _ in counts], tgt_lengths=[n for _, n in counts])
-
-
 def _run(cfg: DictConfig) -> None:
     from nmt.evaluation.alignments import load_alignments
     from nmt.evaluation.plot import plot_alignment, plot_attention
-    from nmt.extras.word_alignment import word_link_cells
+    from nmt.extras.word_alignment import read_gold, word_ids, word_link_cells
 
     try:
         data = load_alignments(cfg.alignments)
@@ -79,7 +68,11 @@ def _run(cfg: DictConfig) -> None:
         raise ConfigError(f"index={cfg.index} writes one PNG per sentence: out={out} must be a directory.")
     if not many and out.is_dir():
         raise ConfigError(f"out={out} is a directory: index={cfg.index} writes one file out=FILE.png.")
-    gold = _read_gold(cfg, data) if cfg.gold else None
+    gold = None   # (sure, possible) links, checked against the words of the stored subwords
+    if cfg.gold:
+        counts = [[len(set(word_ids(p[:-1]))) for p in data.labels(i)] for i in range(len(data))]
+        gold = read_gold(cfg.gold, one_based=bool(cfg.gold_one_based),
+                         src_lengths=[n for n, _ in counts], tgt_lengths=[n for _, n in counts])
     ensure_writable_dir(out if many else out.parent, "out")  # before drawing anything
     for i in indices:
         item = data[i]
@@ -102,7 +95,6 @@ def _run(cfg: DictConfig) -> None:
 
 
 def _check(cfg: DictConfig) -> DictConfig:
-    """The settings that depend on each other, a positive dpi and a known colormap."""
     from matplotlib import colormaps
 
     require(cfg, "alignments", "out")

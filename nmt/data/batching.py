@@ -232,9 +232,9 @@ def write_pairs(path: str | Path, pairs: Iterable[tuple[str, str]], tokenizer: T
                 max_len: int | None = None, max_len_ratio: float | None = None) -> dict[str, int]:
     """Tokenize a stream of ``(source, target)`` texts into the Arrow file ``path`` (written
     only if the stream ends without error); returns ``{"pairs": kept, "too_long": n,
-    "bad_ratio": n}``. In subword tokens without EOS, a pair with a side longer than
-    ``max_len`` or ``max(len) / max(min(len), 1) > max_len_ratio`` is dropped (None: kept).
-    Memory stays within one record batch of 100,000 pairs, tokenized 10,000 at a time."""
+    "bad_ratio": n}``. Dropped (subwords, no EOS): a side longer than ``max_len``, or
+    ``max(len) / max(min(len), 1) > max_len_ratio`` (None: no filter). Memory stays within
+    one record batch of 100,000 pairs, tokenized 10,000 at a time."""
     stats = {"pairs": 0, "too_long": 0, "bad_ratio": 0}
     stream, chunk_rows = iter(pairs), _CHUNK_ROWS
     with atomic_path(path) as tmp, pa.OSFile(str(tmp), "wb") as sink, \
@@ -361,12 +361,11 @@ def training_pairs(data_cfg: Any, report: bool = True) -> Iterator[tuple[str, st
 
 
 def prepare_data(data_cfg: Any, tokenizer: Tokenizer | None = None) -> PreparedData:
-    """The tokenizer and the tokenized, cached training and validation splits of the ``data``
-    config. ``tokenizer`` (a fine-tuning run's, or ``data.tokenizer.model``'s) is used as it
-    is; else one is trained on :func:`training_pairs` (or found in the cache). Training pairs
-    beyond ``max_len`` / ``max_len_ratio`` are dropped; validation keeps every pair. The
-    corpus is streamed: one pass hashes its bytes (the cache key, and all a cache hit
-    reads), one samples the tokenizer's sentences, one tokenizes it into the cache."""
+    """The tokenizer and the tokenized, cached training and validation splits of ``data_cfg``.
+    ``tokenizer`` (fine-tuning's, or ``data.tokenizer.model``'s) is used as it is; else one is
+    trained on :func:`training_pairs` (or found in the cache). Only training pairs are length
+    filtered. The corpus is streamed: one pass hashes its bytes (the cache key, all a cache
+    hit reads), one samples the tokenizer's sentences, one tokenizes it into the cache."""
     cache, split = Path(str(data_cfg.cache_dir)), str(data_cfg.train_split)
     train_id = _key(split_fingerprint(data_cfg, split), data_cfg.max_train_pairs)
     if tokenizer is None:

@@ -65,13 +65,11 @@ def require_ctranslate2():
     return ctranslate2
 
 
-# --------------------------------------------------------------------------- export
 def build_spec(model: torch.nn.Module, tokenizer: Tokenizer, model_cfg: DictConfig,
                max_positions: int):
     """A validated ``ctranslate2.specs.TransformerSpec`` holding float32 copies of a
-    Transformer's weights (the table of the module docstring; ``model`` is never modified),
-    its tokenizer's pieces as vocabularies and ``max_positions`` rows of positions.
-    ConfigError: CTranslate2 is missing, or the model is not a Transformer."""
+    Transformer's weights (the module docstring's table; ``model`` is never modified), its
+    tokenizer's pieces as vocabularies and ``max_positions`` rows of positions."""
     require_ctranslate2()
     from ctranslate2.specs import common_spec, transformer_spec
 
@@ -140,13 +138,11 @@ def build_spec(model: torch.nn.Module, tokenizer: Tokenizer, model_cfg: DictConf
 
 def export(source: str | Path | Translator, out_dir: str | Path, quantization: str = "float32",
            max_positions: int = 1024) -> Path:
-    """Write a CTranslate2 model directory for a Transformer checkpoint (``nmt-export``) or a
-    :class:`~nmt.inference.translator.Translator` in memory; returns ``out_dir``.
-
-    ``max_positions``: rows of the positional table, the longest source (subwords + EOS) and
-    output + 1 it accepts. The directory is built beside ``out_dir`` and renamed into place
-    (complete or absent). ConfigError: an RNN, or an ``out_dir`` that holds files or cannot
-    be written."""
+    """Write a CTranslate2 model directory of a Transformer checkpoint (``nmt-export``) or an
+    in-memory :class:`~nmt.inference.translator.Translator`, built beside ``out_dir`` and
+    renamed into place; returns ``out_dir``. ``max_positions``: rows of the positional table,
+    the longest source (subwords + EOS) and output + 1 it accepts. ConfigError: an RNN, or
+    an ``out_dir`` that holds files or cannot be written."""
     ct2 = require_ctranslate2()
     out_dir = Path(out_dir)
     if out_dir.exists() and (not out_dir.is_dir() or any(out_dir.iterdir())):
@@ -177,14 +173,12 @@ def export(source: str | Path | Translator, out_dir: str | Path, quantization: s
     return out_dir
 
 
-# ----------------------------------------------------------------------------- engine
 class CTranslate2Translator(TranslatorBase):
     """An ``nmt-export`` directory behind :class:`~nmt.inference.translator.TranslatorBase`'s
-    surface (``translate``, ``score``), on ``device`` (cpu or cuda). ``compute_type``
-    ``"default"`` keeps the exported quantization; ``intra_threads`` None uses torch's
-    threads; the batches of one call run in turn, so ``inter_threads`` 1 is the useful value.
-    ``info`` is ``nmt_export.json``, ``max_positions`` the rows of the exported table.
-    ConfigError: ``model_dir`` is not an ``nmt-export`` directory."""
+    ``translate`` and ``score``, on ``device`` (cpu or cuda). ``compute_type`` ``"default"``
+    keeps the exported quantization; ``intra_threads`` None uses torch's threads; the batches
+    of one call run in turn, so ``inter_threads`` 1 is the useful value. ``info`` is
+    ``nmt_export.json``, ``max_positions`` the rows of the exported table."""
 
     def __init__(self, model_dir: str | Path, device: str | torch.device = "cpu",
                  compute_type: str = "default", intra_threads: int | None = None,
@@ -260,8 +254,8 @@ class CTranslate2Translator(TranslatorBase):
 
     def _search(self, engine, batch: list[list[int]], settings: dict, sampling: dict | None
                 ) -> list[list[Hypothesis]]:
-        """One length-sorted batch (source ids, no EOS, none empty) -> hypotheses per sentence,
-        decoded by ``engine`` (a ``ctranslate2.Translator``)."""
+        """One length-sorted batch (source ids, no EOS, none empty) -> hypotheses per sentence;
+        ``engine``: a ``ctranslate2.Translator``."""
         limits = self._max_lengths(batch, settings)
         k, alpha = int(settings["beam_size"]), float(settings["length_penalty"])
         options: dict[str, Any] = dict(

@@ -11,10 +11,8 @@ also ``mean``; the page opens on the last layer's head mean); hovering a cell of
 address keeps the view (``attention.html#sentence=3&kind=encoder&layer=0&head=mean``, and
 ``&cell=R,C`` shows that cell's weight as a hover does).
 
-Data: per sentence and kind, the weights [L,H,R,C] quantised to ``round(w * 65535)`` as
-little-endian uint16 in base64 (2.7 characters per weight, error < 1e-5) in a JSON block.
-All of test_2016_flickr (1,000 sentences) with every attention of the 3+3-layer, 4-head
-reference Transformer makes a page of about 27 MB; pick a range with ``index=START:STOP``.
+Data: the weights [L,H,R,C] of each sentence and kind as uint16 ``round(w * 65535)`` in base64
+(error < 1e-5); all of test_2016_flickr with every attention is ~27 MB (use ``index=A:B``).
 """
 
 from __future__ import annotations

@@ -45,7 +45,6 @@ class AlignmentFormatError(CorpusError):
     """A malformed Pharaoh alignment file or line (names the file, line and link)."""
 
 
-# ---------------------------------------------------------------------- Pharaoh format
 def parse_links(line: str, one_based: bool = False) -> tuple[set[Link], set[Link]]:
     """(sure, possible) 0-based links of one Pharaoh line (``i-j`` sure, ``ipj`` possible)."""
     sure: set[Link] = set()
@@ -64,12 +63,10 @@ def parse_links(line: str, one_based: bool = False) -> tuple[set[Link], set[Link
 
 def read_gold(path: str | Path, *, one_based: bool, src_lengths: Sequence[int] | None = None,
               tgt_lengths: Sequence[int] | None = None) -> tuple[list[set[Link]], list[set[Link]]]:
-    """(sure, possible): one set of 0-based links per line of a Pharaoh file.
-
-    ``one_based`` has no default: 0- and 1-based files look alike, and a wrong guess shifts
-    every link by one without an error. ``src_lengths`` / ``tgt_lengths`` (words per
-    sentence), when given, must match the number of lines and hold every index
-    (AlignmentFormatError naming the file and line)."""
+    """(sure, possible): one set of 0-based links per line of a Pharaoh file. ``one_based``
+    has no default: 0- and 1-based files look alike, and a wrong guess shifts every link
+    silently. ``src_lengths`` / ``tgt_lengths`` (words per sentence), when given, must match
+    the number of lines and hold every index (AlignmentFormatError naming file and line)."""
     sure: list[set[Link]] = []
     possible: list[set[Link]] = []
     base = int(one_based)
@@ -115,15 +112,13 @@ def read_pair_file(path: str | Path, separator: str = "|||") -> list[tuple[str, 
     return pairs
 
 
-# ------------------------------------------------------------------- subwords -> words
 def word_ids(pieces: Sequence[str]) -> list[int]:
     """Word index of each SentencePiece piece (no ``</s>``): a piece starting with ``▁``
-    starts a word, and the first piece starts word 0 even without ``▁``.
-
-    A lone ``▁`` piece (SentencePiece emits one before a character it cannot merge with the
-    space, e.g. ``▁`` ``(``) belongs to the following word, and at the very end to the word
-    before it. Words are then the whitespace tokens of the encoded text. ValueError for
-    ``</s>``, ``<s>`` or ``<pad>``: those must never become words."""
+    starts a word, and the first piece starts word 0 even without ``▁``. A lone ``▁`` piece
+    (SentencePiece emits one before a character it cannot merge with the space, e.g. ``▁``
+    ``(``) belongs to the following word, and at the very end to the word before it. Words
+    are then the whitespace tokens of the encoded text. ValueError for ``</s>``, ``<s>`` or
+    ``<pad>``: those must never become words."""
     ids = [0] * len(pieces)
     word, boundary, lone = -1, False, []  # lone: pending lone "▁" pieces, join the next word
     for k, piece in enumerate(pieces):
@@ -164,7 +159,6 @@ def word_link_cells(links: Iterable[Link], src: Sequence[str], tgt: Sequence[str
     return cells
 
 
-# ------------------------------------------------------------------ attention -> links
 def check_extraction(method: str, threshold: float | None) -> None:
     """The one check of the threshold (``nmt-align`` runs it before any work; the schema
     checks ``method``): ConfigError unless argmax has none and threshold one in (0, 1]."""
@@ -191,20 +185,6 @@ def extract_links(attention: np.ndarray, method: str = "argmax", threshold: floa
     return {(int(s), int(t)) for t, s in zip(rows, cols, strict=True)}
 
 
-def teacher_forced_links(attention: np.ndarray, method: str = "argmax",
-                         threshold: float | None = None) -> tuple[set[Link], set[Link]]:
-    """(plain, shifted) subword links of a teacher-forced matrix [T+1, S+1]: target t uses
-    row t (the step that predicts it) or, shifted, row t + 1 (the step that reads it). The
-    source ``</s>`` column is dropped first, so an ``argmax`` row that attends mostly to
-    ``</s>`` links to its best real subword (as fairseq's ``extract_hard_alignment``). The
-    Bahdanau decoder's query s_{i-1} has not read the input token yet: the shift suits the
-    Transformer."""
-    source = np.asarray(attention)[:, :-1]  # [T+1, S]: without the </s> column
-    return (extract_links(source[:-1], method, threshold),              # rows 0..T-1
-            extract_links(source, method, threshold, shift=True))       # rows 1..T
-
-
-# ------------------------------------------------------------------ forced alignment
 @dataclass
 class ForcedAlignment:
     """One teacher-forced pair: its S source and T target pieces (no ``</s>``), each
@@ -221,9 +201,9 @@ class ForcedAlignment:
 
 
 def _encode_words(encode_batch, text: str) -> tuple[list[int], list[int], int]:
-    """(piece ids, word index per piece, number of words) of whitespace-split ``text``. Each
-    word is encoded on its own (SentencePiece never merges across whitespace), which ties
-    every piece to its word even where normalisation or ``<unk>`` hides the ``▁``."""
+    """(piece ids, word index per piece, number of words) of ``text``. Each word is encoded
+    alone (SentencePiece never merges across whitespace): every piece keeps its word even
+    where normalisation or ``<unk>`` hides the ``▁``."""
     words = text.split()
     ids, word_of = [], []
     for w, piece_ids in enumerate(encode_batch(words) if words else []):
@@ -256,12 +236,15 @@ def select_attention(cross: np.ndarray, layer: int | str = -1, head: int | str =
 
 def word_links(item: ForcedAlignment, *, method: str = "argmax", threshold: float | None = None,
                shift: bool = False, layer: int | str = -1, head: int | str = "mean") -> set[Link]:
-    """(src word, tgt word) links of one pair: words are linked when any of their subwords
-    are by :func:`teacher_forced_links` (plain, or ``shift``) of the ``layer`` and ``head``
-    chosen by :func:`select_attention`."""
-    plain, shifted = teacher_forced_links(select_attention(item.cross, layer, head), method,
-                                          threshold)
-    return {(item.src_words[s], item.tgt_words[t]) for s, t in (shifted if shift else plain)}
+    """(src word, tgt word) links of one pair: words linked when any of their subwords are.
+    Subword links by :func:`extract_links` of :func:`select_attention`'s matrix [T+1, S+1]
+    without the source ``</s>`` column (an ``argmax`` row mostly on ``</s>`` links to its best
+    real subword, as fairseq's ``extract_hard_alignment``): target t from row t or, with
+    ``shift``, row t + 1 (suits the Transformer: the Bahdanau query s_{i-1} has not read the
+    input token yet)."""
+    source = select_attention(item.cross, layer, head)[:, :-1]  # [T+1, S]: without </s>
+    links = extract_links(source if shift else source[:-1], method, threshold, shift)
+    return {(item.src_words[s], item.tgt_words[t]) for s, t in links}
 
 
 def align_words(model, tokenizer, pairs: Sequence[tuple[str, str]], *, method: str = "argmax",
@@ -270,10 +253,9 @@ def align_words(model, tokenizer, pairs: Sequence[tuple[str, str]], *, method: s
                 symmetrization: str = "grow-diag-final-and", batch_sentences: int = 32,
                 device: str | torch.device = "cpu",
                 items: Sequence[ForcedAlignment] | None = None) -> list[set[Link]]:
-    """Word links of each pair by :func:`word_links`; with ``reverse``, the ``(model,
-    tokenizer)`` of a target->source model, symmetrised with its flipped links (same
-    settings) by :func:`symmetrize`. ``items``: ``force_align(model, tokenizer, pairs)``
-    when already computed."""
+    """Word links of each pair by :func:`word_links`; with ``reverse`` (a target->source
+    ``(model, tokenizer)``) symmetrised with its flipped links (same settings) by
+    :func:`symmetrize`. ``items``: ``force_align(model, tokenizer, pairs)`` if computed."""
     settings = dict(method=method, threshold=threshold, shift=shift, layer=layer, head=head)
     if items is None:
         items = force_align(model, tokenizer, pairs, batch_sentences, device)
@@ -286,7 +268,6 @@ def align_words(model, tokenizer, pairs: Sequence[tuple[str, str]], *, method: s
             for fwd, b, item in zip(links, back, items, strict=True)]
 
 
-# ---------------------------------------------------------------------- symmetrisation
 def flip_links(links: Iterable[Link]) -> set[Link]:
     """Swap each link's sides: a target->source model's (tgt, src) links become (src, tgt)."""
     return {(j, i) for i, j in links}
@@ -294,10 +275,8 @@ def flip_links(links: Iterable[Link]) -> set[Link]:
 
 def symmetrize(src2tgt: Iterable[Link], tgt2src: Iterable[Link],
                method: str = "grow-diag-final-and", *, src_len: int, tgt_len: int) -> set[Link]:
-    """Combine two directions' (src, tgt) links by ``method``.
-
-    Koehn, Och and Marcu (2003), "Statistical Phrase-Based Translation", as in Moses'
-    ``symal``, following Koehn's pseudo-code:
+    """Combine two directions' (src, tgt) links by ``method``: Koehn, Och and Marcu (2003),
+    "Statistical Phrase-Based Translation", as in Moses' ``symal``, after Koehn's pseudo-code:
 
     * ``intersection`` / ``union`` of the two sets.
     * ``grow-diag``: from the intersection, repeat until nothing changes: visit the aligned
@@ -308,8 +287,7 @@ def symmetrize(src2tgt: Iterable[Link], tgt2src: Iterable[Link],
       ``grow-diag-final-and``: both words must be unaligned.
 
     Added links align their words at once, so the visiting order can decide between
-    competing links. ``src_len`` / ``tgt_len`` are the sentence lengths the links count in.
-    """
+    competing links. ``src_len`` / ``tgt_len``: the sentence lengths in words."""
     forward, backward = set(src2tgt), set(tgt2src)
     union = forward | backward
     alignment = forward & backward
@@ -349,11 +327,9 @@ def symmetrize(src2tgt: Iterable[Link], tgt2src: Iterable[Link],
     return alignment
 
 
-# ---------------------------------------------------------------------------- scoring
 def alignment_scores(predicted: Sequence[Iterable[Link]], sure: Sequence[Iterable[Link]],
                      possible: Sequence[Iterable[Link]]) -> dict[str, float | int]:
-    """Precision, recall and alignment error rate over a corpus, one link set per sentence.
-
+    """Precision, recall and alignment error rate over a corpus, one link set per sentence:
     Och and Ney (2003), "A Systematic Comparison of Various Statistical Alignment Models",
     Computational Linguistics 29(1). Per sentence P := P ∪ S; counts are summed over the
     corpus before dividing, with A the predicted links:
@@ -364,8 +340,7 @@ def alignment_scores(predicted: Sequence[Iterable[Link]], sure: Sequence[Iterabl
     A ratio over an empty set is 1.0 (no links predicted: precision 1.0, recall 0.0, AER
     1.0), and AER is 0.0 when A and S are both empty. Returns fractions (papers print
     100 x) ``aer``, ``precision``, ``recall`` and the counts ``links`` |A|, ``sure`` |S|,
-    ``possible`` |P ∪ S|, ``sure_hits`` |A ∩ S|, ``possible_hits`` |A ∩ P|.
-    """
+    ``possible`` |P ∪ S|, ``sure_hits`` |A ∩ S|, ``possible_hits`` |A ∩ P|."""
     n_a = n_s = n_p = hits_s = hits_p = 0
     for a, s, p in zip(predicted, sure, possible, strict=True):
         a, s = set(a), set(s)

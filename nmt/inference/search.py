@@ -9,9 +9,8 @@ Transformer and an ensemble of them (:class:`nmt.models.ensemble.Ensemble`). Des
   ``j`` of active sentence ``b``. Each step is one ``decode`` call on the newest tokens
   (cached incremental decoding), one ``log_softmax`` and one ``topk`` over ``k * V``
   candidates per sentence.
-* Hypotheses are not copied around: each step stores its chosen tokens, backpointers
-  (parent rows) and alignment rows; the returned hypotheses are rebuilt by backtracking
-  once at the end (:class:`_History`).
+* Every row carries its hypothesis: its tokens [N, t] and alignment rows [N, t + 1, S],
+  gathered by parent row at each step (an O(t) copy, small next to the decoder step).
 * Finished sentences leave the active batch: one ``state.reorder(index)`` per step both
   selects the surviving beams and drops finished sentences, so tensors shrink as the batch
   is translated.
@@ -92,53 +91,6 @@ def _eval_mode(model: torch.nn.Module):
         model.train(was_training)
 
 
-class _History:
-    """Backpointer record of a search, rebuilt into hypotheses once at the end.
-
-    Level ``t`` holds the alive rows after ``t`` output tokens. For each level it stores
-    the alignment row of the *next* token of every row (``align[t]`` [N_t, S]); for
-    ``t >= 1`` also the token that created each row (``tokens[t]`` [N_t]) and its parent row
-    in level ``t - 1`` (``parents[t]`` [N_t]). A finished hypothesis is named by
-    ``(level t, row r)``: the prefix of row ``r`` followed by EOS.
-    """
-
-    def __init__(self) -> None:
-        self.align: list[Tensor | None] = []
-        self.tokens: list[Tensor | None] = [None]
-        self.parents: list[Tensor | None] = [None]
-
-    def add_alignment(self, align: Tensor | None) -> None:
-        """Alignment [N_t, S] of the rows of the current level (None: model gave none)."""
-        self.align.append(None if align is None else align.float())
-
-    def add_level(self, tokens: Tensor, parents: Tensor) -> None:
-        """Open the next level: rows made of ``parents`` [N] extended by ``tokens`` [N]."""
-        self.tokens.append(tokens)
-        self.parents.append(parents)
-
-    def backtrack(self, levels: np.ndarray, rows: np.ndarray, src_len: int
-                  ) -> tuple[np.ndarray, np.ndarray]:
-        """Rebuild M finished hypotheses from ``levels`` [M] (output tokens before EOS) and
-        ``rows`` [M] (the row in that level): tokens [M, max_level] int64 (row h valid up to
-        ``levels[h]``) and alignment [M, max_level + 1, src_len] float32."""
-        m = len(levels)
-        top = int(levels.max()) if m else 0
-        tokens = np.zeros((m, top), dtype=np.int64)
-        align = np.zeros((m, top + 1, src_len), dtype=np.float32)
-        cur = rows.astype(np.int64).copy()
-        for t in range(top, -1, -1):
-            act = np.nonzero(levels >= t)[0]
-            if len(act) == 0:
-                continue
-            r = cur[act]
-            if self.align[t] is not None:
-                align[act, t] = self.align[t].cpu().numpy()[r]
-            if t >= 1:
-                tokens[act, t - 1] = self.tokens[t].cpu().numpy()[r]
-                cur[act] = self.parents[t].cpu().numpy()[r]
-        return tokens, align
-
-
 def _step_log_probs(model: Seq2Seq, last: Tensor, state) -> tuple[Tensor, Tensor | None, Any]:
     """One incremental decoder step: last tokens [N] -> log-probs [N, V], alignment [N, S]."""
     logits, align, state = model.decode(last.unsqueeze(1), None, state, need_alignment=True)
@@ -146,6 +98,13 @@ def _step_log_probs(model: Seq2Seq, last: Tensor, state) -> tuple[Tensor, Tensor
     logp[:, PAD_ID] = -torch.inf
     logp[:, BOS_ID] = -torch.inf
     return logp, (None if align is None else align[:, -1]), state
+
+
+def _add_alignment(aligns: Tensor, align: Tensor | None) -> Tensor:
+    """Rows' alignments so far [N, t, S] and the step's [N, S] (None: zeros) -> [N, t + 1, S]."""
+    if align is None:
+        align = aligns.new_zeros(aligns.size(0), aligns.size(2))
+    return torch.cat([aligns, align.float().unsqueeze(1)], 1)
 
 
 def _force_eos(logp: Tensor, forced: Tensor) -> None:
@@ -156,23 +115,23 @@ def _force_eos(logp: Tensor, forced: Tensor) -> None:
         logp[:, EOS_ID] = eos
 
 
-def _collect(history: _History, src_mask: Tensor, fin_sent: np.ndarray, fin_level: np.ndarray,
-             fin_row: np.ndarray, fin_score: np.ndarray, n_best: int) -> list[list[Hypothesis]]:
-    """Pick the ``n_best`` best finished hypotheses of every sentence and backtrack them."""
-    batch = src_mask.size(0)
-    order = np.lexsort((-fin_score, fin_sent))  # by sentence, then best score first
-    fin_sent, fin_level, fin_row, fin_score = (a[order] for a in (fin_sent, fin_level, fin_row, fin_score))
-    first = np.searchsorted(fin_sent, np.arange(batch))
-    rank = np.arange(len(fin_sent)) - first[fin_sent]
-    keep = rank < n_best
-    fin_sent, fin_level, fin_row, fin_score = (a[keep] for a in (fin_sent, fin_level, fin_row, fin_score))
-    tokens, align = history.backtrack(fin_level, fin_row, src_mask.size(1))
+def _collect(src_mask: Tensor, fins: list[tuple[Tensor, Tensor, Tensor, Tensor]],
+             n_best: int) -> list[list[Hypothesis]]:
+    """The ``n_best`` best finished hypotheses of every sentence, best first. ``fins`` holds
+    per step (sentence [M], score [M], tokens [M, t], alignment [M, t + 1, S])."""
+    sent = torch.cat([f[0] for f in fins]).cpu().numpy()
+    score = torch.cat([f[1] for f in fins]).cpu().numpy()
+    tokens = [row for f in fins for row in f[2].cpu().numpy()]
+    align = [rows for f in fins for rows in f[3].cpu().numpy()]
+    order = np.lexsort((-score, sent))  # by sentence, then best score first
+    first = np.searchsorted(sent[order], np.arange(src_mask.size(0)))
     real = src_mask.cpu().numpy()
-    out: list[list[Hypothesis]] = [[] for _ in range(batch)]
-    for h in range(len(fin_sent)):
-        b, n = int(fin_sent[h]), int(fin_level[h])
-        out[b].append(Hypothesis(tokens=tokens[h, :n].tolist(), score=float(fin_score[h]),
-                                 alignment=np.ascontiguousarray(align[h, : n + 1][:, real[b]])))
+    out: list[list[Hypothesis]] = [[] for _ in range(src_mask.size(0))]
+    for rank, h in enumerate(order):
+        b = int(sent[h])
+        if rank - first[b] < n_best:
+            out[b].append(Hypothesis(tokens=tokens[h].tolist(), score=float(score[h]),
+                                     alignment=np.ascontiguousarray(align[h][:, real[b]])))
     return out
 
 
@@ -258,15 +217,16 @@ def _single_path_search(model: Seq2Seq, src: Tensor, src_mask: Tensor, max_len_a
     batch, device = src.size(0), src.device
     max_lens = max_output_lengths(src_mask, max_len_a, max_len_b)
     state = model.init_state(model.encode(src, src_mask))
-    history = _History()
     active = torch.arange(batch, device=device)      # sentence id of each row
+    tokens = torch.zeros(batch, 0, dtype=torch.long, device=device)   # each row's output so far
+    aligns = torch.zeros(batch, 0, src.size(1), device=device)        # and its alignment rows
     last = torch.full((batch,), BOS_ID, dtype=torch.long, device=device)
     scores = torch.zeros(batch, device=device)
     fins: list[tuple[Tensor, ...]] = []
     t = 0
     while True:
         logp, align, state = _step_log_probs(model, last, state)
-        history.add_alignment(align)
+        aligns = _add_alignment(aligns, align)
         _force_eos(logp, max_lens[active] <= t)
         token = choose(logp)
         scores = scores + logp.gather(1, token.unsqueeze(1)).squeeze(1)
@@ -274,19 +234,17 @@ def _single_path_search(model: Seq2Seq, src: Tensor, src_mask: Tensor, max_len_a
         if bool(done.any()):
             rows = done.nonzero().squeeze(1)
             lp = length_penalty_factor(float(t + 1), length_penalty)
-            fins.append((active[rows], torch.full_like(rows, t), rows, scores[rows] / lp))
+            fins.append((active[rows], scores[rows] / lp, tokens[rows], aligns[rows]))
             keep = (~done).nonzero().squeeze(1)
             if keep.numel() == 0:
                 break
             state = state.reorder(keep)
-            active, scores, token = active[keep], scores[keep], token[keep]
-        else:
-            keep = torch.arange(token.size(0), device=device)
-        history.add_level(token, keep)
+            active, scores, token, tokens, aligns = (
+                x[keep] for x in (active, scores, token, tokens, aligns))
+        tokens = torch.cat([tokens, token.unsqueeze(1)], 1)
         last = token
         t += 1
-    fin = [torch.cat(x).cpu().numpy() for x in zip(*fins, strict=True)]
-    return _collect(history, src_mask, *fin, n_best=1)
+    return _collect(src_mask, fins, n_best=1)
 
 
 @torch.inference_mode()
@@ -310,8 +268,9 @@ def _beam_search(model, src, src_mask, k, alpha, max_len_a, max_len_b, n_best):
     # Largest length penalty a hypothesis of each sentence can still reach (alpha >= 0:
     # at maximum length; alpha < 0: at the next step) -- bounds the alive scores.
     state = model.init_state(model.encode(src, src_mask))
-    history = _History()
     active = torch.arange(batch, device=device)          # sentence id of each active sentence
+    tokens = torch.zeros(batch, 0, dtype=torch.long, device=device)   # [rows, t] output so far
+    aligns = torch.zeros(batch, 0, src.size(1), device=device)        # [rows, t + 1, S] after the step
     last = torch.full((batch,), BOS_ID, dtype=torch.long, device=device)
     scores = torch.zeros(batch, device=device)             # [rows] raw log-prob sums
     n_fin = torch.zeros(batch, dtype=torch.long, device=device)
@@ -321,14 +280,14 @@ def _beam_search(model, src, src_mask, k, alpha, max_len_a, max_len_b, n_best):
     t = 0
     while True:
         logp, align, state = _step_log_probs(model, last, state)
-        history.add_alignment(align)
+        aligns = _add_alignment(aligns, align)
         n_act, vocab = active.size(0), logp.size(1)
         row_max = max_lens[active].repeat_interleave(per)
         _force_eos(logp, row_max <= t)
         cand = (scores.unsqueeze(1) + logp).view(n_act, per * vocab)
         top_scores, top_idx = cand.topk(min(2 * k, per * vocab), dim=1)   # [n_act, 2k]
         top_rows = torch.div(top_idx, vocab, rounding_mode="floor") + per * torch.arange(
-            n_act, device=device).unsqueeze(1)                                # rows of level t
+            n_act, device=device).unsqueeze(1)                                # current rows
         top_tok = top_idx % vocab
         is_eos = top_tok == EOS_ID
         # EOS among the k best candidates ends a hypothesis (fairseq's rule).
@@ -338,7 +297,8 @@ def _beam_search(model, src, src_mask, k, alpha, max_len_a, max_len_b, n_best):
             b_idx, c_idx = ended.nonzero(as_tuple=True)
             sent = active[b_idx]
             final = top_scores[b_idx, c_idx] / length_penalty_factor(float(t + 1), alpha)
-            fins.append((sent, torch.full_like(sent, t), top_rows[b_idx, c_idx], final))
+            rows = top_rows[b_idx, c_idx]
+            fins.append((sent, final, tokens[rows], aligns[rows]))
             n_fin.index_add_(0, sent, torch.ones_like(sent))
             best_fin.scatter_reduce_(0, sent, final, reduce="amax")
         # The k best candidates that continue (at least k of the 2k are not EOS).
@@ -366,8 +326,8 @@ def _beam_search(model, src, src_mask, k, alpha, max_len_a, max_len_b, n_best):
         parents = next_rows.reshape(-1)
         state = state.reorder(parents)
         scores, last = next_scores.reshape(-1), next_tok.reshape(-1)
-        history.add_level(last, parents)
+        tokens = torch.cat([tokens[parents], last.unsqueeze(1)], 1)
+        aligns = aligns[parents]
         per = k
         t += 1
-    fin = [torch.cat(x).cpu().numpy() for x in zip(*fins, strict=True)]
-    return _collect(history, src_mask, *fin, n_best=n_best)
+    return _collect(src_mask, fins, n_best=n_best)

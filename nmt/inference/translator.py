@@ -42,8 +42,7 @@ def search_settings(**overrides: Any) -> dict:
     """The defaults of :class:`nmt.config.SearchSchema` and :class:`nmt.config.SamplingSchema`
     with ``overrides`` (None keeps the default); ConfigError for an unknown key or an
     impossible value (``n_best > beam_size``, ``top_p`` outside (0, 1], ...)."""
-    unknown = set(overrides) - set(_DEFAULTS)
-    if unknown:
+    if unknown := set(overrides) - set(_DEFAULTS):
         raise ConfigError(f"unknown search setting(s) {', '.join(sorted(unknown))}: use "
                           f"{', '.join(_DEFAULTS)}.")
     settings = {**_DEFAULTS, **{k: v for k, v in overrides.items() if v is not None}}
@@ -110,7 +109,6 @@ def load_for_inference(path: str | Path, device: str | torch.device = "cpu",
     return model, tokenizer, cfg
 
 
-# ----------------------------------------------------------------------------- batching
 def length_sorted_batches(lengths: Sequence[int], batch_sentences: int, batch_tokens: int = 0
                           ) -> list[list[int]]:
     """Indices of ``lengths``, longest first, cut into batches of at most ``batch_sentences``
@@ -204,7 +202,6 @@ def capture_attention(model: Seq2Seq, src_ids: Sequence[Sequence[int]],
     return out  # type: ignore[return-value]
 
 
-# ---------------------------------------------------------------------------- engines
 class TranslatorBase:
     """``translate`` and ``score`` of raw sentences for both engines; ``config`` is the training
     config. An engine implements ``_hypotheses`` (:func:`decode`'s contract), ``_forced`` (per

@@ -13,8 +13,7 @@ A run directory holds one run, however many times its command runs::
 keeps its model, language pair and tokenizer (:data:`COMPATIBILITY_KEYS`; dropout and subword
 sampling may change); a changed batch order (:data:`BATCH_ORDER_KEYS`) is warned about. A run
 is finished when its last checkpoint records the stop condition that ended it.
-``train.init_from`` fine-tunes another run's weights with its tokenizer; otherwise the
-tokenizer is the checkpoint's, ``data.tokenizer.model``'s, or one trained on the data.
+``train.init_from`` fine-tunes another run's weights with its tokenizer.
 
 ``.hydra/`` holds Hydra's files of the latest segment (run of the command; written after the
 checks, so a refused or finished run changes no file) and ``summary.json`` lists every
@@ -98,7 +97,6 @@ def check_compatible(path: str | Path, ckpt: dict, cfg: DictConfig,
                               ": resume with the original settings, or use another run_dir=...")
 
 
-# ------------------------------------------------------------------ the run directory
 @dataclass
 class RunRecord:
     """How ``nmt-train`` launched a segment (empty from Python); the configs as YAML."""
@@ -238,7 +236,6 @@ def write_summary(run_dir: Path, st, stop_reason: str, n_params: int, device: to
     return summary
 
 
-# ------------------------------------------------------------------ fine-tuning and tokenizer
 def load_init_from(cfg: DictConfig) -> dict:
     """``train.init_from``'s checkpoint; CheckpointError unless its model section is ours
     (dropout rates may differ)."""
@@ -323,23 +320,8 @@ def sampled_split(split: TokenizedSplit, tokenizer: Tokenizer, tok: DictConfig, 
     return split
 
 
-# ------------------------------------------------------------------ sweeps
 def _override_key(override: str) -> str:
     return override.split("=", 1)[0].lstrip("+~")
-
-
-def _fixed_keys(argv: list[str]) -> set[str]:
-    """The keys a sweep's command line gives one value only."""
-    parser, swept, fixed = OverridesParser.create(), set(), set()
-    for arg in argv:
-        if arg.startswith("-"):
-            continue
-        try:
-            sweep = parser.parse_override(arg).is_sweep_override()
-        except Exception:  # not an override: Hydra reports it elsewhere
-            continue
-        (swept if sweep else fixed).add(_override_key(arg))
-    return fixed - swept
 
 
 def job_dirname(task_overrides: Any, limit: int = 120) -> str:
@@ -347,7 +329,16 @@ def job_dirname(task_overrides: Any, limit: int = 120) -> str:
     single-valued ones and :data:`DIRNAME_EXCLUDED_KEYS`, sorted and joined like Hydra's
     ``override_dirname``, ``/`` as ``_``; past ``limit`` characters cut and given an
     8-character hash of the whole (under the 255-byte limit); ``default`` when empty."""
-    fixed = _fixed_keys(sys.argv[1:])
+    parser, swept, fixed = OverridesParser.create(), set(), set()
+    for arg in sys.argv[1:]:   # the keys the command line gives one value only: fixed
+        if arg.startswith("-"):
+            continue
+        try:
+            sweep = parser.parse_override(arg).is_sweep_override()
+        except Exception:  # not an override: Hydra reports it elsewhere
+            continue
+        (swept if sweep else fixed).add(_override_key(arg))
+    fixed -= swept
     last = {_override_key(o): o for o in map(str, task_overrides)}   # the last of each key
     own = [o for key, o in last.items() if key not in DIRNAME_EXCLUDED_KEYS and key not in fixed]
     name = ",".join(sorted(own)).replace("/", "_") or "default"
