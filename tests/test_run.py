@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import write_corpus
+from conftest import TINY_MODEL, write_corpus
 from omegaconf import OmegaConf
 
 from nmt.checkpoint import CheckpointError, load_checkpoint, save_atomic
@@ -27,8 +27,6 @@ from nmt.training.run import (
     sweep_table,
 )
 
-TINY_MODEL = ["model.d_model=16", "model.heads=2", "model.ff_dim=32", "model.encoder_layers=1",
-              "model.decoder_layers=1"]
 TINY = [*TINY_MODEL, "train.batch_tokens=256", "train.log_every_steps=2",
         "train.warmup_steps=4", "train.lr=0.01", "search.max_len_b=5", "search.max_len_a=1.0",
         "device=cpu", "train.precision=fp32", "train.ema_decay=null",

@@ -4,11 +4,10 @@ The CLI runs (every artefact, SIGKILL and resume, user errors) are in tests/e2e/
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import numpy as np
 import pytest
 import torch
+from conftest import TINY_MODEL, TINY_TRAIN
 
 from nmt.checkpoint import CONFIG_VERSION, load_checkpoint
 from nmt.cli.train import main
@@ -18,27 +17,6 @@ from nmt.training.trainer import train
 
 # A dim-16 Transformer: a training step takes milliseconds. Dropout stays on (0.1) so the
 # resume test also checks that the dropout RNG is restored.
-TINY_MODEL = ["model.d_model=16", "model.heads=2", "model.ff_dim=32", "model.encoder_layers=1",
-              "model.decoder_layers=1"]
-# The plain path: fp32 (exact comparisons; `auto` is bf16 on a CPU with AMX) and no moving
-# average (the Transformer recipe's 0.999 would keep a few-step run at its initial weights).
-# The bf16 and EMA tests below turn them on.
-TINY_TRAIN = ["train.batch_tokens=256", "train.log_every_steps=2", "train.warmup_steps=4",
-              "train.lr=0.01", "train.early_stopping_patience=null", "search.max_len_b=5",
-              "search.max_len_a=1.0", "train.precision=fp32", "train.ema_decay=null"]
-
-
-@pytest.fixture(scope="module")
-def shared_cache(tmp_path_factory) -> Path:
-    """One tokenizer/token cache for the module (the tiny corpus is the same in every test)."""
-    return tmp_path_factory.mktemp("nmt_cache")
-
-
-@pytest.fixture
-def overrides(tiny_overrides, shared_cache) -> list[str]:
-    """``tiny_overrides`` with the module-wide cache (run_dir stays last)."""
-    return [o for o in tiny_overrides if not o.startswith("data.cache_dir=")][:-1] + \
-        [f"data.cache_dir={shared_cache}", tiny_overrides[-1]]
 
 
 def test_early_stopping_and_time_budget_end_the_run(overrides, tmp_path):

@@ -27,6 +27,7 @@ from typing import Any
 import numpy as np
 import sentencepiece as spm
 
+from nmt.checkpoint import CheckpointError
 from nmt.config import ConfigError
 from nmt.data.corpus import CorpusError
 from nmt.data.vocab import BOS_ID, EOS_ID, PAD_ID, UNK_ID
@@ -132,6 +133,15 @@ class Tokenizer:
         if not isinstance(state, dict) or state.get("version") != TOKENIZER_VERSION:
             raise ValueError(f"not a tokenizer state of version {TOKENIZER_VERSION}.")
         return cls(state["src_model"], state["tgt_model"], state.get("settings"))
+
+    @classmethod
+    def from_checkpoint(cls, source: str | Path, state: Any) -> Tokenizer:
+        """:meth:`from_state_dict` of a checkpoint's ``tokenizer`` entry; CheckpointError
+        naming ``source`` when it cannot be rebuilt (damaged, or not written by nmt)."""
+        try:
+            return cls.from_state_dict(state)
+        except (ValueError, RuntimeError, KeyError, TypeError) as err:
+            raise CheckpointError(f"{source}: the saved tokenizer cannot be rebuilt ({err}).") from None
 
     def save(self, directory: str | Path) -> None:   # spm.model or src/tgt.model, tokenizer.json
         directory = Path(directory)

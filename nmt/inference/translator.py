@@ -95,10 +95,7 @@ def load_for_inference(path: str | Path, device: str | torch.device = "cpu",
         raise ConfigError(f"weights={weights!r} is not one of inference, trained.")
     ckpt = load_checkpoint(path)
     cfg: DictConfig = OmegaConf.create(ckpt["config"])
-    try:
-        tokenizer = Tokenizer.from_state_dict(ckpt.get("tokenizer"))
-    except (ValueError, RuntimeError, KeyError, TypeError) as err:
-        raise CheckpointError(f"{path}: the saved tokenizer cannot be rebuilt ({err}).") from None
+    tokenizer = Tokenizer.from_checkpoint(path, ckpt.get("tokenizer"))
     model = build_model(cfg.model, tokenizer.src_vocab_size, tokenizer.tgt_vocab_size)
     try:
         model.load_state_dict(ckpt["train_model"] if weights == "trained" and "train_model" in ckpt

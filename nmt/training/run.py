@@ -258,14 +258,6 @@ def load_init_weights(model: torch.nn.Module, ckpt: dict, path: str) -> None:
     log.info("fine-tuning: weights and tokenizer from %s (fresh optimizer, schedule, steps)", path)
 
 
-def saved_tokenizer(source: str | Path, state: Any) -> Tokenizer:
-    try:
-        return Tokenizer.from_state_dict(state)
-    except (ValueError, RuntimeError, KeyError, TypeError) as err:
-        raise CheckpointError(f"{source}: the saved tokenizer cannot be rebuilt ({err}); use "
-                              "a new run_dir=...") from None
-
-
 def prepare_run_data(cfg: DictConfig, plan: RunPlan, init_ckpt: dict | None, last: Path):
     """The run's :class:`~nmt.data.batching.PreparedData`. The tokenizer: a resumed run that
     did not train its own takes ``last.pt``'s, fine-tuning ``train.init_from``'s, else
@@ -273,16 +265,16 @@ def prepare_run_data(cfg: DictConfig, plan: RunPlan, init_ckpt: dict | None, las
     given, ckpt = cfg.data.tokenizer.model, plan.checkpoint
     tokenizer = None
     if ckpt is not None and (cfg.train.init_from or given):
-        tokenizer = saved_tokenizer(last, ckpt.get("tokenizer"))
+        tokenizer = Tokenizer.from_checkpoint(last, ckpt.get("tokenizer"))
     elif init_ckpt is not None:
-        tokenizer = saved_tokenizer(cfg.train.init_from, init_ckpt.get("tokenizer"))
+        tokenizer = Tokenizer.from_checkpoint(cfg.train.init_from, init_ckpt.get("tokenizer"))
     elif given:
         tokenizer = load_tokenizer_model(str(given), cfg.data.tokenizer, cfg.data.src_lang,
                                          cfg.data.tgt_lang)
     data = prepare_data(cfg.data, tokenizer)
     if ckpt is not None:
         state = ckpt.get("tokenizer")
-        if state is not None and saved_tokenizer(last, state).fingerprint != \
+        if state is not None and Tokenizer.from_checkpoint(last, state).fingerprint != \
                 data.tokenizer.fingerprint:
             raise CheckpointError(f"{last} was trained with another tokenizer than the current "
                                   "data gives (data or data.max_train_pairs changed?): resume "

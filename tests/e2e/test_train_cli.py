@@ -10,11 +10,10 @@ import os
 import signal
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 import torch
-from conftest import REPO_ROOT, free_port
+from conftest import REPO_ROOT, TINY_MODEL, TINY_TRAIN, free_port
 from omegaconf import OmegaConf
 
 from nmt.checkpoint import load_checkpoint
@@ -25,23 +24,6 @@ from nmt.training.trainer import KILL_ENV, train
 
 pytestmark = pytest.mark.slow
 
-TINY_MODEL = ["model.d_model=16", "model.heads=2", "model.ff_dim=32", "model.encoder_layers=1",
-              "model.decoder_layers=1"]
-TINY_TRAIN = ["train.batch_tokens=256", "train.log_every_steps=2", "train.warmup_steps=4",
-              "train.lr=0.01", "train.early_stopping_patience=null", "search.max_len_b=5",
-              "search.max_len_a=1.0", "train.precision=fp32", "train.ema_decay=null"]
-
-
-@pytest.fixture(scope="module")
-def shared_cache(tmp_path_factory) -> Path:
-    return tmp_path_factory.mktemp("nmt_cache")
-
-
-@pytest.fixture
-def overrides(tiny_overrides, shared_cache) -> list[str]:
-    """``tiny_overrides`` with the module-wide cache (run_dir stays last)."""
-    return [o for o in tiny_overrides if not o.startswith("data.cache_dir=")][:-1] + \
-        [f"data.cache_dir={shared_cache}", tiny_overrides[-1]]
 
 
 def _run_cli(args: list[str], env: dict | None = None) -> subprocess.CompletedProcess:
