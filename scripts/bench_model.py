@@ -23,9 +23,10 @@ speedup is the median of the per-pair ratios):
                          time of the same steps, ``graphs`` the graphs Dynamo built.
 ``--compare-precision``  fp32 (A) vs bf16 autocast (B).
 
-One step = forward (teacher forcing, ``need_alignment=False``), label-smoothed cross-entropy
-(:func:`nmt.training.loss.label_smoothed_nll` with ``train.label_smoothing``, summed over real
-target tokens / their number), backward, gradient clipping (``train.clip_grad_norm``) and a
+One step = forward (teacher forcing, ``need_alignment=False``) and loss as
+:func:`nmt.training.trainer.forward_loss` computes them (label-smoothed cross-entropy with
+``train.label_smoothing``; with ``train.consistency=rdrop`` one forward over the batch twice
+and R-Drop's KL term), summed over real target tokens / their number, backward, gradient clipping (``train.clip_grad_norm``) and a
 step of the optimizer that :func:`nmt.training.trainer.build_optimizer` builds from the train
 config (Adam/AdamW, fused kernel where available): the same calls as ``nmt-train``'s step
 (fp32, one batch per step, no DDP).
@@ -43,7 +44,8 @@ Reported (last line, ``key=value``; with an A/B option also ``eager_``/``compile
         FLOPs = 6 * (N_enc * src_tokens + (N_dec + N_out) * tgt_tokens)
 
     N_enc: encoder parameters, N_dec: decoder parameters, N_out: output-projection parameters
-    (V x d, also when tied), src/tgt_tokens: real (non-padding) tokens of the batch.
+    (V x d, also when tied), src/tgt_tokens: real (non-padding) tokens of the batch (twice
+    with ``train.consistency=rdrop``; ``tgt_tokens_per_s`` counts them once).
     Embedding lookups are not counted, neither are attention score FLOPs.
   * ``params`` (distinct trainable parameters), ``step_ms`` (median), ``peak_gflops``,
     ``model_gflops`` (achieved), ``batches``, ``threads``.
@@ -66,12 +68,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from nmt.config import ConfigError, compose_config  # noqa: E402
 from nmt.data.batching import TokenBatchSampler, prepare_data  # noqa: E402
-from nmt.data.vocab import PAD_ID  # noqa: E402
 from nmt.models import build_model  # noqa: E402
 from nmt.runtime import bound_onednn_cache, compile_stats, tune_malloc  # noqa: E402
 from nmt.training.ema import WeightAverage  # noqa: E402
-from nmt.training.loss import label_smoothed_nll  # noqa: E402
-from nmt.training.trainer import build_optimizer  # noqa: E402
+from nmt.training.trainer import build_optimizer, forward_loss  # noqa: E402
 
 
 def measure_peak_gflops(n: int = 2048, repeats: int = 5) -> float:
@@ -121,14 +121,14 @@ def main(argv: list[str] | None = None) -> dict:
     params = model.num_parameters()
     trainable = [p for p in model.parameters() if p.requires_grad]
     opt = build_optimizer(trainable, cfg.train)
-    eps, clip = float(cfg.train.label_smoothing), float(cfg.train.clip_grad_norm)
+    clip = float(cfg.train.clip_grad_norm)
+    copies = 2 if cfg.train.consistency == "rdrop" else 1    # R-Drop: every pair twice
     compiled = model.compiled() if (args.compile or cfg.train.compile) else None
 
     def step(b, fwd, bf16: bool) -> float:
-        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
-            logits, _ = fwd(b.src, b.src_mask, b.tgt_in, need_alignment=False)
-        loss_sum, _ = label_smoothed_nll(logits, b.tgt_out, eps, PAD_ID)
-        loss = loss_sum / b.n_tgt_tokens
+        objective, _ = forward_loss(fwd, b, cfg.train,
+                                    torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16))
+        loss = objective / b.n_tgt_tokens
         opt.zero_grad(set_to_none=True)
         loss.backward()
         if clip > 0:
@@ -178,7 +178,7 @@ def main(argv: list[str] | None = None) -> dict:
             times[name].append(time.perf_counter() - t)
             line.append(f"{name} {1e3 * times[name][-1]:.0f} ms")
         tgt_tokens += b.n_tgt_tokens
-        flops += 6.0 * (n_enc * b.n_src_tokens + n_dec * b.n_tgt_tokens)
+        flops += 6.0 * copies * (n_enc * b.n_src_tokens + n_dec * b.n_tgt_tokens)
         print(f"  step {i + 1}: {', '.join(line)}  B={len(b)} S={b.src.shape[1]} "
               f"T={b.tgt_in.shape[1]} tgt_tokens={b.n_tgt_tokens} loss={loss:.3f}", flush=True)
     names = list(variants)

@@ -12,6 +12,7 @@ instead spreads it over the V - 1 others). The per-token loss is the cross-entro
 
 Padding (``ignore_index``) contributes nothing. The functions return *sums* over tokens; the
 trainer divides by the target tokens of the whole (accumulated, distributed) batch.
+:func:`rdrop_loss` adds R-Drop's consistency term (Liang et al. 2021) to it.
 """
 
 from __future__ import annotations
@@ -88,6 +89,32 @@ def label_smoothed_nll_reference(logits: Tensor, target: Tensor, epsilon: float,
                                reduction="sum")
     nll_sum = F.cross_entropy(logits.detach(), target, ignore_index=ignore_index, reduction="sum")
     return loss_sum, nll_sum
+
+
+def rdrop_loss(logits: Tensor, target: Tensor, epsilon: float, alpha: float,
+               ignore_index: int = 0) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """R-Drop (Liang et al. 2021, eq. 1-3) from one forward over a batch concatenated with
+    itself: ``logits`` [2B, T, V] (rows b and B + b are pair b under two dropout masks, P1 and
+    P2), ``target`` [B, T]. Per target token that is not ``ignore_index``, with l the
+    label-smoothed cross-entropy of :func:`label_smoothed_nll`::
+
+        L_KL = 1/2 (KL(P1 || P2) + KL(P2 || P1)) = 1/2 sum_k (P1(k) - P2(k)) (log P1(k) - log P2(k))
+        L    = l(P1) + l(P2) + alpha * L_KL                                         (eq. 3)
+
+    Returns ``(objective_sum, loss_sum, nll_sum, kl_sum)`` in nats, 0-dim float32: the sums
+    over the tokens of L / 2 (carries the gradient), of the two passes' mean l and mean NLL,
+    and of L_KL (the last three detached, for logging). Halving L keeps the cross-entropy at
+    the scale of one pass, so the trainer's division by the batch's target tokens, the logged
+    loss and ``clip_grad_norm`` mean what they mean without R-Drop, and alpha keeps the
+    paper's weight against l(P1) + l(P2). With identical passes (no dropout) L_KL = 0 and the
+    objective is one pass's loss. The KL is computed in float32 from ``log_softmax``."""
+    vocab = logits.size(-1)
+    loss_sum, nll_sum = label_smoothed_nll(logits, target.repeat(2, 1), epsilon, ignore_index)
+    logp = F.log_softmax(_at_least_fp32(logits.reshape(2, -1, vocab)), dim=-1)   # [2, B*T, V]
+    kl = ((logp[0].exp() - logp[1].exp()) * (logp[0] - logp[1])).sum(-1)         # [B*T]
+    kl_sum = 0.5 * (kl * (target.reshape(-1) != ignore_index)).sum()
+    return (0.5 * (loss_sum + alpha * kl_sum), 0.5 * loss_sum.detach(), 0.5 * nll_sum,
+            kl_sum.detach())
 
 
 def perplexity(nll_per_token: float) -> float:

@@ -9,7 +9,7 @@ resumes, is refused or is left alone, and from which weights and tokenizer, is
 
     group  = epoch_batches[b : b + world * accum]        # b = batch_in_epoch
     mine   = group[rank::world]                          # this rank's micro-batches
-    for each micro-batch: loss_sum * world / tokens(group) -> backward (DDP sync on the last)
+    for each micro-batch: forward_loss * world / tokens(group) -> backward (DDP sync on the last)
     clip grad norm; lr = schedule(s + 1); optimizer.step(); ema.update(s + 1) (if on)
     s += 1; b += len(group)
     epoch end -> epoch += 1, b = 0 (the next epoch's batches: resampled segmentation, if on)
@@ -54,7 +54,7 @@ from nmt.runtime import bound_onednn_cache, cpu_has_bf16, machine_info, peak_rss
 from nmt.training import distributed as dist
 from nmt.training import run
 from nmt.training.ema import WeightAverage
-from nmt.training.loss import label_smoothed_nll, perplexity
+from nmt.training.loss import label_smoothed_nll, perplexity, rdrop_loss
 from nmt.training.schedule import build_schedule
 
 log = logging.getLogger("nmt")
@@ -112,6 +112,25 @@ def build_optimizer(params: list[torch.nn.Parameter], t) -> torch.optim.Optimize
         if "fused=True" not in str(err):     # "`fused=True` requires ... supported devices"
             raise
         return cls(params, foreach=True, **kwargs)
+
+
+def forward_loss(model: torch.nn.Module, batch, t, autocast) -> tuple[torch.Tensor, torch.Tensor]:
+    """A teacher-forced forward of ``batch`` under the ``autocast`` context and its loss:
+    ``(objective_sum, [smoothed loss, nll, consistency KL] sums)`` in nats over the batch's
+    target tokens (the KL 0 without consistency): :func:`label_smoothed_nll`, or with
+    ``t.consistency=rdrop`` :func:`rdrop_loss` over one forward of the batch concatenated
+    with itself ([2B, ...]: two dropout masks; loss and nll are the two passes' mean)."""
+    inputs = (batch.src, batch.src_mask, batch.tgt_in)
+    if t.consistency == "rdrop":
+        inputs = tuple(torch.cat((x, x)) for x in inputs)
+    with autocast:
+        logits, _ = model(*inputs, need_alignment=False)
+    if t.consistency == "rdrop":
+        objective, *parts = rdrop_loss(logits, batch.tgt_out, t.label_smoothing,
+                                       t.consistency_alpha, PAD_ID)
+        return objective, torch.stack(parts)
+    loss_sum, nll_sum = label_smoothed_nll(logits, batch.tgt_out, t.label_smoothing, PAD_ID)
+    return loss_sum, torch.stack((loss_sum.detach(), nll_sum, torch.zeros_like(nll_sum)))
 
 
 class Trainer:
@@ -289,27 +308,25 @@ class Trainer:
     def train_step(self, group: list[np.ndarray], collated: list | None = None,
                    split=None) -> tuple[torch.Tensor, torch.Tensor, int]:
         """One optimizer step over the global ``group`` of batches (rows of ``split``;
-        ``collated``: this rank's share, from the prefetcher). Returns ``(sums [2] = (smoothed
-        loss, nll) over this rank's tokens, grad_norm, target tokens of the whole group)``."""
+        ``collated``: this rank's share, from the prefetcher). Returns ``(sums [3] = (smoothed
+        loss, nll, consistency KL) over this rank's tokens, grad_norm, target tokens of the
+        whole group)``."""
         split = self.train_split if split is None else split
         tokens = int(sum(int(split.tgt_lens[idx].sum()) for idx in group))
         scale = self.info.world_size / max(tokens, 1)
         mine = collated if collated is not None else self._collate_share(split, group)
-        sums = torch.zeros(2, device=self.device)
+        sums = torch.zeros(3, device=self.device)
         for i, batch in enumerate(mine):
             batch = batch.to(self.device, non_blocking=self.device.type == "cuda")
             last = i == len(mine) - 1       # DDP averages the gradients at its backward
             sync = contextlib.nullcontext() if (last or not self.info.enabled) else \
                 self.train_model.no_sync()
             with sync:
-                with self._autocast():
-                    logits, _ = self.train_model(batch.src, batch.src_mask, batch.tgt_in,
-                                                 need_alignment=False)
-                loss_sum, nll_sum = label_smoothed_nll(logits, batch.tgt_out,
-                                                       self.t.label_smoothing, PAD_ID)
-                loss = loss_sum * scale
+                objective, parts = forward_loss(self.train_model, batch, self.t,
+                                                self._autocast())
+                loss = objective * scale
                 (loss if self.scaler is None else self.scaler.scale(loss)).backward()
-            sums += torch.stack((loss_sum.detach(), nll_sum))
+            sums += parts
         if self.scaler is not None:
             self.scaler.unscale_(self.optimizer)      # clip the true gradients
         if self.t.clip_grad_norm > 0:
@@ -466,7 +483,7 @@ class Trainer:
         bar = tqdm(total=total, initial=st.step, unit="step", dynamic_ncols=True, disable=not tty)
         self.model.train()
         self._pause = 0.0
-        acc = torch.zeros(2, device=self.device)
+        acc = torch.zeros(3, device=self.device)
         acc_tokens, grad_norm = 0, torch.zeros(())
         t_log = self._mark = time.perf_counter()
         kill_at = int(os.environ.get(KILL_ENV) or -1)
@@ -506,17 +523,21 @@ class Trainer:
             if log_step:
                 now = time.perf_counter()
                 dist.all_reduce_sum(acc, info)
-                loss, nll = (acc / max(acc_tokens, 1)).tolist()
+                loss, nll, kl = (acc / max(acc_tokens, 1)).tolist()
                 tps = acc_tokens / max(now - t_log - self._pause, 1e-9)
                 lr, gn = self.schedule.last_lr, float(grad_norm)
+                # With consistency: loss and nll of the two passes' mean, the KL term apart.
+                kl_part = {} if t.consistency == "none" else {"consistency_kl": kl}
                 if self.writer is not None:
                     for key, value in (("loss", loss), ("nll", nll), ("ppl", perplexity(nll)),
-                                       ("lr", lr), ("grad_norm", gn), ("tokens_per_s", tps)):
+                                       ("lr", lr), ("grad_norm", gn), ("tokens_per_s", tps),
+                                       *kl_part.items()):
                         self.writer.add_scalar(f"train/{key}", value, st.step)
                 bar.set_postfix(loss=f"{loss:.3f}", lr=f"{lr:.2e}", tok_s=f"{tps:.0f}")
                 log.info("train | step %d | epoch %d | loss %.4f | ppl %.2f | lr %.3g | "
-                         "grad_norm %.3f | tokens/s %.0f", st.step, st.epoch, loss,
-                         perplexity(nll), lr, gn, tps)
+                         "grad_norm %.3f | tokens/s %.0f%s", st.step, st.epoch, loss,
+                         perplexity(nll), lr, gn, tps, "".join(f" | kl {v:.4f}"
+                                                               for v in kl_part.values()))
                 acc.zero_()
                 acc_tokens, t_log, self._pause = 0, now, 0.0
             # Stop conditions known before validating (steps, epochs, time) make this step's
