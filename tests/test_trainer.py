@@ -4,6 +4,9 @@ The CLI runs (every artefact, SIGKILL and resume, user errors) are in tests/e2e/
 
 from __future__ import annotations
 
+import contextlib
+from types import SimpleNamespace
+
 import numpy as np
 import pytest
 import torch
@@ -355,3 +358,110 @@ def test_checkpoints_hold_plain_data_only(overrides, tmp_path):
     ckpt = torch.load(run / "checkpoints" / "last.pt", weights_only=True)
     assert ckpt["step"] == 2 and ckpt["config_version"] == CONFIG_VERSION
     assert isinstance(ckpt["rng"][0]["numpy"]["state"]["key"], list)
+
+
+def _tiny_model_and_batch(model: str, dropout: float):
+    """A tiny model (``dropout`` on the embeddings, residuals and activations; none on the
+    attention weights, which SDPA drops internally) and a hand-made batch of 3 pairs."""
+    from nmt.data.batching import Batch, make_src_batch, make_tgt_batch
+    from nmt.models import build_model
+
+    if model == "transformer":
+        args = TINY_MODEL + [f"model.dropout={dropout}", "model.attention_dropout=0.0",
+                             f"model.activation_dropout={dropout}"]
+    else:
+        args = TINY_RNN[:6] + [f"model.dropout={dropout}"]
+    torch.manual_seed(0)
+    net = build_model(compose_config(args).model, 30, 30).train()
+    src, src_mask = make_src_batch([[5, 9, 7], [12], [8, 8, 20, 21]])
+    tgt_in, tgt_out, _ = make_tgt_batch([[4, 6], [10, 11, 12], [13]])
+    return net, Batch(src, src_mask, tgt_in, tgt_out, 11, 9)
+
+
+RDROP = SimpleNamespace(consistency="rdrop", label_smoothing=0.1, consistency_alpha=5.0)
+
+
+@pytest.mark.parametrize("model", ["transformer", "rnn"])
+def test_rdrop_one_forward_of_the_doubled_batch_is_two_dropout_passes(model, monkeypatch):
+    """forward_loss with train.consistency=rdrop, its dropout masks recorded, against two
+    separate passes that replay the two halves of those masks and the authors' loss on them
+    (torch's smoothed cross-entropy, kl_div both ways): the same objective and gradients."""
+    import torch.nn.functional as F
+
+    from nmt.training.trainer import forward_loss
+
+    net, batch = _tiny_model_and_batch(model, dropout=0.3)
+    masks: list[torch.Tensor] = []
+
+    def recording(x, p=0.5, training=True, inplace=False):
+        masks.append((torch.rand_like(x) >= p).to(x.dtype) / (1 - p))
+        return x * masks[-1]
+
+    monkeypatch.setattr(F, "dropout", recording)
+    objective, (loss, nll, kl) = forward_loss(net, batch, RDROP, contextlib.nullcontext())
+    objective.backward()
+    ours = {n: p.grad.clone() for n, p in net.named_parameters()}
+    net.zero_grad()
+    assert masks and all(m.size(0) == 6 for m in masks) and kl.item() > 0
+
+    logits = []
+    for half in (slice(0, 3), slice(3, 6)):
+        replay = iter(masks)
+        monkeypatch.setattr(F, "dropout", lambda x, *a, r=replay, h=half, **k: x * next(r)[h])
+        logits.append(net(batch.src, batch.src_mask, batch.tgt_in, need_alignment=False)[0])
+        assert next(replay, None) is None                    # every mask used once
+    target = batch.tgt_out.reshape(-1)
+    lp1, lp2 = (F.log_softmax(z.reshape(len(target), -1), -1) for z in logits)
+    ce = sum(F.cross_entropy(lp, target, label_smoothing=0.1, ignore_index=0, reduction="sum")
+             for lp in (lp1, lp2))
+    keep = (target != 0).unsqueeze(-1)
+    ref_kl = ((F.kl_div(lp1, lp2, log_target=True, reduction="none") * keep).sum()
+              + (F.kl_div(lp2, lp1, log_target=True, reduction="none") * keep).sum()) / 2
+    ((ce + 5.0 * ref_kl) / 2).backward()
+    assert objective.item() == pytest.approx(((ce + 5.0 * ref_kl) / 2).item(), rel=1e-5)
+    assert kl.item() == pytest.approx(ref_kl.item(), rel=1e-5)
+    for name, p in net.named_parameters():
+        torch.testing.assert_close(ours[name], p.grad, atol=1e-6, rtol=1e-4, msg=name)
+
+
+@pytest.mark.parametrize("model", ["transformer", "rnn"])
+def test_rdrop_without_dropout_is_plain_training(model):
+    """Dropout 0: the two passes agree, the KL term is 0, and the objective, its logged parts
+    and the gradients are those of one plain pass (train.consistency=none)."""
+    from nmt.training.trainer import forward_loss
+
+    net, batch = _tiny_model_and_batch(model, dropout=0.0)
+    grads, results = [], []
+    for t in (RDROP, SimpleNamespace(**{**vars(RDROP), "consistency": "none"})):
+        objective, parts = forward_loss(net, batch, t, contextlib.nullcontext())
+        objective.backward()
+        grads.append({n: p.grad.clone() for n, p in net.named_parameters()})
+        results.append([objective.item(), *parts.tolist()])
+        net.zero_grad()
+    (rdrop, plain) = results
+    assert plain[3] == 0.0 and rdrop[3] == pytest.approx(0.0, abs=1e-6)
+    assert rdrop[:3] == pytest.approx(plain[:3], rel=1e-6) and plain[0] == plain[1]
+    for name in grads[0]:
+        torch.testing.assert_close(grads[0][name], grads[1][name], atol=1e-6, rtol=1e-5, msg=name)
+
+
+@pytest.mark.parametrize("model", ["transformer", "rnn"])
+def test_rdrop_training_steps_log_the_kl_apart(overrides, tmp_path, model):
+    """Two R-Drop steps end to end (the Transformer under bf16 autocast): train.log and
+    TensorBoard carry the KL term apart from the loss, which stays the passes' mean."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    tiny = TINY_MODEL + ["train.precision=bf16"] if model == "transformer" else TINY_RNN
+    run = tmp_path / model
+    summary = train(compose_config(overrides[:-1] + TINY_TRAIN + tiny + [
+        "train.consistency=rdrop", "train.max_steps=2", "train.log_every_steps=1",
+        "search.max_len_b=1", f"run_dir={run}"]))
+    assert summary["steps"] == 2
+    lines = [ln for ln in (run / "train.log").read_text().splitlines() if "train | step" in ln]
+    kls = [float(ln.rsplit("| kl ", 1)[1]) for ln in lines]
+    assert len(kls) == 2 and all(0.0 < kl < 1.0 for kl in kls)
+    events = EventAccumulator(str(run / "tensorboard"))
+    events.Reload()
+    assert [e.value for e in events.Scalars("train/consistency_kl")] == pytest.approx(kls, abs=1e-4)
+    losses = [e.value for e in events.Scalars("train/loss")]
+    assert losses[0] == pytest.approx(float(lines[0].split("| loss ")[1].split()[0]), abs=1e-4)
