@@ -1,5 +1,6 @@
 """DDP: two gloo processes on CPU take the same steps as one process with the same global
-batch (gradient accumulation included), and a killed two-process run resumes exactly."""
+batch (gradient accumulation included), and a killed two-process run (with R-Drop) resumes
+exactly."""
 
 from __future__ import annotations
 
@@ -128,8 +129,9 @@ def test_two_processes_accumulating_2_match_one_process_accumulating_4(root):
 def test_killed_two_process_run_resumes_to_the_uninterrupted_weights(root):
     """SIGKILL after step 3 (one step past the checkpoint of step 2), then the same command:
     the resumed run redoes step 3, crosses the epoch end and ends where an uninterrupted run
-    ends. Dropout stays on, so each rank's own RNG state must be restored."""
-    args = _overrides(root) + ["train.accum_steps=2"]
+    ends. Dropout stays on, so each rank's own RNG state must be restored; R-Drop draws two
+    masks per pair from it (its sums split over ranks as over micro-batches: test_loss.py)."""
+    args = _overrides(root) + ["train.accum_steps=2", "train.consistency=rdrop"]
     full_dir, killed_dir = root / "full", root / "killed"
     proc = _torchrun(args + [f"run_dir={full_dir}"])
     assert proc.returncode == 0, proc.stderr[-3000:]
