@@ -265,10 +265,32 @@ class ExportConfig:
     max_positions: int = MISSING
 
 
+@dataclass
+class ServeSchema:
+    host: str = MISSING
+    port: int = MISSING
+    max_batch_tokens: int = MISSING
+    max_wait_ms: float = MISSING
+    max_sentences: int = MISSING
+    max_chars: int = MISSING
+    max_body_bytes: int = MISSING
+    max_beam_size: int = MISSING
+    api_key: str | None = MISSING
+    allow_unauthenticated: bool = MISSING
+    cors_origins: list[str] = MISSING
+
+
+@dataclass
+class ServeConfig(EngineSchema, SearchSchema):
+    checkpoint: Any = MISSING            # a file, or a list of files (an ensemble)
+    device: str = MISSING
+    serve: ServeSchema = field(default_factory=ServeSchema)
+
+
 TOOL_SCHEMAS: dict[str, type] = {"nmt_train": TrainConfig, "nmt_evaluate": EvaluateConfig,
                                  "nmt_translate": TranslateConfig, "nmt_plot": PlotConfig,
                                  "nmt_average": AverageConfig, "nmt_align": AlignConfig,
-                                 "nmt_export": ExportConfig}
+                                 "nmt_export": ExportConfig, "nmt_serve": ServeConfig}
 
 
 def register_configs() -> None:

@@ -51,9 +51,14 @@ def page_data(items: Sequence[tuple[int, Alignment]]) -> list[dict]:
     return records
 
 
-def attention_page(items: Sequence[tuple[int, Alignment]], title: str = "attention") -> str:
-    """The whole HTML page for ``items`` (sentence number, :class:`Alignment`), at least one."""
-    payload = json.dumps({"title": title, "sentences": page_data(items)},
+def attention_page(items: Sequence[tuple[int, Alignment]], title: str = "attention",
+                   serve: dict | None = None) -> str:
+    """The whole HTML page for ``items`` (sentence number, :class:`Alignment`), at least one;
+    with ``serve`` (``{"beam_size": default, "key": whether /v1 needs an API key}``) the
+    ``nmt-serve`` page instead: a text box whose translations (``POST /v1/translate`` with
+    ``alignment``, records as :func:`page_data`'s plus ``translation``, ``links`` and
+    ``marks``) are added to the sentences; ``#text=...&go=1`` fills in and submits it."""
+    payload = json.dumps({"title": title, "sentences": page_data(items), "serve": serve},
                          ensure_ascii=False, separators=(",", ":"))
     payload = payload.replace("<", "\\u003c")  # "</script>" can never end the block early
     page = files("nmt.extras").joinpath("viewer.html").read_text(encoding="utf-8")
