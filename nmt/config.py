@@ -71,6 +71,9 @@ AttentionKind = _choice_type("AttentionKind", "alignment", "cross", "encoder", "
 LinkMethod = _choice_type("LinkMethod", "argmax", "threshold")
 ExportFormat = _choice_type("ExportFormat", "ctranslate2")
 Quantization = _choice_type("Quantization", "float32", "int8")
+Decoding = _choice_type("Decoding", "search", "mbr")
+MbrCandidates = _choice_type("MbrCandidates", "beam", "sample")
+MbrUtility = _choice_type("MbrUtility", "chrf", "bleu")
 Consistency = _choice_type("Consistency", "none", "rdrop")
 
 
@@ -183,6 +186,30 @@ class SamplingSchema:
 
 
 @dataclass
+class MbrSchema:
+    """Minimum-Bayes-risk decoding (``decoding=mbr``; :mod:`nmt.inference.mbr`): of ``num``
+    candidates per sentence, the one with the highest mean utility against all of them."""
+
+    candidates: MbrCandidates = MbrCandidates("sample")   # sample: num draws with the sampling
+    #                              settings (temperature, top_k, top_p, seed) and epsilon below;
+    #                              beam: the beam's n-best with beam_size = n_best = num
+    num: int = 16                  # candidates per sentence (also the pseudo-references)
+    utility: MbrUtility = MbrUtility("chrf")   # chrf (fastchrf) | bleu (sacreBLEU sentence BLEU)
+    epsilon: float = 0.02          # candidates=sample: epsilon sampling (Hewitt et al. 2022; for MBR,
+    #                              Freitag et al. 2023): draw only tokens of probability >= epsilon
+
+
+@dataclass
+class DecodingSchema:
+    """How nmt-evaluate, nmt-translate and ``Translator.translate`` choose a translation:
+    ``decoding=search`` (beam or greedy search, or one sample with ``sampling=true``) or
+    ``decoding=mbr`` with the ``mbr.*`` settings."""
+
+    decoding: Decoding = Decoding("search")
+    mbr: MbrSchema = field(default_factory=MbrSchema)
+
+
+@dataclass
 class EngineSchema:
     engine: Engine = MISSING
     model_dir: str | None = MISSING      # the nmt-export directory (engine=ctranslate2)
@@ -190,7 +217,7 @@ class EngineSchema:
 
 
 @dataclass
-class EvaluateConfig(EngineSchema, SamplingSchema, SearchSchema):
+class EvaluateConfig(EngineSchema, DecodingSchema, SamplingSchema, SearchSchema):
     checkpoint: Any = MISSING            # a file, or a list of files (an ensemble)
     split: str | None = MISSING
     data: DataRootOverride = field(default_factory=DataRootOverride)
@@ -203,7 +230,7 @@ class EvaluateConfig(EngineSchema, SamplingSchema, SearchSchema):
 
 
 @dataclass
-class TranslateConfig(EngineSchema, SamplingSchema, SearchSchema):
+class TranslateConfig(EngineSchema, DecodingSchema, SamplingSchema, SearchSchema):
     checkpoint: Any = MISSING            # a file, or a list of files (an ensemble)
     input: str | None = MISSING
     output: str | None = MISSING
@@ -338,6 +365,35 @@ def validate_search(section: Any, prefix: str = "") -> DictConfig:
     if search.n_best > search.beam_size:
         raise ConfigError(f"{prefix}n_best={search.n_best} must be <= {prefix}beam_size={search.beam_size}.")
     return search
+
+
+def validate_mbr(section: Any) -> DictConfig:
+    """Type and range checks of the ``mbr.*`` keys (:class:`MbrSchema`): ``num`` >= 1,
+    ``epsilon`` in [0, 1); an unknown ``candidates`` or ``utility`` is a ConfigError naming the
+    key and its choices."""
+    mbr = merge_typed(MbrSchema, section, "mbr")
+    _positive(mbr, "num", prefix="mbr.")
+    if not 0.0 <= mbr.epsilon < 1.0:
+        raise ConfigError(f"mbr.epsilon={mbr.epsilon} must lie in [0, 1) (0 = no epsilon cut).")
+    return mbr
+
+
+def validate_decoding(decoding: Any, mbr: Any, sampling: bool = False, n_best: int = 1) -> dict:
+    """``{"decoding": "search" | "mbr", "mbr": plain dict}`` of :class:`DecodingSchema`'s keys,
+    checked with the search and sampling settings they go with (:func:`validate_mbr`;
+    ``decoding=mbr`` draws its own candidates, so neither ``sampling=true`` nor ``n_best`` > 1)."""
+    if str(decoding) not in ("search", "mbr"):
+        raise ConfigError(f"decoding={decoding} is not one of search, mbr.")
+    section = OmegaConf.to_container(validate_mbr(mbr if mbr is not None else {}), enum_to_str=True)
+    if str(decoding) == "mbr":
+        if sampling:
+            raise ConfigError("sampling=true draws one translation per sentence; decoding=mbr draws "
+                              "its own candidates: drop sampling=true and use "
+                              "mbr.candidates=sample (temperature, top_k, top_p, seed apply).")
+        if n_best > 1:
+            raise ConfigError(f"n_best={n_best} with decoding=mbr: MBR returns one translation per "
+                              "sentence (mbr.num sets its candidates); drop n_best.")
+    return {"decoding": str(decoding), "mbr": section}
 
 
 def config_diff(a: Any, b: Any, prefix: str = "") -> list[str]:

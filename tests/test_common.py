@@ -16,7 +16,14 @@ from nmt.cli.common import (
     run_task,
     user_error_types,
 )
-from nmt.config import ConfigError, SamplingSchema, SearchSchema, compose_config
+from nmt.config import (
+    ConfigError,
+    DecodingSchema,
+    MbrSchema,
+    SamplingSchema,
+    SearchSchema,
+    compose_config,
+)
 from nmt.data.corpus import CorpusError
 
 
@@ -57,8 +64,10 @@ def test_print_error_keeps_long_paths_whole(capsys):
 def test_decode_settings_are_the_schema_fields_with_the_schema_defaults():
     cfg = _evaluate_cfg("checkpoint=x.pt", "beam_size=3", "top_p=0.5")
     settings = decode_settings(cfg)
-    names = [f.name for schema in (SearchSchema, SamplingSchema) for f in dataclasses.fields(schema)]
-    assert list(settings) == names
+    names = [f.name for schema in (SearchSchema, SamplingSchema, DecodingSchema)
+             for f in dataclasses.fields(schema)]
+    assert list(settings) == names and settings["decoding"] == "search"
+    assert settings["mbr"].num == MbrSchema().num
     assert settings["beam_size"] == 3 and settings["top_p"] == 0.5
     assert settings["n_best"] == SearchSchema().n_best and settings["seed"] == SamplingSchema().seed
     assert list(decode_settings(cfg, (SearchSchema,))) == [f.name for f in dataclasses.fields(SearchSchema)]

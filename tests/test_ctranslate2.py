@@ -237,6 +237,17 @@ def test_positions_beyond_the_export_and_all_attention_are_clear_errors(tmp_path
         engines["float32"].translate("Ein Hund .", return_attention=True)
 
 
+def test_mbr_on_ctranslate2_over_its_beam_or_samples_without_epsilon(engines):
+    ct2, src = engines["float32"], _generated()[0][:4]
+    beam = {"candidates": "beam", "num": 3}
+    ours = engines["pytorch"].translate(src, decoding="mbr", mbr=beam)
+    assert [r.text for r in ct2.translate(src, decoding="mbr", mbr=beam)] == [r.text for r in ours]
+    sampled = ct2.translate(src, decoding="mbr", mbr={"num": 3, "epsilon": 0.0}, top_p=0.9)
+    assert ct2.mbr_cost.candidates == 12 and all(r.text for r in sampled)
+    with pytest.raises(ConfigError, match="mbr.epsilon=0.02: CTranslate2 has no epsilon"):
+        ct2.translate(src, decoding="mbr")
+
+
 # --------------------------------------------------------------------- command line
 def readme_serving_commands() -> list[str]:
     """The nmt-* lines of the README's "Serving with CTranslate2" block."""
@@ -288,7 +299,7 @@ def test_readme_commands_round_trip_to_the_same_files(tmp_path, capsys):
         assert (ct2_dir / name).read_text(encoding="utf-8") == (pt_dir / name).read_text(encoding="utf-8")
     a, b = json.loads((ct2_dir / "scores.json").read_text()), json.loads((pt_dir / "scores.json").read_text())
     assert (a["engine"], a["quantization"], a["checkpoint"]) == ("ctranslate2", "float32", str(CKPT))
-    timing = {"seconds", "sents_per_s", "tgt_tokens_per_s", "engine", "model_dir", "quantization"}
+    timing = {"seconds", "ms_per_sentence", "sents_per_s", "tgt_tokens_per_s", "engine", "model_dir", "quantization"}
     assert {k: v for k, v in a.items() if k not in timing} == pytest.approx(
         {k: v for k, v in b.items() if k not in timing}, abs=1e-3)
     ours, theirs = load_alignments(pt_dir / "alignments.npz"), load_alignments(ct2_dir / "alignments.npz")

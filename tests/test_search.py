@@ -504,3 +504,6 @@ def test_filter_logits_hand_case():
     assert kept(top_p=0.71) == [True, True, True, False, False]
     assert kept(top_k=2, top_p=0.9) == [True, True, False, False, False]
     assert kept(top_k=0, top_p=1.0) == [True] * 5
+    assert kept(epsilon=0.12) == [True, True, True, False, False]     # p >= epsilon
+    assert kept(epsilon=0.6) == [True, False, False, False, False]    # the best one stays
+    assert kept(top_k=2, epsilon=0.3) == [True, False, False, False, False]  # .2 / .7 < .3

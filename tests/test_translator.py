@@ -14,6 +14,7 @@ from conftest import REPO_ROOT
 
 import nmt
 from nmt.config import ConfigError, SamplingSchema, SearchSchema, compose_config
+from nmt.inference.mbr import mbr_select
 from nmt.inference.search import length_penalty_factor
 from nmt.inference.translator import length_sorted_batches, search_settings
 from nmt.models import build_model
@@ -55,7 +56,9 @@ def test_translate_one_sentence_or_many(translator):
 
 
 def test_search_settings_default_to_the_schemas_and_are_checked_once():
-    assert search_settings() == {**vars(SearchSchema()), **vars(SamplingSchema())}
+    assert search_settings() == {**vars(SearchSchema()), **vars(SamplingSchema()),
+                                 "decoding": "search", "mbr": {"candidates": "sample", "num": 16,
+                                                               "utility": "chrf", "epsilon": 0.02}}
     assert search_settings(beam_size=1, top_p=None)["beam_size"] == 1
     for bad in ({"beam": 3}, {"n_best": 6}, {"temperature": -1.0}, {"top_k": -1}, {"top_p": 1.5}):
         with pytest.raises(ConfigError, match=next(iter(bad))):
@@ -89,6 +92,58 @@ def test_sampling_is_seeded_and_greedy_at_temperature_zero(translator):
     assert [r.text for r in cold] == [r.text for r in greedy]
     with pytest.raises(ConfigError, match="top_p"):
         translator.translate(SOURCES[0], sampling=True, top_p=0.0)
+
+
+# ------------------------------------------------------------ minimum-Bayes-risk decoding
+@pytest.mark.parametrize("utility", ["chrf", "bleu"])
+def test_mbr_over_the_beam_picks_from_its_n_best_deterministically(translator, utility):
+    """candidates=beam: the beam's n-best (beam_size = n_best = num), weighted uniformly."""
+    mbr = {"candidates": "beam", "num": 4, "utility": utility}
+    results = translator.translate(SOURCES, decoding="mbr", mbr=mbr, **SHORT)
+    again = translator.translate(SOURCES, decoding="mbr", mbr=mbr, **SHORT)
+    beam = translator.translate(SOURCES, beam_size=4, n_best=4, **SHORT)
+    assert [(r.text, r.utility) for r in again] == [(r.text, r.utility) for r in results]
+    for r, b in zip(results, beam, strict=True):
+        n_best = [h.text for h in b.hypotheses]
+        (choice,) = mbr_select([n_best], utility)
+        assert r.text == n_best[choice.best] and r.utility == choice.utility[0]
+        assert [h.text for h in r.hypotheses] == [n_best[k] for k in choice.order]
+        assert (r.ids, r.score) == (b.hypotheses[choice.best].ids, b.hypotheses[choice.best].score)
+    assert translator.mbr_cost.candidates == sum(len(b.hypotheses) for b in beam)
+    assert translator.mbr_cost.sentences == len(SOURCES)
+
+
+def test_mbr_samples_are_seeded_and_collapse_to_greedy_at_a_high_epsilon(translator):
+    """candidates=sample: num samples per sentence, a function of seed and input."""
+    mbr = {"candidates": "sample", "num": 5, "epsilon": 0.02}
+
+    def draw(seed, **kw):
+        return translator.translate(SOURCES, decoding="mbr", mbr=mbr, seed=seed, **SHORT, **kw)
+
+    def texts(results):
+        return [[h.text for h in r.hypotheses] for r in results]
+
+    a, b, c = draw(1), draw(1), draw(2)
+    assert texts(a) == texts(b) and texts(a) != texts(c)
+    assert translator.mbr_cost.candidates == 5 * len(SOURCES)
+    assert [len(r.hypotheses) for r in a][3] == 1           # an empty source: 5 x ""
+    cold = translator.translate(SOURCES, decoding="mbr", mbr={**mbr, "epsilon": 0.99}, **SHORT)
+    # epsilon 0.99 keeps only each step's most probable token: 5 greedy paths, one candidate
+    greedy = translator.translate(SOURCES, beam_size=1, **SHORT)
+    assert [r.text for r in cold] == [r.text for r in greedy]
+    assert [len(r.hypotheses) for r in cold] == [1] * 4 and cold[0].utility == 100.0
+
+
+@pytest.mark.parametrize("bad,message", [
+    ({"mbr": {"num": 0}}, "mbr.num=0 must be > 0"),
+    ({"mbr": {"utility": "ter"}}, "mbr.utility"),
+    ({"mbr": {"epsilon": 1.0}}, "mbr.epsilon=1.0"),
+    ({"sampling": True}, "drop sampling=true"),
+    ({"n_best": 2, "beam_size": 2}, "n_best=2 with decoding=mbr"),
+    ({"decoding": "mbrr"}, "decoding=mbrr is not one of search, mbr")])
+def test_mbr_settings_are_checked_once_at_entry(bad, message):
+    with pytest.raises(ConfigError, match=message):
+        search_settings(**{"decoding": "mbr", **bad})
 
 
 def test_batching_by_tokens_changes_nothing_but_the_batches(translator):
@@ -223,6 +278,43 @@ def test_evaluate_writes_ter_loss_sentences_and_n_best(tmp_path, capsys):
     hyps = (out / "hyps.txt").read_text(encoding="utf-8").splitlines()
     assert [r.split("\t")[3] for r in nbest[1::3]] == hyps          # BLEU uses the first
     assert len((out / "sentences.tsv").read_text(encoding="utf-8").splitlines()) == 7
+
+
+def test_evaluate_mbr_reports_its_cost_beside_the_search_it_replaces(tmp_path, capsys):
+    from conftest import write_corpus
+
+    from nmt.cli import evaluate as cli_evaluate
+
+    corpus = write_corpus(tmp_path / "corpus", {"test": 4})
+    args = [f"checkpoint={CKPT}", f"src_file={corpus / 'test.de'}", f"ref_file={corpus / 'test.en'}",
+            "max_len_a=0", "max_len_b=8", "save_alignments=false", "decoding=mbr"]
+    assert cli_evaluate.main([*args, "mbr.num=3", "beam_size=2", f"out_dir={tmp_path / 'e'}"]) == 0
+    printed = capsys.readouterr().out
+    assert "MBR (sample x3, chrf)" in printed and "per sentence: beam_size=2" in printed
+    scores = json.loads((tmp_path / "e" / "scores.json").read_text())
+    mbr, base = scores["mbr"], scores["search_baseline"]
+    assert scores["decoding"] == "mbr" and scores["ms_per_sentence"] > 0
+    assert {k: mbr[k] for k in ("candidates", "num", "utility", "epsilon", "seed", "n_candidates")} \
+        == {"candidates": "sample", "num": 3, "utility": "chrf", "epsilon": 0.02, "seed": 0,
+            "n_candidates": 12}
+    assert mbr["generation_seconds"] > 0 and mbr["selection_seconds"] > 0
+    assert mbr["candidates_per_s"] > 0 and 1 <= mbr["distinct_per_sentence"] <= 3
+    assert base["beam_size"] == 2 and base["ms_per_sentence"] > 0 and 0 <= base["chrf"] <= 100
+    assert cli_evaluate.main([*args, "mbr.num=0"]) == 2
+    assert "mbr.num=0 must be > 0" in capsys.readouterr().err
+
+
+def test_translate_cli_mbr_writes_the_apis_choice(translator, tmp_path):
+    from nmt.cli import translate as cli_translate
+
+    inp, out = tmp_path / "in.de", tmp_path / "out.en"
+    inp.write_text("\n".join(SOURCES) + "\n", encoding="utf-8")
+    assert cli_translate.main([f"checkpoint={CKPT}", f"input={inp}", f"output={out}", "decoding=mbr",
+                               "mbr.candidates=beam", "mbr.num=3", "mbr.utility=bleu",
+                               "max_len_a=0", "max_len_b=8"]) == 0
+    api = translator.translate(
+        SOURCES, decoding="mbr", mbr={"candidates": "beam", "num": 3, "utility": "bleu"}, **SHORT)
+    assert out.read_text(encoding="utf-8") == "".join(r.text + "\n" for r in api)
 
 
 def test_translate_cli_samples_and_ensembles(tmp_path):

@@ -19,7 +19,14 @@ from collections.abc import Callable, Sequence
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
 
-from nmt.config import ConfigError, SamplingSchema, SearchSchema, compose_config, finish_config
+from nmt.config import (
+    ConfigError,
+    DecodingSchema,
+    SamplingSchema,
+    SearchSchema,
+    compose_config,
+    finish_config,
+)
 from nmt.data.corpus import CorpusError
 from nmt.runtime import bound_onednn_cache, resolve_device, tune_malloc
 
@@ -115,10 +122,11 @@ def require(cfg: DictConfig, *keys: str) -> None:
             raise ConfigError(f"{key} is required: add {key}=... to the command line.")
 
 
-def decode_settings(cfg: DictConfig, schemas: tuple[type, ...] = (SearchSchema, SamplingSchema)
-                    ) -> dict:
-    """The top-level keys of ``schemas`` (default: search and sampling) in an nmt-evaluate or
-    nmt-translate config, as keyword arguments of ``Translator.translate``."""
+def decode_settings(cfg: DictConfig, schemas: tuple[type, ...] = (SearchSchema, SamplingSchema,
+                                                                  DecodingSchema)) -> dict:
+    """The top-level keys of ``schemas`` (default: search, sampling, and decoding with its
+    ``mbr`` section) in an nmt-evaluate or nmt-translate config, as keyword arguments of
+    ``Translator.translate``."""
     return {f.name: cfg[f.name] for schema in schemas for f in dataclasses.fields(schema)}
 
 

@@ -3,10 +3,14 @@
     nmt-evaluate checkpoint=runs/tf/checkpoints/best.pt split=test_2016_flickr beam_size=5 out_dir=runs/tf/eval
     nmt-evaluate checkpoint=... src_file=test.de ref_file=test.en beam_size=1
     nmt-evaluate engine=ctranslate2 model_dir=runs/tf/ct2 beam_size=5   # an nmt-export directory
+    nmt-evaluate checkpoint=... split=val decoding=mbr mbr.num=16 mbr.utility=chrf   # MBR
 
 The split is read with the checkpoint's data config; every sentence is translated (nothing
-filtered or truncated). ``out_dir`` (default ``<checkpoint dir>/eval_<split>_beam<k>``) gets the
-files of :mod:`nmt.evaluation.evaluate`. Options: configs/evaluate.yaml (``nmt-evaluate --help``).
+filtered or truncated). ``out_dir`` (default ``<checkpoint dir>/eval_<split>_beam<k>``, with
+``decoding=mbr`` ``eval_<split>_mbr_<candidates><num>_<utility>``) gets the files of
+:mod:`nmt.evaluation.evaluate`. With ``decoding=mbr`` the split is also translated by the search
+without MBR (``beam_size``, ...), and both are printed side by side: BLEU, chrF, ms/sentence.
+Options: configs/evaluate.yaml (``nmt-evaluate --help``).
 """
 
 from __future__ import annotations
@@ -24,7 +28,13 @@ from nmt.cli.common import (
     run_app,
     run_task,
 )
-from nmt.config import CONFIG_PATH, ConfigError, SearchSchema, validate_search
+from nmt.config import (
+    CONFIG_PATH,
+    ConfigError,
+    SearchSchema,
+    validate_decoding,
+    validate_search,
+)
 from nmt.data.corpus import iter_parallel, iter_text_pair
 from nmt.runtime import ensure_writable_dir
 
@@ -44,6 +54,7 @@ def _check(cfg: DictConfig) -> DictConfig:
         if isinstance(checkpoint_paths(cfg), list):
             raise ConfigError("attention=all needs one checkpoint, not an ensemble.")
     validate_search(decode_settings(cfg, (SearchSchema,)))
+    validate_decoding(cfg.decoding, cfg.mbr, cfg.sampling, cfg.n_best)
     return cfg
 
 
@@ -74,21 +85,35 @@ def _run(cfg: DictConfig) -> None:
         paths = checkpoint_paths(cfg)
         where, suffix = Path(paths[0] if isinstance(paths, list) else paths).parent, ""
         source = {"checkpoint": paths}
-    out_dir = Path(cfg.out_dir or where / f"eval_{name}_beam{cfg.beam_size}{suffix}")
+    how = (f"mbr_{cfg.mbr.candidates}{cfg.mbr.num}_{cfg.mbr.utility}" if cfg.decoding == "mbr"
+           else f"beam{cfg.beam_size}")
+    out_dir = Path(cfg.out_dir or where / f"eval_{name}_{how}{suffix}")
     ensure_writable_dir(out_dir, "out_dir")  # before translating: nothing is lost
     evaluation = evaluate_split(translator, src, ref, {**decode_settings(cfg),
                                                        "return_attention": cfg.attention == "all"})
     scores = evaluation.scores
     scores.update(**source, weights=cfg.weights, split=name)
     written = write_outputs(out_dir, evaluation, save_alignments_npz=bool(cfg.save_alignments))
-    how = "sampling" if scores["sampling"] else f"beam_size={scores['beam_size']}"
+    mbr = scores.get("mbr")
+    how = ("sampling" if scores["sampling"] else f"beam_size={scores['beam_size']}" if not mbr
+           else f"MBR ({mbr['candidates']} x{mbr['num']}, {mbr['utility']})")
     print(f"{name}: {scores['n_sentences']} sentences, {how}, "
-          f"{scores['seconds']:.1f} s ({scores['sents_per_s']:.0f} sentences/s)")
+          f"{scores['seconds']:.1f} s ({scores['sents_per_s']:.0f} sentences/s, "
+          f"{scores['ms_per_sentence']:.1f} ms/sentence)")
     for key, label in (("bleu", "BLEU"), ("chrf", "chrF"), ("ter", "TER")):
         print(f"{label} = {scores[key]:.2f}  ({scores[key + '_signature']})")
     print(f"BLEU (lowercase) = {scores['bleu_lowercase']:.2f}")
     if "loss" in scores:
         print(f"reference loss = {scores['loss']:.4f} nats/subword, ppl = {scores['ppl']:.2f}")
+    if mbr:
+        base = scores["search_baseline"]
+        print(f"per sentence: beam_size={base['beam_size']} {base['ms_per_sentence']:.1f} ms "
+              f"(BLEU {base['bleu']:.2f}, chrF {base['chrf']:.2f}) | MBR "
+              f"{scores['ms_per_sentence']:.1f} ms (BLEU {scores['bleu']:.2f}, chrF "
+              f"{scores['chrf']:.2f})")
+        print(f"MBR cost: candidates {mbr['generation_seconds']:.1f} s, selection "
+              f"{mbr['selection_seconds']:.1f} s, {mbr['candidates_per_s']:.0f} candidates/s, "
+              f"{mbr['distinct_per_sentence']:.1f} distinct of {mbr['num']} per sentence")
     print(f"wrote {out_dir}/{{{','.join(written)}}}")
 
 

@@ -9,9 +9,11 @@ Files written by :func:`write_outputs` (``nmt-evaluate`` writes them all), each 
 ===================  =========================================================================
 ``hyps.txt``         one detokenized best translation per source line
 ``scores.json``      BLEU, chrF, TER (sacreBLEU, with signatures), lowercased BLEU, ``loss`` and
-                     ``ppl`` of the references (forced decoding), search settings, timing
+                     ``ppl`` of the references (forced decoding), search settings, timing; with
+                     ``decoding=mbr`` its settings and cost, and the search it replaces
 ``sentences.tsv``    per sentence, in input order: BLEU, chrF, model score, lengths and the texts
-``nbest.txt``        with ``n_best`` > 1: sentence index, rank, score, text (tab-separated)
+``nbest.txt``        with ``n_best`` > 1: sentence index, rank, score, text (tab-separated); with
+                     ``decoding=mbr``: the distinct candidates by expected utility
 ``alignments.npz``   the best hypotheses' alignments with their subwords, and with
                      ``return_attention`` (``nmt-evaluate attention=all``) every layer and
                      head of their attention (:mod:`nmt.evaluation.alignments`)
@@ -53,38 +55,83 @@ def evaluate_split(translator, src_texts: Sequence[str], ref_texts: Sequence[str
 
     ``translator``: a :class:`~nmt.inference.translator.Translator` or the CTranslate2 engine;
     ``search``: keyword arguments of its ``translate``. ``scores``: :func:`corpus_scores`,
-    the search settings, ``n_sentences``, ``seconds`` (wall clock of tokenization + search +
-    detokenization), ``n_tgt_tokens`` (output subwords with EOS), ``sents_per_s``,
-    ``tgt_tokens_per_s`` and, with ``score_references``, ``loss`` (mean negative
-    log-probability per reference subword with EOS, nats) and ``ppl`` (its exponential).
+    the search settings, ``decoding``, ``n_sentences``, ``seconds`` (wall clock of
+    tokenization + search (+ MBR selection) + detokenization), ``ms_per_sentence``,
+    ``n_tgt_tokens`` (output subwords with EOS), ``sents_per_s``, ``tgt_tokens_per_s`` and,
+    with ``score_references``, ``loss`` (mean negative log-probability per reference subword
+    with EOS, nats) and ``ppl`` (its exponential).
+
+    With ``decoding="mbr"`` also ``mbr``: its settings (and the sampling ones with
+    ``candidates=sample``), ``generation_seconds``, ``selection_seconds``,
+    ``candidates_per_s``, ``n_candidates`` and ``distinct_per_sentence``
+    (:class:`~nmt.inference.mbr.MbrCost`); and ``search_baseline``: the same sentences
+    translated first by the search those settings name without MBR (``beam_size``,
+    ``length_penalty``, ...), measured alike: its ``bleu``, ``chrf``, ``bleu_lowercase``,
+    ``seconds`` and ``ms_per_sentence``, so the two can be weighed side by side.
     ValueError when ``src_texts`` and ``ref_texts`` differ in length.
     """
     if len(src_texts) != len(ref_texts):
         raise ValueError(f"{len(src_texts)} source sentences but {len(ref_texts)} references.")
-    search = dict(search or {})
-    start = time.perf_counter()
-    results = translator.translate(list(src_texts), **search)
-    if translator.device.type == "cuda":
-        torch.cuda.synchronize(translator.device)
-    seconds = time.perf_counter() - start
-    hyps, refs = [r.text for r in results], list(ref_texts)
+    search, refs = dict(search or {}), list(ref_texts)
+    mbr = str(search.get("decoding", "search")) == "mbr"
+    baseline = None
+    if mbr:   # first, so that it (like any decoding=search run) pays the warm-up
+        plain = {k: v for k, v in search.items() if k not in ("decoding", "mbr", "return_attention")}
+        base_results, base_seconds = _timed_translate(translator, src_texts, plain)
+        base = corpus_scores([r.text for r in base_results], refs)
+        base_settings = translator.search_settings(
+            **{k: plain[k] for k in ("beam_size", "length_penalty") if k in plain})
+        baseline = {"beam_size": int(base_settings["beam_size"]),
+                    "length_penalty": float(base_settings["length_penalty"]),
+                    **{k: base[k] for k in ("bleu", "chrf", "bleu_lowercase")},
+                    **_speed(base_seconds, len(src_texts))}
+    results, seconds = _timed_translate(translator, src_texts, search)
+    hyps = [r.text for r in results]
     scores = corpus_scores(hyps, refs)
-    settings = translator.search_settings(**{k: v for k, v in search.items()
-                                             if k in ("beam_size", "n_best", "length_penalty")})
+    settings = translator.search_settings(**{k: v for k, v in search.items() if k in (
+        "beam_size", "n_best", "length_penalty", "decoding", "mbr", "temperature", "top_k",
+        "top_p", "seed")})
     n_tokens = sum(len(r.ids) + 1 for r in results)
     scores.update(
         beam_size=int(settings["beam_size"]), length_penalty=float(settings["length_penalty"]),
         n_best=int(settings["n_best"]), sampling=bool(search.get("sampling", False)),
-        n_sentences=len(hyps), seconds=round(seconds, 3), n_tgt_tokens=n_tokens,
-        sents_per_s=round(len(hyps) / max(seconds, 1e-9), 1),
+        decoding=settings["decoding"], n_sentences=len(hyps), **_speed(seconds, len(hyps)),
+        n_tgt_tokens=n_tokens, sents_per_s=round(len(hyps) / max(seconds, 1e-9), 1),
         tgt_tokens_per_s=round(n_tokens / max(seconds, 1e-9), 1),
     )
+    if mbr:
+        cost = translator.mbr_cost
+        sampled = settings["mbr"]["candidates"] == "sample"
+        scores["mbr"] = {
+            **settings["mbr"],
+            **({k: settings[k] for k in ("temperature", "top_k", "top_p", "seed")} if sampled
+               else {}),
+            "generation_seconds": round(cost.generation_seconds, 3),
+            "selection_seconds": round(cost.selection_seconds, 3),
+            "candidates_per_s": round(cost.candidates_per_s, 1), "n_candidates": cost.candidates,
+            "distinct_per_sentence": round(cost.distinct / max(cost.sentences, 1), 2)}
+        scores["search_baseline"] = baseline
     if score_references and refs:
         forced = translator.score(list(src_texts), refs)
         loss = -sum(f.logprob for f in forced) / max(sum(f.tokens for f in forced), 1)
         scores.update(loss=round(loss, 4), ppl=round(math.exp(loss), 3))
     return Evaluation(results=results, references=refs, scores=scores,
                       sentences=sentence_scores(hyps, refs))
+
+
+def _timed_translate(translator, src_texts: Sequence[str], search: dict) -> tuple[list, float]:
+    """``translator.translate(src_texts, **search)`` and its wall-clock seconds (CUDA synced)."""
+    start = time.perf_counter()
+    results = translator.translate(list(src_texts), **search)
+    if translator.device.type == "cuda":
+        torch.cuda.synchronize(translator.device)
+    return results, time.perf_counter() - start
+
+
+def _speed(seconds: float, sentences: int) -> dict:
+    """``seconds`` and ``ms_per_sentence`` (rounded) of a translation of ``sentences``."""
+    return {"seconds": round(seconds, 3),
+            "ms_per_sentence": round(1000.0 * seconds / max(sentences, 1), 2)}
 
 
 def write_outputs(out_dir: str | Path, evaluation: Evaluation, save_alignments_npz: bool = True

@@ -245,6 +245,10 @@ class CTranslate2Translator(TranslatorBase):
                     f"{self.model_dir}: export it again with a larger max_positions=, or lower "
                     "max_len_a / max_len_b.")
         engine = self.ct2
+        if sampling is not None and sampling.get("epsilon", 0.0) > 0:
+            raise ConfigError(f"mbr.epsilon={sampling['epsilon']}: CTranslate2 has no epsilon "
+                              "sampling; use engine=pytorch, or mbr.epsilon=0 (top_k, top_p and "
+                              "temperature apply).")
         if sampling is not None:
             # A fresh translator (new worker threads) makes the samples a function of seed.
             require_ctranslate2().set_random_seed(int(sampling["seed"]))

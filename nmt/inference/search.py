@@ -26,8 +26,8 @@ Conventions:
   every sentence gets an output.
 * PAD and BOS are never generated.
 * Sampling (:func:`sample_search`) walks one path per sentence like greedy search, drawing
-  each token from the temperature-scaled, top-k / nucleus-filtered distribution with an
-  explicit ``torch.Generator`` (seeded, never the global RNG).
+  each token from the temperature-scaled, top-k / nucleus / epsilon-filtered distribution
+  with an explicit ``torch.Generator`` (seeded, never the global RNG).
 * Beam search stops a sentence when ``beam_size`` hypotheses have ended (an EOS among the
   ``beam_size`` best candidates of a step, as in fairseq), at the maximum length, or (with
   ``n_best == 1``) when no alive hypothesis can still beat the best ended one: an alive
@@ -153,14 +153,18 @@ def greedy_search(model: Seq2Seq, src: Tensor, src_mask: Tensor, max_len_a: floa
 @torch.inference_mode()
 def sample_search(model: Seq2Seq, src: Tensor, src_mask: Tensor, max_len_a: float,
                   max_len_b: int, *, temperature: float = 1.0, top_k: int = 0,
-                  top_p: float = 1.0, generator: torch.Generator | None = None,
+                  top_p: float = 1.0, epsilon: float = 0.0,
+                  generator: torch.Generator | None = None,
                   length_penalty: float = 0.0) -> list[list[Hypothesis]]:
-    """Ancestral sampling of one translation per sentence (e.g. for back-translation).
+    """Ancestral sampling of one translation per sentence (back-translation; the candidates
+    of MBR decoding, :mod:`nmt.inference.mbr`, as rows repeated ``num`` times).
 
-    Each step draws the next token after three filters, in Hugging Face's order: divide the
+    Each step draws the next token after four filters, in Hugging Face's order: divide the
     log-probabilities by ``temperature`` (0 = the most probable token, i.e. greedy search);
     keep the ``top_k`` most probable (0 = all); keep the nucleus, the smallest set of most
-    probable tokens whose probability reaches ``top_p`` (Holtzman et al. 2020, eq. 2).
+    probable tokens whose probability reaches ``top_p`` (Holtzman et al. 2020, eq. 2); keep
+    the tokens of probability >= ``epsilon`` (epsilon sampling, Hewitt et al. 2022), see
+    :func:`filter_logits`.
 
     The score is the sampled tokens' log-probability under the *unfiltered, temperature-1*
     model (the model log-likelihood, comparable with greedy and beam scores), divided by the
@@ -172,7 +176,7 @@ def sample_search(model: Seq2Seq, src: Tensor, src_mask: Tensor, max_len_a: floa
         generator = torch.Generator(device=src.device).manual_seed(0)
 
     def draw(logp: Tensor) -> Tensor:
-        probs = torch.softmax(filter_logits(logp / temperature, top_k, top_p), dim=-1)
+        probs = torch.softmax(filter_logits(logp / temperature, top_k, top_p, epsilon), dim=-1)
         return torch.multinomial(probs, 1, generator=generator).squeeze(1)
 
     choose = _most_probable if temperature == 0 else draw
@@ -181,13 +185,16 @@ def sample_search(model: Seq2Seq, src: Tensor, src_mask: Tensor, max_len_a: floa
                                    choose)
 
 
-def filter_logits(logits: Tensor, top_k: int = 0, top_p: float = 1.0) -> Tensor:
-    """Top-k, then nucleus (top-p) filtering of ``logits`` [N, V] (unnormalized
+def filter_logits(logits: Tensor, top_k: int = 0, top_p: float = 1.0,
+                  epsilon: float = 0.0) -> Tensor:
+    """Top-k, then nucleus (top-p), then epsilon filtering of ``logits`` [N, V] (unnormalized
     log-probabilities; -inf = impossible): a new [N, V] tensor, filtered-out entries -inf.
 
     Top-k keeps exactly k per row (0 or >= V: all). Top-p keeps a token when the softmax
     mass (after top-k) of the tokens ranked above it is below ``top_p``: the smallest set
-    reaching ``top_p``, never empty (Holtzman et al. 2020).
+    reaching ``top_p``, never empty (Holtzman et al. 2020). Epsilon keeps the tokens whose
+    softmax probability (after top-k and top-p) is >= ``epsilon`` (0: all), and always a
+    row's most probable token (Hewitt et al. 2022; Hugging Face's EpsilonLogitsWarper).
     """
     vocab = logits.size(-1)
     if 0 < top_k < vocab:
@@ -199,6 +206,10 @@ def filter_logits(logits: Tensor, top_k: int = 0, top_p: float = 1.0) -> Tensor:
         probs = torch.softmax(sorted_logits, dim=-1)
         mass_above = probs.cumsum(dim=-1) - probs
         drop = torch.zeros_like(logits, dtype=torch.bool).scatter_(1, order, mass_above >= top_p)
+        logits = logits.masked_fill(drop, -torch.inf)
+    if epsilon > 0.0:
+        probs = torch.softmax(logits, dim=-1)
+        drop = (probs < epsilon) & (logits < logits.max(dim=-1, keepdim=True).values)
         logits = logits.masked_fill(drop, -torch.inf)
     return logits
 

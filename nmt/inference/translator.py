@@ -5,6 +5,7 @@
     result = translator.translate("Ein Hund läuft .", return_attention=True)
     result.attention["cross"].shape                            # [layers, heads, T, S]
     translator.score(["Ein Hund ."], ["A dog ."])[0].ppl       # forced decoding
+    translator.translate("Ein Hund läuft .", decoding="mbr", mbr={"num": 16, "utility": "chrf"})
 
 Both engines (this one and :mod:`nmt.extras.ctranslate2`) share :class:`TranslatorBase` and
 the length-sorted batches of :func:`in_batches`.
@@ -15,6 +16,9 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
+import os
+import sys
+import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -23,25 +27,35 @@ from typing import Any
 import numpy as np
 import torch
 from omegaconf import DictConfig, OmegaConf
+from tqdm.auto import tqdm
 
 from nmt.checkpoint import CheckpointError, load_checkpoint
-from nmt.config import ConfigError, SamplingSchema, SearchSchema, validate_search
+from nmt.config import (
+    ConfigError,
+    SamplingSchema,
+    SearchSchema,
+    validate_decoding,
+    validate_search,
+)
 from nmt.data.batching import make_src_batch, make_tgt_batch
 from nmt.data.tokenizer import Tokenizer
 from nmt.data.vocab import EOS_ID, PAD_ID
+from nmt.inference.mbr import MbrCost, mbr_select
 from nmt.inference.search import Hypothesis, beam_search, greedy_search, sample_search
 from nmt.models import Ensemble, build_model
 from nmt.models.base import Seq2Seq
 
 SEARCH_KEYS = tuple(f.name for f in dataclasses.fields(SearchSchema))
-_DEFAULTS = {f.name: f.default for schema in (SearchSchema, SamplingSchema)
-             for f in dataclasses.fields(schema)}
+_DEFAULTS = {**{f.name: f.default for schema in (SearchSchema, SamplingSchema)
+                for f in dataclasses.fields(schema)}, "decoding": "search", "mbr": None}
 
 
 def search_settings(**overrides: Any) -> dict:
-    """The defaults of :class:`nmt.config.SearchSchema` and :class:`nmt.config.SamplingSchema`
-    with ``overrides`` (None keeps the default); ConfigError for an unknown key or an
-    impossible value (``n_best > beam_size``, ``top_p`` outside (0, 1], ...)."""
+    """The defaults of :class:`nmt.config.SearchSchema`, :class:`nmt.config.SamplingSchema` and
+    :class:`nmt.config.DecodingSchema` (``mbr``: a plain dict of :class:`nmt.config.MbrSchema`,
+    given keys over its defaults) with ``overrides`` (None keeps the default); ConfigError for
+    an unknown key or an impossible value (``n_best > beam_size``, ``top_p`` outside (0, 1],
+    ``mbr.num`` < 1, ...)."""
     if unknown := set(overrides) - set(_DEFAULTS):
         raise ConfigError(f"unknown search setting(s) {', '.join(sorted(unknown))}: use "
                           f"{', '.join(_DEFAULTS)}.")
@@ -52,6 +66,8 @@ def search_settings(**overrides: Any) -> dict:
                              ("top_p", 0 < settings["top_p"] <= 1, "in (0, 1]")):
         if not ok:
             raise ConfigError(f"{key}={settings[key]} must be {allowed}.")
+    settings.update(validate_decoding(settings["decoding"], settings["mbr"], settings["sampling"],
+                                      settings["n_best"]))
     return settings
 
 
@@ -60,9 +76,11 @@ class Translation:
     """One translation of one sentence. ``tokens``/``src_tokens``: subwords ending with
     ``</s>``; ``ids``: target ids (no BOS/EOS); ``score``: as :class:`Hypothesis`;
     ``alignment``: float32 [len(tokens), len(src_tokens)]; ``hypotheses``: the n-best list
-    (``[0]`` is this one). ``attention`` (``return_attention=True``): float32 ``"cross"``
-    [L, H, T, S] (the RNN's alpha as L = H = 1), ``"decoder"`` [L, H, T, T] (key t reads
-    decoder input t: ``<s>``, then ``tokens[:-1]``), ``"encoder"`` [L, H, S, S] if it has them."""
+    (``[0]`` is this one; with ``decoding="mbr"`` the distinct candidates by expected utility).
+    ``attention`` (``return_attention=True``): float32 ``"cross"`` [L, H, T, S] (the RNN's
+    alpha as L = H = 1), ``"decoder"`` [L, H, T, T] (key t reads decoder input t: ``<s>``, then
+    ``tokens[:-1]``), ``"encoder"`` [L, H, S, S] if it has them. ``utility``
+    (``decoding="mbr"``): the expected utility, 0-100 (:mod:`nmt.inference.mbr`)."""
 
     text: str
     tokens: list[str]
@@ -72,6 +90,7 @@ class Translation:
     alignment: np.ndarray = field(repr=False)
     hypotheses: list[Translation] = field(default_factory=list, repr=False)
     attention: dict[str, np.ndarray] | None = field(default=None, repr=False)
+    utility: float | None = None
 
 
 @dataclass
@@ -144,12 +163,14 @@ def decode(model: Seq2Seq, src_ids: Sequence[Sequence[int]], settings: Mapping,
            ) -> list[list[Hypothesis]]:
     """Per tokenized sentence (ids, no EOS), in input order, its hypotheses: greedy search
     (``settings`` of :class:`nmt.config.SearchSchema` with ``beam_size`` 1), beam search, or
-    with ``sampling`` (temperature, top_k, top_p, seed) one sample from a generator seeded on
-    ``device`` and shared by the batches in turn (a function of seed, input and batches)."""
+    with ``sampling`` (temperature, top_k, top_p, seed, optional epsilon) one sample from a
+    generator seeded on ``device`` and shared by the batches in turn (a function of seed, input
+    and batches)."""
     lengths = {k: settings[k] for k in ("max_len_a", "max_len_b", "length_penalty")}
     if sampling is not None:
         generator = torch.Generator(device=device).manual_seed(sampling["seed"])
         search = functools.partial(sample_search, model, **lengths, generator=generator,
+                                   epsilon=sampling.get("epsilon", 0.0),
                                    **{k: sampling[k] for k in ("temperature", "top_k", "top_p")})
     elif settings["beam_size"] == 1:
         search = functools.partial(greedy_search, model, **lengths)
@@ -203,7 +224,8 @@ class TranslatorBase:
     """``translate`` and ``score`` of raw sentences for both engines; ``config`` is the training
     config. An engine implements ``_hypotheses`` (:func:`decode`'s contract), ``_forced`` (per
     pair the teacher-forced log-probability sum and length, EOS included) and ``_attention``
-    (:func:`capture_attention`'s)."""
+    (:func:`capture_attention`'s). ``mbr_cost``: the :class:`~nmt.inference.mbr.MbrCost` of
+    the latest ``translate(decoding="mbr")`` call (None before one)."""
 
     search_settings = staticmethod(search_settings)
 
@@ -212,6 +234,7 @@ class TranslatorBase:
         self.tokenizer = tokenizer
         self.config = config
         self.device = torch.device(device)
+        self.mbr_cost: MbrCost | None = None
 
     def translate(self, sentences: str | Sequence[str], beam_size: int | None = None,
                   n_best: int | None = None, length_penalty: float | None = None,
@@ -219,23 +242,32 @@ class TranslatorBase:
                   batch_sentences: int | None = None, batch_tokens: int | None = None,
                   sampling: bool | None = None, temperature: float | None = None,
                   top_k: int | None = None, top_p: float | None = None, seed: int | None = None,
-                  return_attention: bool = False) -> Translation | list[Translation]:
+                  decoding: str | None = None, mbr: Mapping | None = None,
+                  return_attention: bool = False, quiet: bool = False
+                  ) -> Translation | list[Translation]:
         """One raw sentence -> a :class:`Translation`, a list -> a list in input order; settings
-        as :func:`search_settings` (None: the default). ``return_attention`` fills
+        as :func:`search_settings` (None: the default). ``decoding="mbr"``: minimum-Bayes-risk
+        decoding with the ``mbr`` settings (:meth:`_mbr_hypotheses`; ``mbr_cost`` holds its
+        cost; a progress bar on a terminal unless ``quiet``). ``return_attention`` fills
         ``Translation.attention`` by one more teacher-forced pass (ConfigError: an ensemble or
         CTranslate2)."""
         single = isinstance(sentences, str)
         settings = search_settings(**{k: v for k, v in locals().items() if k in _DEFAULTS})
         src_ids = self.tokenizer.encode_src_batch([sentences] if single else list(sentences))
-        sample = ({k: settings[k] for k in ("temperature", "top_k", "top_p", "seed")}
-                  if settings["sampling"] else None)
+        if settings["decoding"] == "mbr":
+            found, utilities = self._mbr_hypotheses(src_ids, settings, quiet)
+        else:
+            sample = ({k: settings[k] for k in ("temperature", "top_k", "top_p", "seed")}
+                      if settings["sampling"] else None)
+            found, utilities = self._hypotheses(src_ids, settings, sample), None
         results = []   # the one place that turns hypotheses into text
-        for ids, hyps in zip(src_ids, self._hypotheses(src_ids, settings, sample), strict=True):
+        for i, (ids, hyps) in enumerate(zip(src_ids, found, strict=True)):
             src_tokens = self.tokenizer.src_pieces(list(ids) + [EOS_ID])
             n_best = [Translation(self.tokenizer.decode_tgt(h.tokens),
                                   self.tokenizer.tgt_pieces(list(h.tokens) + [EOS_ID]),
-                                  src_tokens, list(h.tokens), float(h.score), h.alignment)
-                      for h in hyps]
+                                  src_tokens, list(h.tokens), float(h.score), h.alignment,
+                                  utility=None if utilities is None else utilities[i][rank])
+                      for rank, h in enumerate(hyps)]
             n_best[0].hypotheses = n_best
             results.append(n_best[0])
         if return_attention:
@@ -243,6 +275,56 @@ class TranslatorBase:
             for result, attention in zip(results, attentions, strict=True):
                 result.attention = attention
         return results[0] if single else results
+
+    def _mbr_hypotheses(self, src_ids: Sequence[Sequence[int]], settings: Mapping, quiet: bool
+                        ) -> tuple[list[list[Hypothesis]], list[list[float]]]:
+        """Minimum-Bayes-risk decoding (:mod:`nmt.inference.mbr`): per sentence its distinct
+        candidates by expected utility (best first) and those utilities; sets ``mbr_cost``.
+
+        ``settings["mbr"]``: ``candidates="beam"`` takes the n-best list of a beam search with
+        ``beam_size = n_best = num`` (uniform weights 1 / N over it); ``"sample"`` draws ``num``
+        samples per sentence with the sampling settings and ``epsilon``, as ``num`` copies of
+        its row in one batch. Sentences go longest first in chunks of ``batch_sentences``
+        (candidates drawn, then selected; a tqdm bar on a terminal, unless ``quiet`` or $CI);
+        each chunk's samples come from a generator seeded with ``seed``, so they are a function
+        of seed, input and batch_sentences, as nmt-translate's chunks."""
+        mbr, chunk_size = settings["mbr"], int(settings["batch_sentences"])
+        num = int(mbr["num"])
+        if mbr["candidates"] == "beam":
+            search, sampling, copies = {**settings, "beam_size": num, "n_best": num}, None, 1
+        else:
+            search = {**settings, "batch_sentences": chunk_size * num,
+                      "batch_tokens": int(settings["batch_tokens"]) * num}
+            sampling = {**{k: settings[k] for k in ("temperature", "top_k", "top_p", "seed")},
+                        "epsilon": mbr["epsilon"]}
+            copies = num
+        found: list = [None] * len(src_ids)
+        utilities: list = [None] * len(src_ids)
+        cost = MbrCost(sentences=len(src_ids))
+        order = sorted(range(len(src_ids)), key=lambda i: len(src_ids[i]), reverse=True)
+        show = not quiet and sys.stderr.isatty() and not os.environ.get("CI")
+        with tqdm(total=len(src_ids), unit="sent", disable=not show, leave=False,
+                  dynamic_ncols=True, desc=f"MBR ({mbr['candidates']} x{num}, {mbr['utility']})"
+                  ) as bar:
+            for start in range(0, len(order), chunk_size):
+                chunk = order[start:start + chunk_size]
+                begin = time.perf_counter()
+                rows = self._hypotheses([src_ids[i] for i in chunk for _ in range(copies)],
+                                        search, sampling)
+                candidates = [[h for hyps in rows[k * copies:(k + 1) * copies] for h in hyps]
+                              for k in range(len(chunk))]
+                middle = time.perf_counter()
+                choices = mbr_select([[self.tokenizer.decode_tgt(h.tokens) for h in hyps]
+                                      for hyps in candidates], mbr["utility"])
+                for i, hyps, choice in zip(chunk, candidates, choices, strict=True):
+                    found[i], utilities[i] = [hyps[k] for k in choice.order], choice.utility
+                    cost.candidates += len(hyps)
+                    cost.distinct += len(choice.order)
+                cost.generation_seconds += middle - begin
+                cost.selection_seconds += time.perf_counter() - middle
+                bar.update(len(chunk))
+        self.mbr_cost = cost
+        return found, utilities
 
     def score(self, sources: Sequence[str], targets: Sequence[str], batch_tokens: int = 4000
               ) -> list[ForcedScore]:
