@@ -152,6 +152,12 @@ def test_batcher_groups_by_settings_up_to_the_token_budget_and_answers_in_order(
     calls, outcomes = _run_batcher([(["ok"], "k1"), (["bad"], "k1")], 10_000, fail_on="bad")
     assert calls[1:] == [["ok", "bad"], ["ok"], ["bad"]]
     assert outcomes[1] == ["OK"] and isinstance(outcomes[2], ValueError)
+    # a request whose tokens cannot be counted fails alone; the thread goes on
+    batcher = serve.Batcher(lambda s, key: s, lambda s: 1 // ("boom" not in s), 5, 0)
+    bad, good = batcher.submit(["boom"], "k1"), batcher.submit(["fine"], "k1")
+    batcher.close()
+    assert isinstance(bad.exception(), ZeroDivisionError) and good.result() == ["fine"]
+    assert batcher.queued == 0
 
 
 def test_concurrent_interleaved_requests_get_exactly_their_own_sentences(tiny, base):

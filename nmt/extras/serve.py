@@ -117,14 +117,22 @@ class Batcher:
         if job is None:
             self._closing = True
             return False
-        job.tokens = self.count_tokens(job.sentences)
+        try:
+            job.tokens = self.count_tokens(job.sentences)
+        except Exception as err:   # this request fails; the thread goes on
+            if job.future.set_running_or_notify_cancel():
+                job.future.set_exception(err)
+            with self._lock:
+                self.queued -= len(job.sentences)
+            return True
         self._waiting.append(job)
         return True
 
     def _loop(self) -> None:
         self._closing = False
         while self._waiting or not self._closing:
-            if not self._waiting and not self._take(None):
+            if not self._waiting:
+                self._take(None)
                 continue
             first = self._waiting[0]
             while self.max_wait > 0 and not self._closing and self.max_tokens > sum(
