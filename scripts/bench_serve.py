@@ -52,6 +52,7 @@ from pathlib import Path
 import numpy as np
 
 from nmt.cli.common import decode_settings, exit_on_user_error, load_translator
+from nmt.cli.serve import _check as check_serve
 from nmt.config import ConfigError, compose_config
 
 
@@ -168,7 +169,7 @@ def main(argv: list[str] | None = None) -> dict:
     if min(args.clients, args.sentences_per_request, args.beam_size) < 1 or args.seconds <= 0:
         raise ConfigError("--clients, --sentences-per-request, --beam-size and --seconds must be > 0.")
     overrides = [*([f"checkpoint={args.checkpoint}"] if args.checkpoint else []), *args.overrides]
-    compose_config(overrides, config_name="serve", validate_fn=None)   # a bad override: now
+    compose_config(overrides, config_name="serve", validate_fn=check_serve)   # bad input: now
     offline_rate, sentences = offline([o for o in overrides if not o.startswith("serve.")],
                                       args.beam_size, args.split)
     print(f"offline: {len(sentences)} sentences, {offline_rate:.1f} sentences/s", flush=True)

@@ -67,6 +67,8 @@ def test_missing_corpus_names_data_root_the_variable_and_the_download_script(tmp
     ("results_table.py", [], "run director"),
     ("results_table.py", ["/nonexistent/run"], "/nonexistent/run/config.yaml"),
     ("sweep_table.py", ["/nonexistent/sweep"], "/nonexistent/sweep"),
+    ("bench_serve.py", ["--clients", "2"], "checkpoint is required"),
+    ("bench_serve.py", ["checkpoint=x.pt", "--clients", "0"], "--clients"),
 ])
 def test_script_user_errors(name, args, key):
     assert key in _user_error(_script(name, *args), name)
