@@ -300,3 +300,20 @@ def test_model_health_page_and_openapi(tiny, base, tmp_path):
         request = schema["paths"]["/v1/translate"]["post"]["requestBody"]["content"]
         ref = request["application/json"]["schema"]["$ref"].rsplit("/", 1)[-1]
         assert schema["components"]["schemas"][ref]["properties"]["text"]["maxItems"] == 7
+
+
+def test_a_ctranslate2_export_serves_the_same_greedy_translation(tiny, base, tmp_path):
+    pytest.importorskip("ctranslate2")
+    from nmt.extras.ctranslate2 import CTranslate2Translator, export
+
+    export(tiny, tmp_path / "ct2")
+    engine = CTranslate2Translator.from_dir(tmp_path / "ct2")
+    with client(engine, base, "engine=ctranslate2", f"model_dir={tmp_path / 'ct2'}",
+                "checkpoint=null") as c:
+        reply = c.post("/v1/translate", json={"text": ["Ein Hund läuft ."], "beam_size": 1,
+                                              "alignment": True}).json()["translations"][0]
+        info = c.get("/v1/model").json()
+    assert reply["translation"] == tiny.translate("Ein Hund läuft .", beam_size=1, max_len_a=0,
+                                                  max_len_b=6).text
+    assert list(reply["view"]["kinds"]) == ["alignment"] and info["attention"] == "alignment"
+    assert info["parameters"] == sum(p.numel() for p in tiny.model.parameters())

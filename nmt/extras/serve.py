@@ -215,8 +215,7 @@ def model_info(translator, cfg: DictConfig, all_heads: bool) -> dict:
     tok, train_cfg = translator.tokenizer, translator.config
     model = getattr(translator, "model", None)
     if model is None:   # CTranslate2: count the parameters of the model its config builds
-        with torch.device("meta"):
-            model = build_model(train_cfg.model, tok.src_vocab_size, tok.tgt_vocab_size)
+        model = build_model(train_cfg.model, tok.src_vocab_size, tok.tgt_vocab_size)
     source = (cfg.model_dir if cfg.engine == "ctranslate2" else
               cfg.checkpoint[0] if OmegaConf.is_list(cfg.checkpoint) else cfg.checkpoint)
     scores_file = Path(source) / "scores.json" if cfg.engine == "ctranslate2" else \
