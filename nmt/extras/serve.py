@@ -49,7 +49,7 @@ import numpy as np
 import torch
 from fastapi import Depends, FastAPI, HTTPException, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import HTMLResponse, JSONResponse
+from fastapi.responses import HTMLResponse, JSONResponse, Response
 from omegaconf import DictConfig, OmegaConf
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 from starlette.exceptions import HTTPException as StarletteHTTPException
@@ -85,8 +85,9 @@ class Batcher:
     ``submit`` may be called from any thread; ``close`` answers everything submitted, then
     stops the thread."""
 
-    def __init__(self, decode: Callable[[list[str], Key], list], count_tokens: Callable[[list[str]], int],
-                 max_batch_tokens: int, max_wait_ms: float) -> None:
+    def __init__(self, decode: Callable[[list[str], Key], list],
+                 count_tokens: Callable[[list[str]], int], max_batch_tokens: int,
+                 max_wait_ms: float) -> None:
         self.decode, self.count_tokens = decode, count_tokens
         self.max_tokens, self.max_wait = max_batch_tokens, max_wait_ms / 1000.0
         self._queue: queue.SimpleQueue[_Job | None] = queue.SimpleQueue()
@@ -165,11 +166,11 @@ class Batcher:
                 for job in batch:
                     self._run([job], job.tokens)
                 return
+            expected = is_out_of_memory(err) or isinstance(err, ConfigError)
             if is_out_of_memory(err) and torch.cuda.is_available():
                 torch.cuda.empty_cache()
-            log.log(logging.WARNING if is_out_of_memory(err) or isinstance(err, ConfigError)
-                    else logging.ERROR, "batch failed: %s", err, exc_info=not isinstance(
-                        err, ConfigError) and not is_out_of_memory(err))
+            log.log(logging.WARNING if expected else logging.ERROR, "batch failed: %s", err,
+                    exc_info=not expected)
             for job in batch:
                 job.future.set_exception(err)
             return
@@ -340,12 +341,13 @@ def create_app(translator, cfg: DictConfig) -> FastAPI:
     class TranslateResponse(BaseModel):
         translations: list[Sentence]
 
-    def decode(sentences: list[str], key: Key) -> list[dict]:
+    def decode(sentences: list[str], key: Key) -> list[str]:   # JSON made here, off the loop
         beam_size, n_best, length_penalty, alignment = key
         results = translator.translate(sentences, beam_size=beam_size, n_best=n_best,
                                        length_penalty=length_penalty, **search,
                                        return_attention=alignment and all_heads)
-        return [translation_json(r, alignment) for r in results]
+        return [json.dumps(translation_json(r, alignment), ensure_ascii=False, allow_nan=False)
+                for r in results]
 
     def count_tokens(sentences: list[str]) -> int:
         return sum(len(ids) + 1 for ids in translator.tokenizer.encode_src_batch(sentences))
@@ -407,7 +409,8 @@ def create_app(translator, cfg: DictConfig) -> FastAPI:
                 return _error(503, "out of memory while decoding this batch; retry, or send "
                                    "fewer or shorter sentences.")
             return _error(500, f"internal error ({type(err).__name__}); see the server log.")
-        return JSONResponse({"translations": results})
+        return Response('{"translations":[' + ",".join(results) + "]}",
+                        media_type="application/json")
 
     @app.get("/v1/model", dependencies=[Depends(authorized)])
     async def model() -> dict:
