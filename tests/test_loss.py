@@ -191,6 +191,9 @@ def test_rdrop_equals_the_two_pass_reference_in_values_and_gradients(eps):
     assert objective.item() == pytest.approx(ref.item() / 2, rel=1e-12)
     assert kl.item() == pytest.approx(ref_kl.item(), rel=1e-12) and kl.item() > 0
     torch.testing.assert_close(ours, z.grad, atol=1e-12, rtol=0)
+    small = z.detach()[[0, 3], :3, :4].clone().requires_grad_(True)      # [2B = 2, 3, 4]
+    assert torch.autograd.gradcheck(lambda x: rdrop_loss(x, target[:1, :3] % 4, eps, 5.0)[0],
+                                    (small,))
 
 
 def test_rdrop_padding_contributes_nothing_and_identical_passes_give_one_pass():
@@ -225,8 +228,11 @@ def test_rdrop_sums_over_pairs_so_accumulation_and_ddp_split_it_freely():
         assert whole[k].item() == pytest.approx(parts[0][k].item() + parts[1][k].item(), rel=1e-12)
 
 
-def test_rdrop_kl_is_computed_in_fp32_from_bf16_logits():
+def test_rdrop_kl_is_computed_in_fp32_from_bf16_logits_and_returns_their_dtype():
     logits, target = _rdrop_hand_case()
-    objective, _, _, kl = rdrop_loss(logits.to(torch.bfloat16), target, 0.1, 5.0)
+    logits = logits.to(torch.bfloat16).requires_grad_(True)
+    objective, _, _, kl = rdrop_loss(logits, target, 0.1, 5.0)
     assert objective.dtype == kl.dtype == torch.float32
     assert kl.item() == pytest.approx(0.5 * LN2, rel=1e-2)     # bf16 rounds the logits only
+    objective.backward()
+    assert logits.grad.dtype == torch.bfloat16 and torch.isfinite(logits.grad).all()
