@@ -217,10 +217,9 @@ def model_info(translator, cfg: DictConfig, all_heads: bool) -> dict:
     model = getattr(translator, "model", None)
     if model is None:   # CTranslate2: count the parameters of the model its config builds
         model = build_model(train_cfg.model, tok.src_vocab_size, tok.tgt_vocab_size)
-    source = (cfg.model_dir if cfg.engine == "ctranslate2" else
-              cfg.checkpoint[0] if OmegaConf.is_list(cfg.checkpoint) else cfg.checkpoint)
-    scores_file = Path(source) / "scores.json" if cfg.engine == "ctranslate2" else \
-        Path(source).parent / "scores.json"
+    first = cfg.checkpoint[0] if OmegaConf.is_list(cfg.checkpoint) else cfg.checkpoint
+    scores_file = (Path(cfg.model_dir) if cfg.engine == "ctranslate2" else
+                   Path(first).parent) / "scores.json"
     try:
         scores = json.loads(scores_file.read_text(encoding="utf-8"))
     except (OSError, ValueError):
@@ -363,7 +362,7 @@ def create_app(translator, cfg: DictConfig) -> FastAPI:
         finally:
             await asyncio.to_thread(batcher_box.pop().close)
 
-    def authorized(request: Request) -> None:
+    async def authorized(request: Request) -> None:   # async: no thread pool hop per request
         if limits.api_key is None:
             return
         given = request.headers.get("authorization", "")
