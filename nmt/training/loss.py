@@ -92,34 +92,30 @@ def label_smoothed_nll_reference(logits: Tensor, target: Tensor, epsilon: float,
 
 
 class _SymmetricKL(torch.autograd.Function):
-    """Fused ``1/2 sum_n keep_n sum_k (P1 - P2)(log P1 - log P2)`` over logits [2, N, V] (the
-    two passes) in float32. With D = log P1 - log P2, KL12 = E_P1[D] and KL21 = -E_P2[D], the
-    gradient per token in closed form: ``dS/dz1 = P1 (D - KL12) + P1 - P2`` and ``dS/dz2 =
-    -P2 (D + KL21) + P2 - P1``, recomputed from the saved log-normalisers (autograd through
-    ``log_softmax`` took 1.4-1.7x the time on [2, 4088, 8000] on CPU; tested against it)."""
+    """Fused ``1/2 sum_n keep_n S_n`` over logits z [2, N, V] (the two passes) in float32, with
+    ``S = sum_k (P1 - P2)(log P1 - log P2) = sum_k (P1 - P2)(z1 - z2)`` (the log-normalisers
+    cancel: sum_k (P1 - P2) = 0). With w = z1 - z2 and m_i = E_Pi[w], S = m1 - m2 and
+    ``dS/dz1 = P1 (w - m1 + 1) - P2``, ``dS/dz2 = P2 (m2 - w + 1) - P1``, the softmaxes
+    recomputed in backward: 0.56-0.66x the time of autograd through ``log_softmax`` (CPU, one
+    thread, [2, 2044, 8000]), which the tests compare it with."""
 
     @staticmethod
     def forward(ctx, logits: Tensor, keep: Tensor) -> Tensor:  # type: ignore[override]
         z = _at_least_fp32(logits)                                      # [2, N, V]
-        lse = torch.logsumexp(z, dim=-1, keepdim=True)                  # [2, N, 1]
-        logp = z - lse
-        p = logp.exp()
-        delta = logp[0].sub_(logp[1])                                   # D [N, V]
-        kl12, kl21 = torch.linalg.vecdot(p[0], delta), -torch.linalg.vecdot(p[1], delta)
+        p, w = torch.softmax(z, dim=-1), z[0] - z[1]                    # [2, N, V], [N, V]
+        m = torch.linalg.vecdot(p, w)                                   # [2, N]: E_P1[w], E_P2[w]
         keep_f = keep.to(z.dtype)
-        ctx.save_for_backward(logits, lse, kl12, kl21, keep_f)
-        return 0.5 * ((kl12 + kl21) * keep_f).sum()
+        ctx.save_for_backward(logits, m, keep_f)
+        return 0.5 * ((m[0] - m[1]) * keep_f).sum()
 
     @staticmethod
     def backward(ctx, grad: Tensor):  # type: ignore[override]
-        logits, lse, kl12, kl21, keep_f = ctx.saved_tensors
+        logits, m, keep_f = ctx.saved_tensors
         z = _at_least_fp32(logits)
-        p = torch.sub(z, lse).exp_()                                    # [2, N, V]
-        delta = torch.sub(z[0], lse[0]).sub_(z[1] - lse[1])             # D [N, V]
-        diff = p[0] - p[1]
+        p, w = torch.softmax(z, dim=-1), z[0] - z[1]
         out = torch.empty_like(p)
-        torch.addcmul(diff, p[0], delta - kl12.unsqueeze(-1), out=out[0])
-        torch.addcmul(diff.neg_(), p[1], delta.add_(kl21.unsqueeze(-1)), value=-1.0, out=out[1])
+        torch.addcmul(-p[1], p[0], (w - m[0].unsqueeze(-1)).add_(1.0), out=out[0])
+        torch.addcmul(-p[0], p[1], w.neg_().add_(m[1].unsqueeze(-1) + 1.0), out=out[1])
         out.mul_((0.5 * grad * keep_f).unsqueeze(-1))
         return out.to(logits.dtype), None
 
