@@ -12,7 +12,7 @@ The other arguments, before, between or after the options, are Hydra overrides o
 ``--precision fp32|bf16`` (autocast dtype of the forward, as ``train.precision``; default
 fp32), ``--profile`` (print the top ops of a torch.profiler run after timing),
 ``--no-malloc-tune`` (keep glibc's default malloc, see :func:`nmt.runtime.tune_malloc`), and
-two A/B comparisons, each in one process, alternating A and B step by step over the same
+three A/B comparisons, each in one process, alternating A and B step by step over the same
 batches (the host's speed drifts: only ratios measured side by side are compared; the
 speedup is the median of the per-pair ratios):
 
@@ -22,14 +22,17 @@ speedup is the median of the per-pair ratios):
                          ``compile_s`` is the wall time of that warm-up minus the eager
                          time of the same steps, ``graphs`` the graphs Dynamo built.
 ``--compare-precision``  fp32 (A) vs bf16 autocast (B).
+``--compare-consistency`` ``train.consistency=none`` (A) vs ``rdrop`` (B), the same model
+                         and optimizer; ``rdrop_speedup`` < 1 is R-Drop's cost per step.
 
 One step = forward (teacher forcing, ``need_alignment=False``) and loss as
 :func:`nmt.training.trainer.forward_loss` computes them (label-smoothed cross-entropy with
 ``train.label_smoothing``; with ``train.consistency=rdrop`` one forward over the batch twice
-and R-Drop's KL term), summed over real target tokens / their number, backward, gradient clipping (``train.clip_grad_norm``) and a
-step of the optimizer that :func:`nmt.training.trainer.build_optimizer` builds from the train
-config (Adam/AdamW, fused kernel where available): the same calls as ``nmt-train``'s step
-(fp32, one batch per step, no DDP).
+and R-Drop's KL term), summed over real target tokens / their number, backward, gradient
+clipping (``train.clip_grad_norm``) and a step of the optimizer that
+:func:`nmt.training.trainer.build_optimizer` builds from the train config (Adam/AdamW, fused
+kernel where available): the same calls as ``nmt-train``'s step (fp32, one batch per step,
+no DDP).
 The batches are the first ``warmup + steps`` batches of epoch 0 of
 ``TokenBatchSampler(train.batch_tokens)`` over the prepared training split.
 
@@ -63,6 +66,7 @@ import time
 from pathlib import Path
 
 import torch
+from omegaconf import OmegaConf
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
@@ -94,14 +98,16 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--compile", action="store_true", help="A/B: eager vs torch.compile")
     parser.add_argument("--compare-precision", action="store_true", help="A/B: fp32 vs bf16")
+    parser.add_argument("--compare-consistency", action="store_true",
+                        help="A/B: train.consistency=none vs rdrop")
     parser.add_argument("--precision", choices=["fp32", "bf16"], default="fp32")
     parser.add_argument("--profile", action="store_true")
     parser.add_argument("--no-malloc-tune", action="store_true",
                         help="leave glibc malloc at its defaults (see tune_malloc)")
     args = parser.parse_intermixed_args(argv)
-    if args.compile and args.compare_precision:
-        raise ConfigError("--compile and --compare-precision are two separate A/B runs; give "
-                          "one of them.")
+    if args.compile + args.compare_precision + args.compare_consistency > 1:
+        raise ConfigError("--compile, --compare-precision and --compare-consistency are separate "
+                          "A/B runs; give one of them.")
     cfg = compose_config(args.overrides)
     malloc_tuned = False if args.no_malloc_tune else tune_malloc()
     bound_onednn_cache()
@@ -122,11 +128,10 @@ def main(argv: list[str] | None = None) -> dict:
     trainable = [p for p in model.parameters() if p.requires_grad]
     opt = build_optimizer(trainable, cfg.train)
     clip = float(cfg.train.clip_grad_norm)
-    copies = 2 if cfg.train.consistency == "rdrop" else 1    # R-Drop: every pair twice
     compiled = model.compiled() if (args.compile or cfg.train.compile) else None
 
-    def step(b, fwd, bf16: bool) -> float:
-        objective, _ = forward_loss(fwd, b, cfg.train,
+    def step(b, fwd, bf16: bool, t) -> float:
+        objective, _ = forward_loss(fwd, b, t,
                                     torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16))
         loss = objective / b.n_tgt_tokens
         opt.zero_grad(set_to_none=True)
@@ -136,30 +141,33 @@ def main(argv: list[str] | None = None) -> dict:
         opt.step()
         return loss.item()
 
-    bf16 = args.precision == "bf16"
+    bf16, t = args.precision == "bf16", cfg.train
     if args.compile:
-        variants = {"eager": (model, bf16), "compiled": (compiled, bf16)}
+        variants = {"eager": (model, bf16, t), "compiled": (compiled, bf16, t)}
     elif args.compare_precision:
-        variants = {"fp32": (model, False), "bf16": (model, True)}
+        variants = {"fp32": (model, False, t), "bf16": (model, True, t)}
+    elif args.compare_consistency:
+        variants = {c: (compiled or model, bf16, OmegaConf.merge(t, {"consistency": c}))
+                    for c in ("none", "rdrop")}
     else:
-        variants = {"run": (compiled or model, bf16)}
+        variants = {"run": (compiled or model, bf16, t)}
     timed = batches[args.warmup:]
     extra: dict = {}
     t0 = time.perf_counter()
     for b in batches[: args.warmup]:
-        for fwd, half in variants.values():
-            step(b, fwd, half)
+        for variant in variants.values():
+            step(b, *variant)
     print(f"warm-up: {args.warmup} steps per variant in {time.perf_counter() - t0:.1f} s", flush=True)
     if compiled is not None:
         # Compile every shape now (Dynamo marks dims dynamic after the first recompile), so
         # that the timed pairs measure steady-state steps; charge the excess to compiling.
         t_c = time.perf_counter()
         for b in timed:
-            step(b, compiled, bf16)
+            step(b, compiled, bf16, t)
         t_c = time.perf_counter() - t_c
         t_e = time.perf_counter()
         for b in timed:
-            step(b, model, bf16)
+            step(b, model, bf16, t)
         t_e = time.perf_counter() - t_e
         stats = compile_stats()
         extra = {"compile_s": round(stats["compile_s"], 1), "graphs": stats["graphs"],
@@ -167,28 +175,28 @@ def main(argv: list[str] | None = None) -> dict:
         print(f"compile: {stats['graphs']} graphs, {stats['compile_s']:.1f} s in Dynamo/Inductor",
               flush=True)
     times = {name: [] for name in variants}
+    names = list(variants)
+    main_name = names[-1]
+    copies = 2 if variants[main_name][2].consistency == "rdrop" else 1   # R-Drop: pairs twice
     tgt_tokens, flops = 0, 0.0
     for i, b in enumerate(timed):
         order = list(variants) if i % 2 == 0 else list(reversed(variants))
         line = []
         for name in order:
-            fwd, half = variants[name]
-            t = time.perf_counter()
-            loss = step(b, fwd, half)
-            times[name].append(time.perf_counter() - t)
+            t0 = time.perf_counter()
+            loss = step(b, *variants[name])
+            times[name].append(time.perf_counter() - t0)
             line.append(f"{name} {1e3 * times[name][-1]:.0f} ms")
         tgt_tokens += b.n_tgt_tokens
         flops += 6.0 * copies * (n_enc * b.n_src_tokens + n_dec * b.n_tgt_tokens)
         print(f"  step {i + 1}: {', '.join(line)}  B={len(b)} S={b.src.shape[1]} "
               f"T={b.tgt_in.shape[1]} tgt_tokens={b.n_tgt_tokens} loss={loss:.3f}", flush=True)
-    names = list(variants)
-    main_name = names[-1]
     wall = sum(times[main_name])
     ema = WeightAverage(model, cfg.train.ema_decay or 0.999)
     ema_times = []
-    for t in range(20):
+    for k in range(20):
         t0 = time.perf_counter()
-        ema.update(t + 1)
+        ema.update(k + 1)
         ema_times.append(time.perf_counter() - t0)
     ema_ms = 1e3 * statistics.median(ema_times)
     result = {
@@ -208,17 +216,17 @@ def main(argv: list[str] | None = None) -> dict:
         for name in names:
             result[f"{name}_tgt_tokens_per_s"] = round(tgt_tokens / sum(times[name]), 1)
         ratios = [ta / tb for ta, tb in zip(times[a], times[b_], strict=True)]
-        result[f"{'compile' if args.compile else 'bf16'}_speedup"] = round(statistics.median(ratios), 3)
+        key = "compile" if args.compile else "rdrop" if args.compare_consistency else "bf16"
+        result[f"{key}_speedup"] = round(statistics.median(ratios), 3)
         result["pairs"] = len(ratios)
     result.update(extra)
     if compiled is not None:  # a graph built during the timed steps would show here
         result["graphs_after_timing"] = compile_stats()["graphs"]
-    fwd, half = variants[main_name]
     if args.profile:
         from torch.profiler import ProfilerActivity, profile
         with profile(activities=[ProfilerActivity.CPU]) as prof:
             for b in batches[args.warmup: args.warmup + 3]:
-                step(b, fwd, half)
+                step(b, *variants[main_name])
         print(prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=30))
     print(" ".join(f"{k}={v}" for k, v in result.items()), flush=True)
     return result
