@@ -45,6 +45,8 @@ def test_data_root_comes_from_the_environment(monkeypatch):
         (["train.keep_best=-1"], "train.keep_best"),
         (["train.eps=0"], "train.eps"),
         (["train.plateau_factor=1.5"], "train.plateau_factor"),
+        (["train.consistency=rdop"], "train.consistency"),
+        (["train.consistency_alpha=-1"], "train.consistency_alpha"),
         (["data.tokenizer.sampling_alpha=-0.1"], "data.tokenizer.sampling_alpha"),
         (["data.tokenizer.type=bpe", "data.tokenizer.sampling_alpha=1.0"],
          "data.tokenizer.sampling_alpha"),
