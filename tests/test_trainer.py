@@ -163,10 +163,11 @@ def test_fp16_loss_scaling_path_and_its_checkpointed_state(overrides, tmp_path, 
 def test_compiled_training_checkpoints_like_eager_and_resumes(overrides, tmp_path, model):
     """train.compile=true: same losses as eager (dropout off), plain state_dict keys (no
     ``_orig_mod.``), a bounded number of graphs over batches of different shapes, and a
-    resumed compiled run continues from the eager-compatible checkpoint."""
+    resumed compiled run continues from the eager-compatible checkpoint. The RNN trains with
+    R-Drop (its doubled batches through the compiled model)."""
     tiny = TINY_MODEL if model == "transformer" else [
         "model=rnn", "model.emb_dim=8", "model.encoder_hidden=8", "model.decoder_hidden=8",
-        "model.attention_dim=8", "model.output_dim=8"]
+        "model.attention_dim=8", "model.output_dim=8", "train.consistency=rdrop"]
     base = overrides[:-1] + tiny + TINY_TRAIN + [
         "model.dropout=0.0", "train.max_steps=6", "train.eval_every_steps=6"]
     eager = train(compose_config(base + [f"run_dir={tmp_path / 'eager'}"]))
