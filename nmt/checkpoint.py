@@ -61,7 +61,7 @@ MIGRATIONS: dict[int, Callable[[dict], dict]] = {1: _drop_data_name}
 # current default is on for some model (the Transformer recipe's train.ema_decay=0.999): an
 # older config that lacks them gets this value, not today's default, since the run had none.
 ABSENT_MEANS_OFF: dict[str, Any] = {"train.ema_decay": None, "data.tokenizer.sampling_alpha": None,
-                                     "train.cooldown": 0.0}
+                                     "train.cooldown": 0.0, "train.consistency": "none"}
 
 
 @functools.lru_cache(maxsize=8)

@@ -149,12 +149,12 @@ def test_upgrade_config_fills_new_keys_and_runs_migrations(monkeypatch):
 
     saved = OmegaConf.to_container(compose_config(["model=rnn"]))
     del saved["model"]["maxout"], saved["train"]["init_from"]       # "older" checkpoint
-    for key in ("ema_decay", "keep_best"):                          # added later
+    for key in ("ema_decay", "keep_best", "consistency"):           # added later
         del saved["train"][key]
     del saved["data"]["tokenizer"]["sampling_alpha"], saved["data"]["tokenizer"]["nbest_size"]
     cfg = upgrade_config(saved)
     assert cfg.model.maxout is True and cfg.train.init_from is None
-    assert (cfg.train.ema_decay, cfg.train.keep_best) == (None, 5)
+    assert (cfg.train.ema_decay, cfg.train.keep_best, cfg.train.consistency) == (None, 5, "none")
     assert (cfg.data.tokenizer.sampling_alpha, cfg.data.tokenizer.nbest_size) == (None, -1)
     # The Transformer's default is a moving average now; a config from before the key ran
     # without one, and says so after the upgrade (a config that sets it keeps its value).
