@@ -330,7 +330,9 @@ def register_configs() -> None:
         store.store(name=name, node=schema)
 
 
-def _positive(cfg: DictConfig, *keys: str, allow_zero: bool = False, prefix: str = "") -> None:
+def check_positive(cfg: DictConfig, *keys: str, allow_zero: bool = False, prefix: str = "") -> None:
+    """ConfigError unless each of ``keys`` (dotted, in ``cfg``; None skips it) is > 0 (>= 0
+    with ``allow_zero``), naming ``prefix + key`` and its value."""
     for key in keys:
         value = OmegaConf.select(cfg, key)
         if value is not None and (value < 0 or (value == 0 and not allow_zero)):
@@ -360,8 +362,8 @@ def validate_search(section: Any, prefix: str = "") -> DictConfig:
     """Type and range checks of the search keys (:class:`SearchSchema`); ``prefix`` is how they
     are spelled on the command line (``search.`` in nmt-train, none in evaluate/translate)."""
     search = merge_typed(SearchSchema, section, prefix.rstrip(".") or "search")
-    _positive(search, "beam_size", "batch_sentences", "n_best", prefix=prefix)
-    _positive(search, "max_len_a", "max_len_b", "batch_tokens", allow_zero=True, prefix=prefix)
+    check_positive(search, "beam_size", "batch_sentences", "n_best", prefix=prefix)
+    check_positive(search, "max_len_a", "max_len_b", "batch_tokens", allow_zero=True, prefix=prefix)
     if search.n_best > search.beam_size:
         raise ConfigError(f"{prefix}n_best={search.n_best} must be <= {prefix}beam_size={search.beam_size}.")
     return search
@@ -372,7 +374,7 @@ def validate_mbr(section: Any) -> DictConfig:
     ``epsilon`` in [0, 1); an unknown ``candidates`` or ``utility`` is a ConfigError naming the
     key and its choices."""
     mbr = merge_typed(MbrSchema, section, "mbr")
-    _positive(mbr, "num", prefix="mbr.")
+    check_positive(mbr, "num", prefix="mbr.")
     if not 0.0 <= mbr.epsilon < 1.0:
         raise ConfigError(f"mbr.epsilon={mbr.epsilon} must lie in [0, 1) (0 = no epsilon cut).")
     return mbr
@@ -433,14 +435,14 @@ def validate(cfg: DictConfig) -> DictConfig:
         }
     )
     data, train = out.data, out.train
-    _positive(out, "data.tokenizer.vocab_size", "data.tokenizer.input_sentence_size",
+    check_positive(out, "data.tokenizer.vocab_size", "data.tokenizer.input_sentence_size",
               "data.max_len", "data.max_len_ratio", "data.max_train_pairs")
     if data.src_lang == data.tgt_lang:
         raise ConfigError(f"data.src_lang={data.src_lang!r} must differ from data.tgt_lang.")
-    _positive(out, "train.batch_tokens", "train.accum_steps", "train.max_steps", "train.max_epochs",
+    check_positive(out, "train.batch_tokens", "train.accum_steps", "train.max_steps", "train.max_epochs",
               "train.max_minutes", "train.eval_every_steps", "train.log_every_steps", "train.lr",
               "train.plateau_patience", "train.early_stopping_patience", "train.eps")
-    _positive(out, "train.warmup_steps", "train.clip_grad_norm", "train.weight_decay",
+    check_positive(out, "train.warmup_steps", "train.clip_grad_norm", "train.weight_decay",
               "train.keep_last", "train.keep_best", "train.min_lr", "train.consistency_alpha",
               allow_zero=True)
     _unit_interval(out, "train.label_smoothing", "train.cooldown")

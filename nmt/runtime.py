@@ -164,6 +164,11 @@ def compile_stats() -> dict[str, Any]:
             "compile_s": float(spent.get("total_wall_time", 0.0))}
 
 
+def progress_enabled() -> bool:
+    """Whether to draw a progress bar: stderr is a terminal and ``$CI`` is not set."""
+    return sys.stderr.isatty() and not os.environ.get("CI")
+
+
 def peak_rss_mb() -> float:
     """This process's peak resident memory so far, MiB (``getrusage``; Linux reports KiB)."""
     import resource

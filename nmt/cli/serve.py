@@ -22,7 +22,7 @@ import hydra
 from omegaconf import DictConfig
 
 from nmt.cli.common import check_engine, decode_settings, load_translator, run_app, run_task
-from nmt.config import CONFIG_PATH, ConfigError, SearchSchema, validate_search
+from nmt.config import CONFIG_PATH, ConfigError, SearchSchema, check_positive, validate_search
 
 log = logging.getLogger("nmt.serve")
 
@@ -39,9 +39,8 @@ def _check(cfg: DictConfig) -> DictConfig:
     check_engine(cfg)
     validate_search(decode_settings(cfg, (SearchSchema,)))
     serve = cfg.serve
-    for key in ("max_batch_tokens", "max_sentences", "max_chars", "max_body_bytes", "max_beam_size"):
-        if serve[key] <= 0:
-            raise ConfigError(f"serve.{key}={serve[key]} must be > 0.")
+    check_positive(serve, "max_batch_tokens", "max_sentences", "max_chars", "max_body_bytes",
+                   "max_beam_size", prefix="serve.")
     if not 0 <= serve.max_wait_ms <= 10_000:
         raise ConfigError(f"serve.max_wait_ms={serve.max_wait_ms} must lie in [0, 10000].")
     if not 0 <= serve.port <= 65535:

@@ -16,8 +16,6 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
-import os
-import sys
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -44,6 +42,7 @@ from nmt.inference.mbr import MbrCost, mbr_select
 from nmt.inference.search import Hypothesis, beam_search, greedy_search, sample_search
 from nmt.models import Ensemble, build_model
 from nmt.models.base import Seq2Seq
+from nmt.runtime import progress_enabled
 
 SEARCH_KEYS = tuple(f.name for f in dataclasses.fields(SearchSchema))
 _DEFAULTS = {**{f.name: f.default for schema in (SearchSchema, SamplingSchema)
@@ -302,7 +301,7 @@ class TranslatorBase:
         utilities: list = [None] * len(src_ids)
         cost = MbrCost(sentences=len(src_ids))
         order = sorted(range(len(src_ids)), key=lambda i: len(src_ids[i]), reverse=True)
-        show = not quiet and sys.stderr.isatty() and not os.environ.get("CI")
+        show = not quiet and progress_enabled()
         with tqdm(total=len(src_ids), unit="sent", disable=not show, leave=False,
                   dynamic_ncols=True, desc=f"MBR ({mbr['candidates']} x{num}, {mbr['utility']})"
                   ) as bar:

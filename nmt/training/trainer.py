@@ -27,7 +27,6 @@ import logging
 import os
 import random
 import signal
-import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
@@ -50,7 +49,14 @@ from nmt.data.vocab import PAD_ID
 from nmt.evaluation.plot import tensorboard_figures
 from nmt.inference.translator import decode
 from nmt.models import build_model, validate_model
-from nmt.runtime import bound_onednn_cache, cpu_has_bf16, machine_info, peak_rss_mb, resolve_device
+from nmt.runtime import (
+    bound_onednn_cache,
+    cpu_has_bf16,
+    machine_info,
+    peak_rss_mb,
+    progress_enabled,
+    resolve_device,
+)
 from nmt.training import distributed as dist
 from nmt.training import run
 from nmt.training.ema import WeightAverage
@@ -479,7 +485,7 @@ class Trainer:
         group_size = info.world_size * t.accum_steps
         steps_per_epoch = -(-len(self.epoch_data(st.epoch)[1]) // group_size)
         total = t.max_steps if t.max_steps is not None else steps_per_epoch * (t.max_epochs or 1)
-        tty = info.is_main and sys.stderr.isatty() and not os.environ.get("CI")
+        tty = info.is_main and progress_enabled()
         bar = tqdm(total=total, initial=st.step, unit="step", dynamic_ncols=True, disable=not tty)
         self.model.train()
         self._pause = 0.0
