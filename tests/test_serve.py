@@ -11,6 +11,7 @@ import json
 import re
 import shutil
 import threading
+import time
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
@@ -139,6 +140,31 @@ def _run_batcher(jobs, max_wait_ms: float, fail_on: str | None = None):
     batcher.close()   # answers everything, then the thread ends
     outcomes = [f.exception() or f.result() for f in futures]
     return [s for s, _ in calls], outcomes
+
+
+def test_batcher_window_stays_open_while_requests_keep_coming_for_at_most_one_decode():
+    """Clients answered together come back spread out: the window opens when the worker is
+    free, stays open while arrivals are < max_wait apart, and closes after the previous
+    decode's duration (1 s here)."""
+    calls = []
+
+    def decode(sentences, key):
+        calls.append(sentences)
+        time.sleep(1.0 if sentences == ["first"] else 0)
+        return sentences
+
+    batcher = serve.Batcher(decode, len, max_batch_tokens=100, max_wait_ms=300)
+    batcher.submit(["first"], "k").result()
+    futures = []
+    for i in range(10):   # one request every 150 ms, from the moment the worker is free
+        futures.append(batcher.submit([f"s{i}"], "k"))
+        time.sleep(0.15)
+    batcher.close()
+    assert all(f.result() == [f"s{i}"] for i, f in enumerate(futures))
+    window = calls[1]
+    assert window[:4] == ["s0", "s1", "s2", "s3"]   # s3 came 450 ms after s0 (> max_wait)
+    assert "s9" not in window                        # 1,350 ms: past the 1 s cap
+    assert [s for c in calls[1:] for s in c] == [f"s{i}" for i in range(10)]
 
 
 def test_batcher_groups_by_settings_up_to_the_token_budget_and_answers_in_order():

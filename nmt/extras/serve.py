@@ -21,8 +21,9 @@ Endpoints (the OpenAPI page ``/docs`` documents their fields):
 
 Dynamic batching: each request's sentences go on a queue; one worker thread (so the event
 loop never decodes) takes the oldest request, gathers the queued ones with the same search
-settings up to ``serve.max_batch_tokens`` source subwords or until ``serve.max_wait_ms``
-after the oldest one arrived, decodes them with one ``translate`` call and hands each request
+settings up to ``serve.max_batch_tokens`` source subwords while the window is open (from the
+oldest one's arrival or the end of the previous batch, the later, while requests come less
+than ``serve.max_wait_ms`` apart, for at most the previous decode's duration), decodes them with one ``translate`` call and hands each request
 its own results. An out-of-memory error (CUDA or CPU) fails that batch only (503); another
 error in a batch of several requests decodes them one by one, so only the bad one fails.
 Bad input is a 4xx with one line of JSON ``{"error": "..."}``; the server goes on serving.
@@ -130,16 +131,25 @@ class Batcher:
         return True
 
     def _loop(self) -> None:
-        self._closing = False
+        self._closing, free_since, last_decode = False, 0.0, 0.0
         while self._waiting or not self._closing:
             if not self._waiting:
                 self._take(None)
                 continue
             first = self._waiting[0]
+            # The window opens when the oldest request arrives or the worker becomes free (the
+            # later) and stays open while requests keep coming less than max_wait apart, for at
+            # most as long as the previous batch took to decode: concurrent clients, answered
+            # together, come back over many milliseconds and share the next batch instead of
+            # splitting into a small batch and a large one.
+            opened = max(first.arrived, free_since)
+            latest, last_arrival = opened + max(self.max_wait, last_decode), opened
             while self.max_wait > 0 and not self._closing and self.max_tokens > sum(
                     j.tokens for j in self._waiting if j.key == first.key):
-                if not self._take(max(0.0, first.arrived + self.max_wait - time.monotonic())):
+                until = min(latest, last_arrival + self.max_wait)
+                if not self._take(max(0.0, until - time.monotonic())):
                     break
+                last_arrival = max(last_arrival, self._waiting[-1].arrived if self._waiting else 0)
             batch, tokens = [], 0   # the oldest job, then same-key jobs in order while they fit
             for job in self._waiting:
                 if job.key == first.key:
@@ -149,7 +159,10 @@ class Batcher:
                     tokens += job.tokens
             for job in batch:
                 self._waiting.remove(job)
+            start = time.monotonic()
             self._run([j for j in batch if j.future.set_running_or_notify_cancel()], tokens)
+            free_since = time.monotonic()
+            last_decode = free_since - start
             with self._lock:
                 self.queued -= sum(len(j.sentences) for j in batch)
 
