@@ -190,9 +190,11 @@ class MbrSchema:
     """Minimum-Bayes-risk decoding (``decoding=mbr``; :mod:`nmt.inference.mbr`): of ``num``
     candidates per sentence, the one with the highest mean utility against all of them."""
 
-    candidates: MbrCandidates = MbrCandidates("sample")   # sample: num draws with the sampling
-    #                              settings (temperature, top_k, top_p, seed) and epsilon below;
-    #                              beam: the beam's n-best with beam_size = n_best = num
+    candidates: MbrCandidates = MbrCandidates("beam")   # beam: the beam's n-best with
+    #                              beam_size = n_best = num (ahead of samples on val in every
+    #                              cell of docs/studies.md, round two, at 1/4-1/2 of the time);
+    #                              sample: num draws with the sampling settings (temperature,
+    #                              top_k, top_p, seed) and epsilon below
     num: int = 16                  # candidates per sentence (also the pseudo-references)
     utility: MbrUtility = MbrUtility("chrf")   # chrf (fastchrf) | bleu (sacreBLEU sentence BLEU)
     epsilon: float = 0.02          # candidates=sample: epsilon sampling (Hewitt et al. 2022; for MBR,

@@ -19,6 +19,9 @@ The sentences are the Multi30k split's source side (``$NMT_DATA_ROOT`` or
 
 1. offline: the nmt-translate code path (``translate_stream``, chunks of ``batch_sentences``)
    over the whole split in this process, model loading not timed -> ``offline_sents_per_s``;
+   again in chunks of N x M sentences, the most that N clients of M sentences can have in
+   flight at once, so the largest batch the server can form -> ``offline_clients_sents_per_s``
+   (the ceiling of the server phases);
 2. dynamic batching: an ``nmt-serve`` process on a free loopback port with the config's
    ``serve.max_wait_ms``; N httpx async clients each send requests of M consecutive
    sentences, one after the other, for S seconds (after one untimed round);
@@ -30,8 +33,9 @@ wall time until the last answer), request latency percentiles ``p50_ms``, ``p95_
 ``p99_ms``, ``errors`` (non-200 answers and failed connections), ``requests``, and
 ``mean_batch`` (sentences per decode batch, from the server's log). The last line is
 ``key=value`` pairs: the batching phase unprefixed, the other with ``nobatch_``, then
-``offline_sents_per_s``, ``batching_speedup`` (sents_per_s / nobatch_sents_per_s) and
-``vs_offline`` (sents_per_s / offline_sents_per_s).
+``offline_sents_per_s``, ``offline_clients_sents_per_s``, ``batching_speedup`` (sents_per_s /
+nobatch_sents_per_s), ``vs_offline`` (sents_per_s / offline_sents_per_s) and
+``vs_offline_clients`` (sents_per_s / offline_clients_sents_per_s).
 """
 
 from __future__ import annotations
@@ -175,9 +179,12 @@ def main(argv: list[str] | None = None) -> dict:
         raise ConfigError("--clients, --sentences-per-request, --beam-size and --seconds must be > 0.")
     overrides = [*([f"checkpoint={args.checkpoint}"] if args.checkpoint else []), *args.overrides]
     compose_config(overrides, config_name="serve", validate_fn=check_serve)   # bad input: now
-    offline_rate, sentences = offline([o for o in overrides if not o.startswith("serve.")],
-                                      args.beam_size, args.split)
-    print(f"offline: {len(sentences)} sentences, {offline_rate:.1f} sentences/s", flush=True)
+    plain = [o for o in overrides if not o.startswith("serve.")]
+    offline_rate, sentences = offline(plain, args.beam_size, args.split)
+    in_flight = args.clients * args.sentences_per_request
+    clients_rate, _ = offline([*plain, f"batch_sentences={in_flight}"], args.beam_size, args.split)
+    print(f"offline: {len(sentences)} sentences, {offline_rate:.1f} sentences/s; in chunks of "
+          f"{in_flight}: {clients_rate:.1f}", flush=True)
     result = {}
     with tempfile.TemporaryDirectory() as tmp:
         for prefix, extra in (("", []), ("nobatch_", ["serve.max_wait_ms=0"])):
@@ -185,9 +192,10 @@ def main(argv: list[str] | None = None) -> dict:
             print(f"{'no batching' if prefix else 'batching'}: " + " ".join(f"{k}={v:.1f}" for k, v in figures.items()),
                   flush=True)
             result.update({prefix + k: v for k, v in figures.items()})
-    result.update(offline_sents_per_s=offline_rate,
+    result.update(offline_sents_per_s=offline_rate, offline_clients_sents_per_s=clients_rate,
                   batching_speedup=result["sents_per_s"] / max(result["nobatch_sents_per_s"], 1e-9),
-                  vs_offline=result["sents_per_s"] / offline_rate)
+                  vs_offline=result["sents_per_s"] / offline_rate,
+                  vs_offline_clients=result["sents_per_s"] / clients_rate)
     print(" ".join(f"{k}={v}" if isinstance(v, int) else f"{k}={v:.2f}" for k, v in result.items()),
           flush=True)
     return result

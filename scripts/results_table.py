@@ -22,12 +22,24 @@ from nmt.config import ConfigError
 
 COLUMNS = ("model", "data", "params", "train min", "train tok/s", "peak RSS GiB", "length penalty",
            "val BLEU beam 5", "val chrF beam 5", "val BLEU lc beam 5", "test BLEU greedy",
-           "test BLEU beam 5", "test chrF beam 5", "test BLEU lc beam 5", "machine", "date")
+           "test BLEU beam 5", "test chrF beam 5", "test BLEU lc beam 5", "decoding",
+           "test s per 1k sentences", "machine", "date")
 
 
 def _scores(run: Path, name: str) -> dict:
     path = run / "eval" / name / "scores.json"
     return json.loads(path.read_text()) if path.is_file() else {}
+
+
+def decoding(scores: dict) -> str:
+    """How the test split was decoded: ``beam 5``, ``greedy``, or ``MBR chrf 16 beam``."""
+    if "beam_size" not in scores:
+        return "n/a"
+    search = "greedy" if scores["beam_size"] == 1 else f"beam {scores['beam_size']}"
+    if scores.get("decoding") != "mbr":
+        return search
+    mbr = scores["mbr"]
+    return f"MBR {mbr['utility']} {mbr['num']} {mbr['candidates']} ({search})"
 
 
 def row(run: Path) -> tuple[list[str], str]:
@@ -52,7 +64,8 @@ def row(run: Path) -> tuple[list[str], str]:
         f"{summary['train_tokens_per_s']:.0f}", f"{summary['peak_rss_mb'] / 1024:.1f}",
         f"{test['length_penalty']:g}" if "length_penalty" in test else "n/a",
         *(fmt(val, key) for key in ("bleu", "chrf", "bleu_lowercase")), fmt(test_greedy, "bleu"),
-        *(fmt(test, key) for key in ("bleu", "chrf", "bleu_lowercase")),
+        *(fmt(test, key) for key in ("bleu", "chrf", "bleu_lowercase")), decoding(test),
+        fmt(test, "ms_per_sentence"),   # ms per sentence = seconds per 1,000 sentences
         f"{machine.get('cores', '?')} cores {machine.get('cpu', '?')}, {summary.get('device', '?')}",
         str(summary.get("date", "n/a")),
     ]

@@ -57,7 +57,7 @@ def test_translate_one_sentence_or_many(translator):
 
 def test_search_settings_default_to_the_schemas_and_are_checked_once():
     assert search_settings() == {**vars(SearchSchema()), **vars(SamplingSchema()),
-                                 "decoding": "search", "mbr": {"candidates": "sample", "num": 16,
+                                 "decoding": "search", "mbr": {"candidates": "beam", "num": 16,
                                                                "utility": "chrf", "epsilon": 0.02}}
     assert search_settings(beam_size=1, top_p=None)["beam_size"] == 1
     for bad in ({"beam": 3}, {"n_best": 6}, {"temperature": -1.0}, {"top_k": -1}, {"top_p": 1.5}):
@@ -287,7 +287,8 @@ def test_evaluate_mbr_reports_its_cost_beside_the_search_it_replaces(tmp_path, c
 
     corpus = write_corpus(tmp_path / "corpus", {"test": 4})
     args = [f"checkpoint={CKPT}", f"src_file={corpus / 'test.de'}", f"ref_file={corpus / 'test.en'}",
-            "max_len_a=0", "max_len_b=8", "save_alignments=false", "decoding=mbr"]
+            "max_len_a=0", "max_len_b=8", "save_alignments=false", "decoding=mbr",
+            "mbr.candidates=sample"]
     assert cli_evaluate.main([*args, "mbr.num=3", "beam_size=2", f"out_dir={tmp_path / 'e'}"]) == 0
     printed = capsys.readouterr().out
     assert "MBR (sample x3, chrf)" in printed and "per sentence: beam_size=2" in printed

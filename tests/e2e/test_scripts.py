@@ -124,6 +124,7 @@ def test_results_table_pastes_val_and_test_scores_of_a_run(tmp_path):
         "machine": {"cores": 2, "cpu": "Xeon"}, "device": "cpu", "date": "2026-11-22"}))
     scores = {"val": {"bleu": 43.68, "chrf": 63.08, "bleu_lowercase": 45.04, "length_penalty": 2.4},
               "test_2016_flickr": {"bleu": 41.96, "chrf": 61.5, "bleu_lowercase": 43.21, "length_penalty": 2.4,
+                                   "beam_size": 5, "decoding": "search", "ms_per_sentence": 21.34,
                                    "bleu_signature": "nrefs:1|case:mixed", "chrf_signature": "nrefs:1|nc:6"},
               "test_2016_flickr_greedy": {"bleu": 40.04}}
     for name, values in scores.items():
@@ -137,6 +138,7 @@ def test_results_table_pastes_val_and_test_scores_of_a_run(tmp_path):
         "model": "transformer", "data": "de->en", "params": "7.6M", "train min": "60", "train tok/s": "3210",
         "peak RSS GiB": "3.4", "length penalty": "2.4", "val BLEU beam 5": "43.7", "val chrF beam 5": "63.1",
         "val BLEU lc beam 5": "45.0", "test BLEU greedy": "40.0", "test BLEU beam 5": "42.0",
-        "test chrF beam 5": "61.5", "test BLEU lc beam 5": "43.2", "machine": "2 cores Xeon, cpu",
+        "test chrF beam 5": "61.5", "test BLEU lc beam 5": "43.2", "decoding": "beam 5",
+        "test s per 1k sentences": "21.3", "machine": "2 cores Xeon, cpu",
         "date": "2026-11-22"}
     assert signatures == f"{run}: BLEU nrefs:1|case:mixed | chrF nrefs:1|nc:6"
