@@ -438,15 +438,15 @@ def validate(cfg: DictConfig) -> DictConfig:
     )
     data, train = out.data, out.train
     check_positive(out, "data.tokenizer.vocab_size", "data.tokenizer.input_sentence_size",
-              "data.max_len", "data.max_len_ratio", "data.max_train_pairs")
+                   "data.max_len", "data.max_len_ratio", "data.max_train_pairs")
     if data.src_lang == data.tgt_lang:
         raise ConfigError(f"data.src_lang={data.src_lang!r} must differ from data.tgt_lang.")
     check_positive(out, "train.batch_tokens", "train.accum_steps", "train.max_steps", "train.max_epochs",
-              "train.max_minutes", "train.eval_every_steps", "train.log_every_steps", "train.lr",
-              "train.plateau_patience", "train.early_stopping_patience", "train.eps")
+                   "train.max_minutes", "train.eval_every_steps", "train.log_every_steps", "train.lr",
+                   "train.plateau_patience", "train.early_stopping_patience", "train.eps")
     check_positive(out, "train.warmup_steps", "train.clip_grad_norm", "train.weight_decay",
-              "train.keep_last", "train.keep_best", "train.min_lr", "train.consistency_alpha",
-              allow_zero=True)
+                   "train.keep_last", "train.keep_best", "train.min_lr", "train.consistency_alpha",
+                   allow_zero=True)
     _unit_interval(out, "train.label_smoothing", "train.cooldown")
     if train.cooldown > 0 and train.max_steps is None and train.max_minutes is None:
         raise ConfigError(f"train.cooldown={train.cooldown} needs a budget: set train.max_steps "

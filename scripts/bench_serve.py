@@ -75,17 +75,23 @@ def read_sentences(split: str, src_lang: str) -> list[str]:
     return [line for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
 
 
-def offline(overrides: list[str], beam_size: int, split: str) -> tuple[float, list[str]]:
-    """(sentences/s of the nmt-translate path over the split, the split's sentences)."""
+def offline(overrides: list[str], beam_size: int, split: str, in_flight: int
+            ) -> tuple[float, float, list[str]]:
+    """(sentences/s of the nmt-translate path over the split in chunks of the config's
+    ``batch_sentences``, the same in chunks of ``in_flight``, the split's sentences)."""
     from nmt.cli.translate import translate_stream
 
     cfg = compose_config([*overrides, f"beam_size={beam_size}"], config_name="translate",
                          validate_fn=None)
     translator = load_translator(cfg)
     sentences = read_sentences(split, translator.config.data.src_lang)
-    start = time.perf_counter()
-    translate_stream(translator, sentences, io.StringIO(), decode_settings(cfg))
-    return len(sentences) / (time.perf_counter() - start), sentences
+    rates = []
+    for chunk in (cfg.batch_sentences, in_flight):
+        start = time.perf_counter()
+        translate_stream(translator, sentences, io.StringIO(),
+                         {**decode_settings(cfg), "batch_sentences": chunk})
+        rates.append(len(sentences) / (time.perf_counter() - start))
+    return rates[0], rates[1], sentences
 
 
 async def load(url: str, sentences: list[str], clients: int, seconds: float, per_request: int,
@@ -117,7 +123,7 @@ async def load(url: str, sentences: list[str], clients: int, seconds: float, per
 
     # One AsyncClient (one keep-alive connection) per client, as independent callers have:
     # 32 clients sharing one httpx pool measured 159 requests/s against a no-op endpoint here,
-    # 32 separate clients 470-800, so a shared pool would measure httpx, not the server.
+    # 32 separate clients 470-808, so a shared pool would measure httpx, not the server.
     https = [httpx.AsyncClient(base_url=url, timeout=120) for _ in range(clients)]
     try:
         await asyncio.gather(*(client(http, k, None) for k, http in enumerate(https)))
@@ -179,10 +185,9 @@ def main(argv: list[str] | None = None) -> dict:
         raise ConfigError("--clients, --sentences-per-request, --beam-size and --seconds must be > 0.")
     overrides = [*([f"checkpoint={args.checkpoint}"] if args.checkpoint else []), *args.overrides]
     compose_config(overrides, config_name="serve", validate_fn=check_serve)   # bad input: now
-    plain = [o for o in overrides if not o.startswith("serve.")]
-    offline_rate, sentences = offline(plain, args.beam_size, args.split)
     in_flight = args.clients * args.sentences_per_request
-    clients_rate, _ = offline([*plain, f"batch_sentences={in_flight}"], args.beam_size, args.split)
+    offline_rate, clients_rate, sentences = offline(
+        [o for o in overrides if not o.startswith("serve.")], args.beam_size, args.split, in_flight)
     print(f"offline: {len(sentences)} sentences, {offline_rate:.1f} sentences/s; in chunks of "
           f"{in_flight}: {clients_rate:.1f}", flush=True)
     result = {}

@@ -242,8 +242,7 @@ def test_mbr_on_ctranslate2_over_its_beam_or_samples_without_epsilon(engines):
     beam, sample = {"candidates": "beam", "num": 3}, {"candidates": "sample", "num": 3}
     ours = engines["pytorch"].translate(src, decoding="mbr", mbr=beam)
     assert [r.text for r in ct2.translate(src, decoding="mbr", mbr=beam)] == [r.text for r in ours]
-    sampled = ct2.translate(src, decoding="mbr", mbr={**sample, "epsilon": 0.0},
-                            top_p=0.9)
+    sampled = ct2.translate(src, decoding="mbr", mbr={**sample, "epsilon": 0.0}, top_p=0.9)
     assert ct2.mbr_cost.candidates == 12 and all(r.text for r in sampled)
     with pytest.raises(ConfigError, match="mbr.epsilon=0.02: CTranslate2 has no epsilon"):
         ct2.translate(src, decoding="mbr", mbr=sample)

@@ -23,8 +23,8 @@ Dynamic batching: each request's sentences go on a queue; one worker thread (so 
 loop never decodes) takes the oldest request, gathers the queued ones with the same search
 settings up to ``serve.max_batch_tokens`` source subwords while the window is open (from the
 oldest one's arrival or the end of the previous batch, the later, while requests come less
-than ``serve.max_wait_ms`` apart, for at most the previous decode's duration), decodes them with one ``translate`` call and hands each request
-its own results. An out-of-memory error (CUDA or CPU) fails that batch only (503); another
+than ``serve.max_wait_ms`` apart, for at most the previous decode's duration), decodes them
+with one ``translate`` call and hands each request its own results. An out-of-memory error (CUDA or CPU) fails that batch only (503); another
 error in a batch of several requests decodes them one by one, so only the bad one fails.
 Bad input is a 4xx with one line of JSON ``{"error": "..."}``; the server goes on serving.
 """
@@ -149,7 +149,7 @@ class Batcher:
                 until = min(latest, last_arrival + self.max_wait)
                 if not self._take(max(0.0, until - time.monotonic())):
                     break
-                last_arrival = max(last_arrival, self._waiting[-1].arrived if self._waiting else 0)
+                last_arrival = max(last_arrival, self._waiting[-1].arrived)
             batch, tokens = [], 0   # the oldest job, then same-key jobs in order while they fit
             for job in self._waiting:
                 if job.key == first.key:
