@@ -32,7 +32,8 @@ def _scores(run: Path, name: str) -> dict:
 
 
 def decoding(scores: dict) -> str:
-    """How the test split was decoded: ``beam 5``, ``greedy``, or ``MBR chrf 16 beam``."""
+    """How the test split was decoded: ``beam 5``, ``greedy``, or ``MBR chrf 16 beam (beam 5)``
+    (utility, candidates and their kind, then the search the MBR run also timed)."""
     if "beam_size" not in scores:
         return "n/a"
     search = "greedy" if scores["beam_size"] == 1 else f"beam {scores['beam_size']}"

@@ -24,8 +24,9 @@ loop never decodes) takes the oldest request, gathers the queued ones with the s
 settings up to ``serve.max_batch_tokens`` source subwords while the window is open (from the
 oldest one's arrival or the end of the previous batch, the later, while requests come less
 than ``serve.max_wait_ms`` apart, for at most the previous decode's duration), decodes them
-with one ``translate`` call and hands each request its own results. An out-of-memory error (CUDA or CPU) fails that batch only (503); another
-error in a batch of several requests decodes them one by one, so only the bad one fails.
+with one ``translate`` call and hands each request its own results. An out-of-memory error
+(CUDA or CPU) fails that batch only (503); another error in a batch of several requests
+decodes them one by one, so only the bad one fails.
 Bad input is a 4xx with one line of JSON ``{"error": "..."}``; the server goes on serving.
 """
 
