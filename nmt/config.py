@@ -74,7 +74,7 @@ Quantization = _choice_type("Quantization", "float32", "int8")
 Decoding = _choice_type("Decoding", "search", "mbr")
 MbrCandidates = _choice_type("MbrCandidates", "beam", "sample")
 MbrUtility = _choice_type("MbrUtility", "chrf", "bleu")
-Consistency = _choice_type("Consistency", "none", "rdrop")
+Consistency = _choice_type("Consistency", "none", "rdrop", "simcut")
 
 
 @dataclass
@@ -118,6 +118,7 @@ class TrainSchema:
     label_smoothing: float = MISSING
     consistency: Consistency = MISSING
     consistency_alpha: float = MISSING
+    cutoff_p: float = MISSING
     optimizer: Optimizer = MISSING
     lr: float = MISSING
     betas: list[float] = MISSING
@@ -447,7 +448,7 @@ def validate(cfg: DictConfig) -> DictConfig:
     check_positive(out, "train.warmup_steps", "train.clip_grad_norm", "train.weight_decay",
                    "train.keep_last", "train.keep_best", "train.min_lr", "train.consistency_alpha",
                    allow_zero=True)
-    _unit_interval(out, "train.label_smoothing", "train.cooldown")
+    _unit_interval(out, "train.label_smoothing", "train.cooldown", "train.cutoff_p")
     if train.cooldown > 0 and train.max_steps is None and train.max_minutes is None:
         raise ConfigError(f"train.cooldown={train.cooldown} needs a budget: set train.max_steps "
                           "or train.max_minutes.")

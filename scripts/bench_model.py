@@ -22,13 +22,14 @@ speedup is the median of the per-pair ratios):
                          ``compile_s`` is the wall time of that warm-up minus the eager
                          time of the same steps, ``graphs`` the graphs Dynamo built.
 ``--compare-precision``  fp32 (A) vs bf16 autocast (B).
-``--compare-consistency`` ``train.consistency=none`` (A) vs ``rdrop`` (B), the same model
-                         and optimizer; ``rdrop_speedup`` < 1 is R-Drop's cost per step.
+``--compare-consistency`` ``train.consistency=none`` (A) vs ``rdrop`` or, when the overrides
+                         say so, ``simcut`` (B), the same model and optimizer;
+                         ``<B>_speedup`` < 1 is B's cost per step.
 
 One step = forward (teacher forcing, ``need_alignment=False``) and loss as
 :func:`nmt.training.trainer.forward_loss` computes them (label-smoothed cross-entropy with
-``train.label_smoothing``; with ``train.consistency=rdrop`` one forward over the batch twice
-and R-Drop's KL term), summed over real target tokens / their number, backward, gradient
+``train.label_smoothing``; with ``train.consistency=rdrop|simcut`` one forward over the batch
+twice and the KL term, with simcut the token cutoff's hooks on the model), summed over real target tokens / their number, backward, gradient
 clipping (``train.clip_grad_norm``) and a step of the optimizer that
 :func:`nmt.training.trainer.build_optimizer` builds from the train config (Adam/AdamW, fused
 kernel where available): the same calls as ``nmt-train``'s step (fp32, one batch per step,
@@ -48,7 +49,7 @@ Reported (last line, ``key=value``; with an A/B option also ``eager_``/``compile
 
     N_enc: encoder parameters, N_dec: decoder parameters, N_out: output-projection parameters
     (V x d, also when tied), src/tgt_tokens: real (non-padding) tokens of the batch (twice
-    with ``train.consistency=rdrop``; ``tgt_tokens_per_s`` counts them once).
+    with ``train.consistency`` rdrop or simcut; ``tgt_tokens_per_s`` counts them once).
     Embedding lookups are not counted, neither are attention score FLOPs.
   * ``params`` (distinct trainable parameters), ``step_ms`` (median), ``peak_gflops``,
     ``model_gflops`` (achieved), ``batches``, ``threads``.
@@ -75,7 +76,7 @@ from nmt.data.batching import TokenBatchSampler, prepare_data  # noqa: E402
 from nmt.models import build_model  # noqa: E402
 from nmt.runtime import bound_onednn_cache, compile_stats, tune_malloc  # noqa: E402
 from nmt.training.ema import WeightAverage  # noqa: E402
-from nmt.training.trainer import build_optimizer, forward_loss  # noqa: E402
+from nmt.training.trainer import add_token_cutoff, build_optimizer, forward_loss  # noqa: E402
 
 
 def measure_peak_gflops(n: int = 2048, repeats: int = 5) -> float:
@@ -99,7 +100,7 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--compile", action="store_true", help="A/B: eager vs torch.compile")
     parser.add_argument("--compare-precision", action="store_true", help="A/B: fp32 vs bf16")
     parser.add_argument("--compare-consistency", action="store_true",
-                        help="A/B: train.consistency=none vs rdrop")
+                        help="A/B: train.consistency=none vs rdrop (or simcut if given)")
     parser.add_argument("--precision", choices=["fp32", "bf16"], default="fp32")
     parser.add_argument("--profile", action="store_true")
     parser.add_argument("--no-malloc-tune", action="store_true",
@@ -131,8 +132,12 @@ def main(argv: list[str] | None = None) -> dict:
     compiled = model.compiled() if (args.compile or cfg.train.compile) else None
 
     def step(b, fwd, bf16: bool, t) -> float:
+        # SimCut's hooks cut the second half of a lookup's rows: on for its steps only.
+        cutoff = add_token_cutoff(model, t.cutoff_p) if t.consistency == "simcut" else []
         objective, _ = forward_loss(fwd, b, t,
                                     torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16))
+        for hook in cutoff:
+            hook.remove()
         loss = objective / b.n_tgt_tokens
         opt.zero_grad(set_to_none=True)
         loss.backward()
@@ -147,8 +152,9 @@ def main(argv: list[str] | None = None) -> dict:
     elif args.compare_precision:
         variants = {"fp32": (model, False, t), "bf16": (model, True, t)}
     elif args.compare_consistency:
+        b_name = "simcut" if t.consistency == "simcut" else "rdrop"
         variants = {c: (compiled or model, bf16, OmegaConf.merge(t, {"consistency": c}))
-                    for c in ("none", "rdrop")}
+                    for c in ("none", b_name)}
     else:
         variants = {"run": (compiled or model, bf16, t)}
     timed = batches[args.warmup:]
@@ -177,7 +183,7 @@ def main(argv: list[str] | None = None) -> dict:
     times = {name: [] for name in variants}
     names = list(variants)
     main_name = names[-1]
-    copies = 2 if variants[main_name][2].consistency == "rdrop" else 1   # R-Drop: pairs twice
+    copies = 1 if variants[main_name][2].consistency == "none" else 2   # consistency: pairs twice
     tgt_tokens, flops = 0, 0.0
     for i, b in enumerate(timed):
         order = list(variants) if i % 2 == 0 else list(reversed(variants))
@@ -216,7 +222,7 @@ def main(argv: list[str] | None = None) -> dict:
         for name in names:
             result[f"{name}_tgt_tokens_per_s"] = round(tgt_tokens / sum(times[name]), 1)
         ratios = [ta / tb for ta, tb in zip(times[a], times[b_], strict=True)]
-        key = "compile" if args.compile else "rdrop" if args.compare_consistency else "bf16"
+        key = "compile" if args.compile else b_ if args.compare_consistency else "bf16"
         result[f"{key}_speedup"] = round(statistics.median(ratios), 3)
         result["pairs"] = len(ratios)
     result.update(extra)

@@ -47,6 +47,7 @@ def test_data_root_comes_from_the_environment(monkeypatch):
         (["train.plateau_factor=1.5"], "train.plateau_factor"),
         (["train.consistency=rdop"], "train.consistency"),
         (["train.consistency_alpha=-1"], "train.consistency_alpha"),
+        (["train.cutoff_p=1.0"], "train.cutoff_p"),
         (["data.tokenizer.sampling_alpha=-0.1"], "data.tokenizer.sampling_alpha"),
         (["data.tokenizer.type=bpe", "data.tokenizer.sampling_alpha=1.0"],
          "data.tokenizer.sampling_alpha"),

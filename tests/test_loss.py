@@ -1,6 +1,6 @@
 """Label-smoothed cross-entropy: the fused version against a hand computation, padding, and
-the reference (torch's own label smoothing), values and gradients; R-Drop against a hand
-computation and the authors' two-pass computation."""
+the reference (torch's own label smoothing), values and gradients; R-Drop and SimCut against
+a hand computation and the authors' computations."""
 
 import math
 
@@ -13,6 +13,7 @@ from nmt.training.loss import (
     label_smoothed_nll_reference,
     perplexity,
     rdrop_loss,
+    simcut_loss,
 )
 
 LN2 = math.log(2.0)
@@ -236,3 +237,52 @@ def test_rdrop_kl_is_computed_in_fp32_from_bf16_logits_and_returns_their_dtype()
     assert kl.item() == pytest.approx(0.5 * LN2, rel=1e-2)     # bf16 rounds the logits only
     objective.backward()
     assert logits.grad.dtype == torch.bfloat16 and torch.isfinite(logits.grad).all()
+
+
+# ---------------------------------------------------------------- SimCut (Gao et al. 2022)
+def test_simcut_kl_and_loss_match_hand_computation():
+    logits, target = _rdrop_hand_case()                     # P = pass 1, P_cut = pass 2
+    objective, loss, nll, kl = simcut_loss(logits, target, epsilon=0.0, alpha=2.0)
+    # KL(P || P_cut) per real token: 1/2 ln(1/2 / 1/4) + 1/4 ln(1/4 / 1/2) + 0 = 1/4 ln2;
+    # padding (0.98 against 0.01) does not count: 1/2 ln2 over both tokens.
+    assert kl.item() == pytest.approx(0.5 * LN2, abs=1e-6)
+    # The cross-entropy is P's alone: -ln 1/4 twice = 4 ln2 (the cut copy has none).
+    assert nll.item() == pytest.approx(4 * LN2, abs=1e-6) and loss.item() == nll.item()
+    assert objective.item() == pytest.approx((4 + 2 * 0.5) * LN2, abs=1e-6)
+
+
+@pytest.mark.parametrize("eps", [0.0, 0.1])
+def test_simcut_equals_the_authors_loss_in_values_and_gradients(eps):
+    """The authors' criterion on two logits tensors: torch's smoothed cross-entropy of the
+    uncut pass and ``kl_div(log P_cut, P)`` = KL(P || P_cut), the gradient through both."""
+    torch.manual_seed(7)
+    target = torch.randint(1, 11, (3, 5))
+    target[1, 2:] = 0
+    z = torch.randn(6, 5, 11, dtype=torch.float64, requires_grad=True)
+    objective, loss, _, kl = simcut_loss(z, target, eps, alpha=3.0)
+    (objective * 0.37).backward()
+    ours = z.grad.clone()
+    z.grad = None
+    t = target.reshape(-1)
+    ce = F.cross_entropy(z[:3].reshape(-1, 11), t, label_smoothing=eps, ignore_index=0,
+                         reduction="sum")
+    lp, lp_cut = (F.log_softmax(h.reshape(-1, 11), -1) for h in (z[:3], z[3:]))
+    ref_kl = (F.kl_div(lp_cut, lp, log_target=True, reduction="none") * (t != 0).unsqueeze(-1)).sum()
+    ((ce + 3.0 * ref_kl) * 0.37).backward()
+    assert loss.item() == pytest.approx(ce.item(), rel=1e-12)
+    assert kl.item() == pytest.approx(ref_kl.item(), rel=1e-12) and kl.item() > 0
+    assert objective.item() == pytest.approx((ce + 3.0 * ref_kl).item(), rel=1e-12)
+    torch.testing.assert_close(ours, z.grad, atol=1e-12, rtol=0)
+    assert z.grad[3:].abs().sum() > 0                       # the cut copy learns too
+
+
+def test_simcut_sums_over_pairs_so_accumulation_and_ddp_split_it_freely():
+    torch.manual_seed(8)
+    target = torch.randint(1, 9, (4, 3))
+    target[2, 1:] = 0
+    z = torch.randn(2, 4, 3, 9, dtype=torch.float64)                # [copy, B, T, V]
+    whole = simcut_loss(z.reshape(8, 3, 9), target, 0.1, 3.0)
+    parts = [simcut_loss(z[:, rows].reshape(-1, 3, 9), target[rows], 0.1, 3.0)
+             for rows in (slice(0, 3), slice(3, 4))]
+    for k in range(4):
+        assert whole[k].item() == pytest.approx(parts[0][k].item() + parts[1][k].item(), rel=1e-12)

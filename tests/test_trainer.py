@@ -446,6 +446,82 @@ def test_rdrop_without_dropout_is_plain_training(model):
         torch.testing.assert_close(grads[0][name], grads[1][name], atol=1e-6, rtol=1e-5, msg=name)
 
 
+SIMCUT = SimpleNamespace(consistency="simcut", label_smoothing=0.1, consistency_alpha=3.0)
+
+
+@pytest.mark.parametrize("model", ["transformer", "rnn"])
+def test_token_cutoff_erases_regular_tokens_of_the_second_copy_in_training_only(model):
+    """add_token_cutoff at p = 1: every embedding lookup of a doubled batch keeps its first
+    half and the special tokens (PAD, BOS, EOS) of the second, and zeroes the rest; in eval
+    mode nothing is cut."""
+    from nmt.data.vocab import EOS_ID
+    from nmt.training.trainer import add_token_cutoff
+
+    net, batch = _tiny_model_and_batch(model, dropout=0.0)
+    add_token_cutoff(net, 1.0)
+    seen = []
+    for emb in dict.fromkeys((net.src_embed, net.tgt_embed)):        # runs after the cutoff
+        emb.register_forward_hook(lambda m, args, out: seen.append((m.weight, args[0], out)))
+    doubled = [torch.cat((x, x)) for x in (batch.src, batch.src_mask, batch.tgt_in)]
+    for training in (True, False):
+        seen.clear()
+        net.train(training)(*doubled, need_alignment=False)
+        assert len(seen) == 2                                         # src, then tgt_in
+        for weight, ids, out in seen:
+            full = weight[ids]
+            erased = (ids > EOS_ID) & (torch.arange(len(ids)) >= 3).unsqueeze(-1) & training
+            assert erased.any() == training and (ids[3:] <= EOS_ID).any()
+            assert torch.equal(out, full.masked_fill(erased.unsqueeze(-1), 0.0))
+
+
+@pytest.mark.parametrize("model", ["transformer", "rnn"])
+def test_simcut_one_forward_of_the_doubled_batch_is_the_plain_and_the_cut_pass(model,
+                                                                               monkeypatch):
+    """forward_loss with train.consistency=simcut and the cutoff's draws recorded, against two
+    separate passes (the second with those draws' tokens erased) and the authors' loss on them:
+    the same objective and gradients. With p = 0 (and no dropout) it is plain training."""
+    import torch.nn.functional as F
+
+    from nmt.data.vocab import EOS_ID
+    from nmt.training.trainer import add_token_cutoff, forward_loss
+
+    net, batch = _tiny_model_and_batch(model, dropout=0.0)
+    draws, rand = [], torch.rand
+    monkeypatch.setattr(torch, "rand", lambda *a, **k: draws.append(rand(*a, **k)) or draws[-1])
+    hooks = add_token_cutoff(net, 0.4)
+    objective, (loss, nll, kl) = forward_loss(net, batch, SIMCUT, contextlib.nullcontext())
+    objective.backward()
+    ours = {n: p.grad.clone() for n, p in net.named_parameters()}
+    net.zero_grad()
+    for hook in hooks:
+        hook.remove()
+    assert len(draws) == 2 and kl.item() > 0
+
+    logits = [net(batch.src, batch.src_mask, batch.tgt_in, need_alignment=False)[0]]
+    replay = iter(draws)
+    for emb in dict.fromkeys((net.src_embed, net.tgt_embed)):
+        emb.register_forward_hook(lambda m, args, out, r=replay: out.masked_fill(
+            ((next(r) < 0.4) & (args[0] > EOS_ID)).unsqueeze(-1), 0.0))
+    logits.append(net(batch.src, batch.src_mask, batch.tgt_in, need_alignment=False)[0])
+    target = batch.tgt_out.reshape(-1)
+    lp, lp_cut = (F.log_softmax(z.reshape(len(target), -1), -1) for z in logits)
+    ce = F.cross_entropy(lp, target, label_smoothing=0.1, ignore_index=0, reduction="sum")
+    ref_kl = (F.kl_div(lp_cut, lp, log_target=True, reduction="none")
+              * (target != 0).unsqueeze(-1)).sum()
+    (ce + 3.0 * ref_kl).backward()
+    assert objective.item() == pytest.approx((ce + 3.0 * ref_kl).item(), rel=1e-5)
+    assert (loss.item(), kl.item()) == pytest.approx((ce.item(), ref_kl.item()), rel=1e-5)
+    for name, p in net.named_parameters():
+        torch.testing.assert_close(ours[name], p.grad, atol=1e-6, rtol=1e-4, msg=name)
+
+    net, batch = _tiny_model_and_batch(model, dropout=0.0)
+    add_token_cutoff(net, 0.0)
+    results = [forward_loss(net, batch, t, contextlib.nullcontext())
+               for t in (SIMCUT, SimpleNamespace(**{**vars(SIMCUT), "consistency": "none"}))]
+    assert results[0][1][2].item() == pytest.approx(0.0, abs=1e-6)
+    assert results[0][0].item() == pytest.approx(results[1][0].item(), rel=1e-6)
+
+
 @pytest.mark.parametrize("model", ["transformer", "rnn"])
 def test_rdrop_training_steps_log_the_kl_apart(overrides, tmp_path, model):
     """Two R-Drop steps end to end (the Transformer under bf16 autocast): train.log and

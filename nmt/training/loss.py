@@ -12,7 +12,8 @@ instead spreads it over the V - 1 others). The per-token loss is the cross-entro
 
 Padding (``ignore_index``) contributes nothing. The functions return *sums* over tokens; the
 trainer divides by the target tokens of the whole (accumulated, distributed) batch.
-:func:`rdrop_loss` adds R-Drop's consistency term (Liang et al. 2021) to it.
+:func:`rdrop_loss` adds R-Drop's consistency term (Liang et al. 2021) to it, :func:`simcut_loss`
+SimCut's (Gao et al. 2022).
 """
 
 from __future__ import annotations
@@ -142,6 +143,30 @@ def rdrop_loss(logits: Tensor, target: Tensor, epsilon: float, alpha: float,
                                 target.reshape(-1) != ignore_index)
     return (0.5 * (loss_sum + alpha * kl_sum), 0.5 * loss_sum.detach(), 0.5 * nll_sum,
             kl_sum.detach())
+
+
+def simcut_loss(logits: Tensor, target: Tensor, epsilon: float, alpha: float,
+                ignore_index: int = 0) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """SimCut (Gao et al. 2022, "Bi-SimCut", NAACL; the loss of the authors' fairseq criterion)
+    from one forward over a batch concatenated with a copy whose token embeddings were cut
+    off: ``logits`` [2B, T, V] (rows b: pair b as it is, P; rows B + b: its cut copy, P_cut;
+    :func:`nmt.training.trainer.add_token_cutoff`), ``target`` [B, T]. Per target token that
+    is not ``ignore_index``, with l the label-smoothed cross-entropy of
+    :func:`label_smoothed_nll`::
+
+        L = l(P) + alpha * KL(P || P_cut) = l(P) + alpha * sum_k P(k) (log P(k) - log P_cut(k))
+
+    The gradient flows through both distributions, as in the authors' code. Returns
+    ``(objective_sum, loss_sum, nll_sum, kl_sum)`` in nats, 0-dim float32: the sums over the
+    tokens of L (carries the gradient), of l(P), of P's NLL and of the KL (the last three
+    detached, for logging). The cut copy has no cross-entropy of its own, so the logged loss
+    is the plain one. The KL is computed in float32."""
+    batch = target.size(0)
+    loss_sum, nll_sum = label_smoothed_nll(logits[:batch], target, epsilon, ignore_index)
+    log_p = F.log_softmax(_at_least_fp32(logits).reshape(2, -1, logits.size(-1)), dim=-1)
+    kl = (log_p[0].exp() * (log_p[0] - log_p[1])).sum(-1)                # [B*T]
+    kl_sum = (kl * (target.reshape(-1) != ignore_index)).sum()
+    return loss_sum + alpha * kl_sum, loss_sum.detach(), nll_sum, kl_sum.detach()
 
 
 def perplexity(nll_per_token: float) -> float:

@@ -81,15 +81,15 @@ def test_end_to_end_cli_writes_every_artefact(overrides, tmp_path):
 
 
 @pytest.mark.parametrize("extra", [
-    [], ["train.ema_decay=0.9", "data.tokenizer.sampling_alpha=0.5", "train.consistency=rdrop"]],
-    ids=["plain", "ema_sampling_rdrop"])
+    [], ["train.ema_decay=0.9", "data.tokenizer.sampling_alpha=0.5", "train.consistency=simcut"]],
+    ids=["plain", "ema_sampling_simcut"])
 def test_sigkill_between_checkpoints_then_resume_equals_uninterrupted_run(overrides, tmp_path,
                                                                           extra):
     # 200 pairs at 1024 tokens make 7 batches per epoch (8 with sampled segmentations): the
     # resumed part crosses epochs. Killed after step 6, two steps past the checkpoint of step
     # 4: the resumed run redoes steps 5 and 6 from that checkpoint. With a weight average and
     # subword sampling, the average and the second epoch's segmentation are exact too, and so
-    # are R-Drop's two dropout masks per pair.
+    # are SimCut's token cutoff and dropout masks (R-Drop's resume: test_torchrun.py).
     base = overrides[:-1] + TINY_MODEL + TINY_TRAIN + [
         "train.batch_tokens=1024", "train.max_steps=12", "train.eval_every_steps=4",
         "train.keep_last=1", "device=cpu", *extra]
