@@ -29,11 +29,11 @@ speedup is the median of the per-pair ratios):
 One step = forward (teacher forcing, ``need_alignment=False``) and loss as
 :func:`nmt.training.trainer.forward_loss` computes them (label-smoothed cross-entropy with
 ``train.label_smoothing``; with ``train.consistency=rdrop|simcut`` one forward over the batch
-twice and the KL term, with simcut the token cutoff's hooks on the model), summed over real target tokens / their number, backward, gradient
-clipping (``train.clip_grad_norm``) and a step of the optimizer that
-:func:`nmt.training.trainer.build_optimizer` builds from the train config (Adam/AdamW, fused
-kernel where available): the same calls as ``nmt-train``'s step (fp32, one batch per step,
-no DDP).
+twice and the KL term, with simcut the token cutoff's hooks on the model), summed over real
+target tokens / their number, backward, gradient clipping (``train.clip_grad_norm``) and a
+step of the optimizer that :func:`nmt.training.trainer.build_optimizer` builds from the train
+config (Adam/AdamW, fused kernel where available): the same calls as ``nmt-train``'s step
+(fp32, one batch per step, no DDP).
 The batches are the first ``warmup + steps`` batches of epoch 0 of
 ``TokenBatchSampler(train.batch_tokens)`` over the prepared training split.
 
