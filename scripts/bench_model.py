@@ -76,7 +76,8 @@ from nmt.data.batching import TokenBatchSampler, prepare_data  # noqa: E402
 from nmt.models import build_model  # noqa: E402
 from nmt.runtime import bound_onednn_cache, compile_stats, tune_malloc  # noqa: E402
 from nmt.training.ema import WeightAverage  # noqa: E402
-from nmt.training.trainer import add_token_cutoff, build_optimizer, forward_loss  # noqa: E402
+from nmt.training.loss import add_token_cutoff  # noqa: E402
+from nmt.training.trainer import build_optimizer, forward_loss  # noqa: E402
 
 
 def measure_peak_gflops(n: int = 2048, repeats: int = 5) -> float:

@@ -455,7 +455,7 @@ def test_token_cutoff_erases_regular_tokens_of_the_second_copy_in_training_only(
     half and the special tokens (PAD, BOS, EOS) of the second, and zeroes the rest; in eval
     mode nothing is cut."""
     from nmt.data.vocab import EOS_ID
-    from nmt.training.trainer import add_token_cutoff
+    from nmt.training.loss import add_token_cutoff
 
     net, batch = _tiny_model_and_batch(model, dropout=0.0)
     add_token_cutoff(net, 1.0)
@@ -483,7 +483,8 @@ def test_simcut_one_forward_of_the_doubled_batch_is_the_plain_and_the_cut_pass(m
     import torch.nn.functional as F
 
     from nmt.data.vocab import EOS_ID
-    from nmt.training.trainer import add_token_cutoff, forward_loss
+    from nmt.training.loss import add_token_cutoff
+    from nmt.training.trainer import forward_loss
 
     net, batch = _tiny_model_and_batch(model, dropout=0.0)
     draws, rand = [], torch.rand

@@ -13,7 +13,7 @@ instead spreads it over the V - 1 others). The per-token loss is the cross-entro
 Padding (``ignore_index``) contributes nothing. The functions return *sums* over tokens; the
 trainer divides by the target tokens of the whole (accumulated, distributed) batch.
 :func:`rdrop_loss` adds R-Drop's consistency term (Liang et al. 2021) to it, :func:`simcut_loss`
-SimCut's (Gao et al. 2022).
+SimCut's (Gao et al. 2022) against the copy that :func:`add_token_cutoff` cuts.
 """
 
 from __future__ import annotations
@@ -23,6 +23,8 @@ import math
 import torch
 import torch.nn.functional as F
 from torch import Tensor
+
+from nmt.data.vocab import EOS_ID
 
 
 def _at_least_fp32(x: Tensor) -> Tensor:   # fp16/bf16 -> fp32; fp32/fp64 unchanged
@@ -150,7 +152,7 @@ def simcut_loss(logits: Tensor, target: Tensor, epsilon: float, alpha: float,
     """SimCut (Gao et al. 2022, "Bi-SimCut", NAACL; the loss of the authors' fairseq criterion)
     from one forward over a batch concatenated with a copy whose token embeddings were cut
     off: ``logits`` [2B, T, V] (rows b: pair b as it is, P; rows B + b: its cut copy, P_cut;
-    :func:`nmt.training.trainer.add_token_cutoff`), ``target`` [B, T]. Per target token that
+    :func:`add_token_cutoff`), ``target`` [B, T]. Per target token that
     is not ``ignore_index``, with l the label-smoothed cross-entropy of
     :func:`label_smoothed_nll`::
 
@@ -167,6 +169,32 @@ def simcut_loss(logits: Tensor, target: Tensor, epsilon: float, alpha: float,
     kl = (log_p[0].exp() * (log_p[0] - log_p[1])).sum(-1)                # [B*T]
     kl_sum = (kl * (target.reshape(-1) != ignore_index)).sum()
     return loss_sum + alpha * kl_sum, loss_sum.detach(), nll_sum, kl_sum.detach()
+
+
+# train.consistency -> its loss over the logits of a doubled batch [2B, T, V]
+CONSISTENCY_LOSSES = {"rdrop": rdrop_loss, "simcut": simcut_loss}
+
+
+def add_token_cutoff(model: torch.nn.Module, p: float) -> list:
+    """SimCut's token cutoff (Gao et al. 2022; the token cutoff of Shen et al. 2020): forward
+    hooks on ``model``'s ``src_embed`` and ``tgt_embed`` (one when tied) that, in training
+    mode, erase with probability ``p`` the embedding vector of each token in the second half of
+    the rows of a lookup ([2B, T] ids -> [2B, T, d]: the cut copy of a doubled batch), except
+    the special tokens (ids <= EOS_ID: PAD, UNK, BOS, EOS). Positions, masks and the first half
+    stay as they are. One ``torch.rand`` [B, T] per lookup, from the RNG state the checkpoints
+    hold, so a resumed run cuts what an uninterrupted one cuts. Registered once, before
+    ``torch.compile`` (which traces the hooks); in eval mode (validation, the weight average,
+    inference) they do nothing. Returns the hooks' handles."""
+    def cut(module: torch.nn.Module, args: tuple, out: Tensor) -> Tensor:
+        if not module.training:
+            return out
+        ids = args[0]
+        rows = ids.size(0) // 2
+        erase = (torch.rand(ids[rows:].shape, device=ids.device) < p) & (ids[rows:] > EOS_ID)
+        return torch.cat((out[:rows], out[rows:].masked_fill(erase.unsqueeze(-1), 0.0)))
+
+    embeddings = dict.fromkeys((model.src_embed, model.tgt_embed))
+    return [emb.register_forward_hook(cut) for emb in embeddings]
 
 
 def perplexity(nll_per_token: float) -> float:

@@ -45,7 +45,7 @@ from tqdm.auto import tqdm
 from nmt.checkpoint import CONFIG_VERSION, CheckpointManager, rng_state, set_rng_state
 from nmt.config import ConfigError, to_plain
 from nmt.data.batching import TokenBatchSampler, TokenizedSplit
-from nmt.data.vocab import EOS_ID, PAD_ID
+from nmt.data.vocab import PAD_ID
 from nmt.evaluation.plot import tensorboard_figures
 from nmt.inference.translator import decode
 from nmt.models import build_model, validate_model
@@ -60,7 +60,7 @@ from nmt.runtime import (
 from nmt.training import distributed as dist
 from nmt.training import run
 from nmt.training.ema import WeightAverage
-from nmt.training.loss import label_smoothed_nll, perplexity, rdrop_loss, simcut_loss
+from nmt.training.loss import CONSISTENCY_LOSSES, add_token_cutoff, label_smoothed_nll, perplexity
 from nmt.training.schedule import build_schedule
 
 log = logging.getLogger("nmt")
@@ -120,45 +120,21 @@ def build_optimizer(params: list[torch.nn.Parameter], t) -> torch.optim.Optimize
         return cls(params, foreach=True, **kwargs)
 
 
-def add_token_cutoff(model: torch.nn.Module, p: float) -> list:
-    """SimCut's token cutoff (Gao et al. 2022; the token cutoff of Shen et al. 2020): forward
-    hooks on ``model``'s ``src_embed`` and ``tgt_embed`` (one when tied) that, in training
-    mode, erase with probability ``p`` the embedding vector of each token in the second half of
-    the rows of a lookup ([2B, T] ids -> [2B, T, d]: the cut copy of a doubled batch), except
-    the special tokens (ids <= EOS_ID: PAD, UNK, BOS, EOS). Positions, masks and the first half
-    stay as they are. One ``torch.rand`` [B, T] per lookup, from the RNG state the checkpoints
-    hold, so a resumed run cuts what an uninterrupted one cuts. Registered once, before
-    ``torch.compile`` (which traces the hooks); in eval mode (validation, the weight average,
-    inference) they do nothing. Returns the hooks' handles."""
-    def cut(module: torch.nn.Module, args: tuple, out: torch.Tensor) -> torch.Tensor:
-        if not module.training:
-            return out
-        ids = args[0]
-        rows = ids.size(0) // 2
-        erase = (torch.rand(ids[rows:].shape, device=ids.device) < p) & (ids[rows:] > EOS_ID)
-        return torch.cat((out[:rows], out[rows:].masked_fill(erase.unsqueeze(-1), 0.0)))
-
-    embeddings = dict.fromkeys((model.src_embed, model.tgt_embed))
-    return [emb.register_forward_hook(cut) for emb in embeddings]
-
-
 def forward_loss(model: torch.nn.Module, batch, t, autocast) -> tuple[torch.Tensor, torch.Tensor]:
     """A teacher-forced forward of ``batch`` under the ``autocast`` context and its loss:
     ``(objective_sum, [smoothed loss, nll, consistency KL] sums)`` in nats over the batch's
     target tokens (the KL 0 without consistency): :func:`label_smoothed_nll`, or with
     ``t.consistency`` one forward of the batch concatenated with itself ([2B, ...]) and
-    :func:`rdrop_loss` (two dropout masks; loss and nll are the two passes' mean) or
-    :func:`simcut_loss` (the second half cut by :func:`add_token_cutoff`'s hooks, which the
-    caller registers on ``model``; loss and nll are the first half's)."""
+    :func:`rdrop_loss` (loss, nll: the two passes' mean) or :func:`simcut_loss` (the uncut
+    half's; the caller registers :func:`add_token_cutoff`'s hooks on ``model``)."""
     inputs = (batch.src, batch.src_mask, batch.tgt_in)
     if t.consistency != "none":
         inputs = tuple(torch.cat((x, x)) for x in inputs)
     with autocast:
         logits, _ = model(*inputs, need_alignment=False)
     if t.consistency != "none":
-        consistency_loss = rdrop_loss if t.consistency == "rdrop" else simcut_loss
-        objective, *parts = consistency_loss(logits, batch.tgt_out, t.label_smoothing,
-                                             t.consistency_alpha, PAD_ID)
+        objective, *parts = CONSISTENCY_LOSSES[t.consistency](
+            logits, batch.tgt_out, t.label_smoothing, t.consistency_alpha, PAD_ID)
         return objective, torch.stack(parts)
     loss_sum, nll_sum = label_smoothed_nll(logits, batch.tgt_out, t.label_smoothing, PAD_ID)
     return loss_sum, torch.stack((loss_sum.detach(), nll_sum, torch.zeros_like(nll_sum)))
@@ -559,8 +535,7 @@ class Trainer:
                 loss, nll, kl = (acc / max(acc_tokens, 1)).tolist()
                 tps = acc_tokens / max(now - t_log - self._pause, 1e-9)
                 lr, gn = self.schedule.last_lr, float(grad_norm)
-                # With consistency the KL term apart (loss, nll: rdrop's passes' mean, simcut's
-                # uncut half).
+                # With consistency the KL apart (loss, nll: forward_loss's docstring).
                 kl_part = {} if t.consistency == "none" else {"consistency_kl": kl}
                 if self.writer is not None:
                     for key, value in (("loss", loss), ("nll", nll), ("ppl", perplexity(nll)),
