@@ -26,6 +26,8 @@ from nmt.config import (
     SearchSchema,
     compose_config,
     finish_config,
+    validate_decoding,
+    validate_search,
 )
 from nmt.data.corpus import CorpusError
 from nmt.runtime import bound_onednn_cache, resolve_device, tune_malloc
@@ -128,6 +130,15 @@ def decode_settings(cfg: DictConfig, schemas: tuple[type, ...] = (SearchSchema, 
     ``mbr`` section) in an nmt-evaluate or nmt-translate config, as keyword arguments of
     ``Translator.translate``."""
     return {f.name: cfg[f.name] for schema in schemas for f in dataclasses.fields(schema)}
+
+
+def check_decoding(cfg: DictConfig) -> DictConfig:
+    """ConfigError, naming the key, for a bad search setting (``beam_size``, ``length_penalty``,
+    ...) or decoding setting (``decoding``, ``mbr``, ``sampling``, ``n_best``) of an
+    nmt-evaluate or nmt-translate config."""
+    validate_search(decode_settings(cfg, (SearchSchema,)))
+    validate_decoding(cfg.decoding, cfg.mbr, cfg.sampling, cfg.n_best)
+    return cfg
 
 
 def checkpoint_paths(cfg: DictConfig) -> str | list[str]:

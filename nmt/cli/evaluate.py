@@ -21,6 +21,7 @@ import hydra
 from omegaconf import DictConfig, OmegaConf
 
 from nmt.cli.common import (
+    check_decoding,
     check_engine,
     checkpoint_paths,
     decode_settings,
@@ -28,13 +29,7 @@ from nmt.cli.common import (
     run_app,
     run_task,
 )
-from nmt.config import (
-    CONFIG_PATH,
-    ConfigError,
-    SearchSchema,
-    validate_decoding,
-    validate_search,
-)
+from nmt.config import CONFIG_PATH, ConfigError
 from nmt.data.corpus import iter_parallel, iter_text_pair
 from nmt.runtime import ensure_writable_dir
 
@@ -53,9 +48,7 @@ def _check(cfg: DictConfig) -> DictConfig:
                               "alignment per sentence.")
         if isinstance(checkpoint_paths(cfg), list):
             raise ConfigError("attention=all needs one checkpoint, not an ensemble.")
-    validate_search(decode_settings(cfg, (SearchSchema,)))
-    validate_decoding(cfg.decoding, cfg.mbr, cfg.sampling, cfg.n_best)
-    return cfg
+    return check_decoding(cfg)
 
 
 def load_texts(cfg: DictConfig, train_cfg: DictConfig) -> tuple[str, list[str], list[str]]:

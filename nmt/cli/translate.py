@@ -27,14 +27,15 @@ from typing import TextIO
 import hydra
 from omegaconf import DictConfig
 
-from nmt.cli.common import check_engine, decode_settings, load_translator, run_app, run_task
-from nmt.config import (
-    CONFIG_PATH,
-    ConfigError,
-    SearchSchema,
-    validate_decoding,
-    validate_search,
+from nmt.cli.common import (
+    check_decoding,
+    check_engine,
+    decode_settings,
+    load_translator,
+    run_app,
+    run_task,
 )
+from nmt.config import CONFIG_PATH, ConfigError
 from nmt.data.corpus import CorpusError, iter_lines
 
 
@@ -42,9 +43,7 @@ def _check(cfg: DictConfig) -> DictConfig:
     check_engine(cfg)
     if cfg.input and not Path(cfg.input).is_file():
         raise ConfigError(f"input={cfg.input} is not a file.")
-    validate_search(decode_settings(cfg, (SearchSchema,)))
-    validate_decoding(cfg.decoding, cfg.mbr, cfg.sampling, cfg.n_best)
-    return cfg
+    return check_decoding(cfg)
 
 
 def stdin_lines() -> Iterator[str]:
