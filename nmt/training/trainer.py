@@ -56,6 +56,7 @@ from nmt.runtime import (
     peak_rss_mb,
     progress_enabled,
     resolve_device,
+    tune_cuda,
 )
 from nmt.training import distributed as dist
 from nmt.training import run
@@ -581,12 +582,7 @@ def train(cfg: DictConfig, record: run.RunRecord | None = None) -> dict[str, Any
     if info.enabled and device.type == "cuda":
         device = torch.device("cuda", info.local_rank)
     if device.type == "cuda":
-        torch.backends.cuda.matmul.allow_tf32 = True
-        torch.backends.cudnn.allow_tf32 = True
-        # cuDNN attention (chosen first for bf16/fp16 on Hopper) builds a plan for every new
-        # (batch, length) shape, ~0.13 s each: variable-length batches trained 8.8x slower on
-        # an H200 (docs/speed.md); flash and memory-efficient attention have no such cost.
-        torch.backends.cuda.enable_cudnn_sdp(False)
+        tune_cuda()
     try:
         plan = run.open_run(cfg, info)
         if plan.kind == "finished":
