@@ -70,12 +70,20 @@ def _without_key_biases(state: dict, d_model: int = 16) -> dict:
     return out
 
 
-def _loss_and_grad_norm(run_dir: Path) -> list[tuple[str, str]]:
-    """(loss, grad_norm) as train.log prints them, one pair per step."""
+def _loss_and_grad_norm(run_dir: Path) -> list[tuple[float, float]]:
+    """(loss, grad_norm) as train.log prints them (4 and 3 decimals), one pair per step."""
     lines = [ln for ln in (run_dir / "train.log").read_text().splitlines() if "train | step" in ln]
     fields = [dict(f.strip().rsplit(" ", 1) for f in ln.split("|")[1:]) for ln in lines]
     assert [f["step"] for f in fields] == [str(i) for i in range(1, len(lines) + 1)]
-    return [(f["loss"], f["grad_norm"]) for f in fields]
+    return [(float(f["loss"]), float(f["grad_norm"])) for f in fields]
+
+
+def _assert_same_steps(got: list[tuple[float, float]], want: list[tuple[float, float]]):
+    """Equal to the last printed digit, give or take one: sums over ranks and over micro-batches
+    add in different orders, so a value on a rounding edge may print one unit apart."""
+    for (loss, grad_norm), (loss_want, grad_norm_want) in zip(got, want, strict=True):
+        assert loss == pytest.approx(loss_want, abs=1.5e-4)
+        assert grad_norm == pytest.approx(grad_norm_want, abs=1.5e-3)
 
 
 @pytest.fixture(scope="module")
@@ -120,7 +128,7 @@ def test_two_processes_accumulating_2_match_one_process_accumulating_4(root):
     assert max((ddp["model"][k] - init[k]).abs().max().item() for k in init) > 1e-3
     # Adam hardly notices gradients scaled by a constant: the logged loss and gradient norm
     # of every step (all ranks together) must agree as well.
-    assert _loss_and_grad_norm(ddp_dir) == _loss_and_grad_norm(single_dir)
+    _assert_same_steps(_loss_and_grad_norm(ddp_dir), _loss_and_grad_norm(single_dir))
     # Only rank 0 wrote: one log, one event file.
     assert (ddp_dir / "train.log").read_text().count("done (max_steps=6 reached)") == 1
     assert len(list((ddp_dir / "tensorboard").iterdir())) == 1
@@ -166,7 +174,7 @@ def test_every_rank_trains_on_rank_0s_sampled_segmentation(root):
     assert proc.returncode == 0, proc.stderr[-3000:]
     train(compose_config(args + ["train.accum_steps=4", "train.max_steps=3",
                                  f"run_dir={single_dir}"]))
-    assert _loss_and_grad_norm(ddp_dir)[:3] == _loss_and_grad_norm(single_dir)
+    _assert_same_steps(_loss_and_grad_norm(ddp_dir)[:3], _loss_and_grad_norm(single_dir))
     assert load_checkpoint(ddp_dir / "checkpoints" / "last.pt")["epoch"] == 1
     log = (ddp_dir / "train.log").read_text()
     assert [ln.split("INFO ")[1][:7] for ln in log.splitlines() if "sampled segmentation" in ln] \
