@@ -78,7 +78,7 @@ def _loss_and_grad_norm(run_dir: Path) -> list[tuple[float, float]]:
     return [(float(f["loss"]), float(f["grad_norm"])) for f in fields]
 
 
-def _assert_same_steps(got: list[tuple[float, float]], want: list[tuple[float, float]]):
+def _assert_same_steps(got: list[tuple[float, float]], want: list[tuple[float, float]]) -> None:
     """Equal to the last printed digit, give or take one: sums over ranks and over micro-batches
     add in different orders, so a value on a rounding edge may print one unit apart."""
     for (loss, grad_norm), (loss_want, grad_norm_want) in zip(got, want, strict=True):
