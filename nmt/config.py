@@ -14,7 +14,10 @@ from __future__ import annotations
 import copy
 import dataclasses
 import enum
-from collections.abc import Callable
+import functools
+import importlib.resources
+import math
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -102,6 +105,7 @@ class DataSchema:
     max_len: int = MISSING
     max_len_ratio: float = MISSING
     cache_dir: str = MISSING
+    alignments: str | None = MISSING
     tokenizer: TokenizerSchema = field(default_factory=TokenizerSchema)
 
 
@@ -119,6 +123,7 @@ class TrainSchema:
     consistency: Consistency = MISSING
     consistency_alpha: float = MISSING
     cutoff_p: float = MISSING
+    alignment_loss_weight: float = MISSING
     optimizer: Optimizer = MISSING
     lr: float = MISSING
     betas: list[float] = MISSING
@@ -133,6 +138,8 @@ class TrainSchema:
     clip_grad_norm: float = MISSING
     precision: Precision = MISSING
     compile: bool = MISSING
+    shape_buckets: int = MISSING
+    peak_tflops: float | None = MISSING
     prefetch: bool = MISSING
     early_stopping_patience: int | None = MISSING
     keep_last: int = MISSING
@@ -145,17 +152,16 @@ class TrainSchema:
 @dataclass
 class SearchSchema:
     """Search settings: nmt-train's validation (``search.*``, greedy there), and the top level of
-    nmt-evaluate and nmt-translate. The defaults live here (configs/search/default.yaml only
-    selects them), so the Python API (``Translator.translate``) reads the same ones."""
+    nmt-evaluate and nmt-translate. Defaults and meaning: configs/search/default.yaml, which
+    the Python API (``Translator.translate``, :func:`decoding_defaults`) reads too."""
 
-    beam_size: int = 5             # 1 = greedy search
-    length_penalty: float = 1.0    # alpha of Wu et al. (2016): score / ((5 + |y|) / 6) ** alpha
-    max_len_a: float = 1.5         # max output length = a * |src| + b (subword tokens)
-    max_len_b: int = 10
-    batch_sentences: int = 200     # sentences per search batch (x beam_size rows)
-    batch_tokens: int = 0          # and at most this many source subwords per batch, padding
-    #                                included (sentences sorted by length); 0 = no token limit
-    n_best: int = 1                # hypotheses returned per sentence (<= beam_size)
+    beam_size: int = MISSING
+    length_penalty: float = MISSING
+    max_len_a: float = MISSING
+    max_len_b: int = MISSING
+    batch_sentences: int = MISSING
+    batch_tokens: int = MISSING
+    n_best: int = MISSING
 
 
 # Primary configs of the tools (configs/<name>.yaml lists its schema first).
@@ -177,29 +183,27 @@ class DataRootOverride:
 @dataclass
 class SamplingSchema:
     """Sampling instead of search (nmt-evaluate, nmt-translate), e.g. for back-translation:
-    ``nmt-translate checkpoint=... sampling=true top_p=0.9 seed=1 < mono.de > bt.en``."""
+    ``nmt-translate checkpoint=... sampling=true top_p=0.9 seed=1 < mono.de > bt.en``.
+    Defaults and meaning: configs/sampling.yaml; ranges: :func:`validate_sampling`."""
 
-    sampling: bool = False         # draw one translation per sentence (beam_size ignored)
-    temperature: float = 1.0       # > 1 flatter, < 1 sharper; 0 = the most probable token
-    top_k: int = 0                 # keep the k most probable tokens; 0 = all
-    top_p: float = 1.0             # nucleus sampling (Holtzman et al. 2020): smallest set with this mass
-    seed: int = 0                  # samples are a function of seed, input and batch_sentences
+    sampling: bool = MISSING
+    temperature: float = MISSING
+    top_k: int = MISSING
+    top_p: float = MISSING
+    seed: int = MISSING
 
 
 @dataclass
 class MbrSchema:
     """Minimum-Bayes-risk decoding (``decoding=mbr``; :mod:`nmt.inference.mbr`): of ``num``
-    candidates per sentence, the one with the highest mean utility against all of them."""
+    candidates per sentence, the one with the highest mean utility against all of them.
+    Defaults and meaning: configs/mbr.yaml."""
 
-    candidates: MbrCandidates = MbrCandidates("beam")   # beam: the beam's n-best with
-    #                              beam_size = n_best = num (ahead of samples on val in every
-    #                              cell of docs/studies.md, round two, at 1/4-1/2 of the time);
-    #                              sample: num draws with the sampling settings (temperature,
-    #                              top_k, top_p, seed) and epsilon below
-    num: int = 16                  # candidates per sentence (also the pseudo-references)
-    utility: MbrUtility = MbrUtility("chrf")   # chrf (fastchrf) | bleu (sacreBLEU sentence BLEU)
-    epsilon: float = 0.02          # candidates=sample: epsilon sampling (Hewitt et al. 2022; for MBR,
-    #                              Freitag et al. 2023): draw only tokens of probability >= epsilon
+    candidates: MbrCandidates = MISSING
+    num: int = MISSING
+    utility: MbrUtility = MISSING
+    epsilon: float = MISSING
+    compare_beam: bool = MISSING
 
 
 @dataclass
@@ -208,7 +212,7 @@ class DecodingSchema:
     ``decoding=search`` (beam or greedy search, or one sample with ``sampling=true``) or
     ``decoding=mbr`` with the ``mbr.*`` settings."""
 
-    decoding: Decoding = Decoding("search")
+    decoding: Decoding = MISSING
     mbr: MbrSchema = field(default_factory=MbrSchema)
 
 
@@ -299,8 +303,10 @@ class ExportConfig:
 class ServeSchema:
     host: str = MISSING
     port: int = MISSING
-    max_batch_tokens: int = MISSING
+    max_batch_work: int = MISSING
     max_wait_ms: float = MISSING
+    max_queue_sentences: int = MISSING
+    max_request_work: int = MISSING
     max_sentences: int = MISSING
     max_chars: int = MISSING
     max_body_bytes: int = MISSING
@@ -361,6 +367,26 @@ def _check_sampling(tok: DictConfig) -> None:
         raise ConfigError(f"data.tokenizer.nbest_size={nbest} samples nothing: use -1 or >= 2.")
 
 
+def _check_guided(cfg: DictConfig) -> None:
+    """Guided alignment: ``train.alignment_loss_weight`` > 0 and ``data.alignments`` go
+    together (nmt-train fills in the latter), on a head to supervise, with fixed subwords."""
+    weight, links = cfg.train.alignment_loss_weight, cfg.data.alignments
+    if weight > 0 and links is None:
+        raise ConfigError(f"train.alignment_loss_weight={weight} needs data.alignments=FILE (word "
+                          "links, one Pharaoh line per training pair); nmt-train makes one with "
+                          "eflomal (pip install 'nmt[align]').")
+    if links is not None and weight == 0:
+        raise ConfigError(f"data.alignments={links} supervises guided alignment: set "
+                          "train.alignment_loss_weight > 0 (Garg et al. 2019: 0.05), or drop it.")
+    if weight > 0 and cfg.model.get("alignment_heads", 1) == 0:
+        raise ConfigError("train.alignment_loss_weight > 0 supervises model.alignment_heads heads "
+                          "of model.alignment_layer: set model.alignment_heads=1 "
+                          "model.alignment_layer=-2 (Garg et al. 2019: one head, penultimate layer).")
+    if weight > 0 and cfg.data.tokenizer.sampling_alpha:
+        raise ConfigError("data.tokenizer.sampling_alpha resegments the training split each epoch, "
+                          "which guided alignment's subword links cannot follow: drop one of them.")
+
+
 def validate_search(section: Any, prefix: str = "") -> DictConfig:
     """Type and range checks of the search keys (:class:`SearchSchema`); ``prefix`` is how they
     are spelled on the command line (``search.`` in nmt-train, none in evaluate/translate)."""
@@ -372,33 +398,57 @@ def validate_search(section: Any, prefix: str = "") -> DictConfig:
     return search
 
 
-def validate_mbr(section: Any) -> DictConfig:
-    """Type and range checks of the ``mbr.*`` keys (:class:`MbrSchema`): ``num`` >= 1,
-    ``epsilon`` in [0, 1); an unknown ``candidates`` or ``utility`` is a ConfigError naming the
-    key and its choices."""
-    mbr = merge_typed(MbrSchema, section, "mbr")
-    check_positive(mbr, "num", prefix="mbr.")
-    if not 0.0 <= mbr.epsilon < 1.0:
-        raise ConfigError(f"mbr.epsilon={mbr.epsilon} must lie in [0, 1) (0 = no epsilon cut).")
-    return mbr
+def _fields(schema: type) -> list[str]:
+    return [f.name for f in dataclasses.fields(schema)]
 
 
-def validate_decoding(decoding: Any, mbr: Any, sampling: bool = False, n_best: int = 1) -> dict:
-    """``{"decoding": "search" | "mbr", "mbr": plain dict}`` of :class:`DecodingSchema`'s keys,
-    checked with the search and sampling settings they go with (:func:`validate_mbr`;
-    ``decoding=mbr`` draws its own candidates, so neither ``sampling=true`` nor ``n_best`` > 1)."""
-    if str(decoding) not in ("search", "mbr"):
-        raise ConfigError(f"decoding={decoding} is not one of search, mbr.")
-    section = OmegaConf.to_container(validate_mbr(mbr if mbr is not None else {}), enum_to_str=True)
-    if str(decoding) == "mbr":
-        if sampling:
+def validate_decoding(settings: Mapping) -> dict:
+    """The keys of :class:`SearchSchema`, :class:`SamplingSchema` and :class:`DecodingSchema`
+    (the top level of nmt-evaluate and nmt-translate; ``Translator.translate``'s arguments),
+    checked where they enter, before any checkpoint loads, and returned as plain values. A
+    ConfigError names the key of a wrong type or choice, or of a value out of range: those of
+    :func:`validate_search`, ``temperature`` finite and >= 0, ``top_k`` >= 0, ``top_p`` in
+    (0, 1], ``mbr.num`` >= 1, ``mbr.epsilon`` in [0, 1); ``decoding=mbr`` draws its own
+    candidates, so neither ``sampling=true`` nor ``n_best`` > 1."""
+    search = validate_search({k: settings[k] for k in _fields(SearchSchema)})
+    sampling = merge_typed(SamplingSchema, {k: settings[k] for k in _fields(SamplingSchema)}, "")
+    for key, ok, allowed in (("temperature", 0 <= sampling.temperature < math.inf, "finite, >= 0"),
+                             ("top_k", sampling.top_k >= 0, ">= 0"),
+                             ("top_p", 0 < sampling.top_p <= 1, "in (0, 1]")):
+        if not ok:
+            raise ConfigError(f"{key}={sampling[key]} must be {allowed}.")
+    section = merge_typed(DecodingSchema, {k: settings[k] for k in _fields(DecodingSchema)}, "")
+    check_positive(section, "mbr.num")
+    if not 0.0 <= section.mbr.epsilon < 1.0:
+        raise ConfigError(f"mbr.epsilon={section.mbr.epsilon} must lie in [0, 1) (0 = no epsilon cut).")
+    if section.decoding == "mbr":
+        if sampling.sampling:
             raise ConfigError("sampling=true draws one translation per sentence; decoding=mbr draws "
                               "its own candidates: drop sampling=true and use "
                               "mbr.candidates=sample (temperature, top_k, top_p, seed apply).")
-        if n_best > 1:
-            raise ConfigError(f"n_best={n_best} with decoding=mbr: MBR returns one translation per "
-                              "sentence (mbr.num sets its candidates); drop n_best.")
-    return {"decoding": str(decoding), "mbr": section}
+        if search.n_best > 1:
+            raise ConfigError(f"n_best={search.n_best} with decoding=mbr: MBR returns one "
+                              "translation per sentence (mbr.num sets its candidates); drop n_best.")
+    return {**to_plain(search), **to_plain(sampling), **to_plain(section)}
+
+
+def decoding_defaults() -> dict:
+    """The defaults of :class:`SearchSchema`, :class:`SamplingSchema` and :class:`DecodingSchema`
+    (``mbr`` a plain dict), read from configs/search/default.yaml, sampling.yaml and mbr.yaml:
+    the Python API's defaults are the command line's."""
+    return copy.deepcopy(_decoding_defaults())
+
+
+@functools.cache
+def _decoding_defaults() -> dict:
+    root = (importlib.resources.files(CONFIG_MODULE) if CONFIG_PATH.startswith("pkg://")
+            else Path(CONFIG_PATH))
+    out: dict = {}
+    for schema, name in ((SearchSchema, "search/default.yaml"), (SamplingSchema, "sampling.yaml"),
+                         (DecodingSchema, "mbr.yaml")):
+        out.update(to_plain(merge_typed(schema, OmegaConf.create(
+            root.joinpath(name).read_text(encoding="utf-8")), name)))
+    return out
 
 
 def config_diff(a: Any, b: Any, prefix: str = "") -> list[str]:
@@ -444,9 +494,11 @@ def validate(cfg: DictConfig) -> DictConfig:
         raise ConfigError(f"data.src_lang={data.src_lang!r} must differ from data.tgt_lang.")
     check_positive(out, "train.batch_tokens", "train.accum_steps", "train.max_steps", "train.max_epochs",
                    "train.max_minutes", "train.eval_every_steps", "train.log_every_steps", "train.lr",
-                   "train.plateau_patience", "train.early_stopping_patience", "train.eps")
+                   "train.plateau_patience", "train.early_stopping_patience", "train.eps",
+                   "train.peak_tflops")
     check_positive(out, "train.warmup_steps", "train.clip_grad_norm", "train.weight_decay",
                    "train.keep_last", "train.keep_best", "train.min_lr", "train.consistency_alpha",
+                   "train.shape_buckets", "train.alignment_loss_weight",
                    allow_zero=True)
     _unit_interval(out, "train.label_smoothing", "train.cooldown", "train.cutoff_p")
     if train.cooldown > 0 and train.max_steps is None and train.max_minutes is None:
@@ -458,6 +510,7 @@ def validate(cfg: DictConfig) -> DictConfig:
         if train[key] is not None and not 0.0 < train[key] < 1.0:
             raise ConfigError(f"train.{key}={train[key]} must lie in (0, 1).")
     _check_sampling(data.tokenizer)
+    _check_guided(out)
     if train.init_from and data.tokenizer.model:
         raise ConfigError("data.tokenizer.model must be null with train.init_from (a fine-tuning "
                           "run uses its checkpoint's tokenizer).")

@@ -1,16 +1,20 @@
 """Process-level settings and chores shared by every layer above: the device, glibc's
-allocator, oneDNN's cache, the machine for run summaries, and atomic file writes."""
+allocator, oneDNN's cache, the machine for run summaries, peak FLOP/s and model FLOPs for
+MFU, and atomic file writes."""
 
 from __future__ import annotations
 
 import contextlib
 import ctypes
+import functools
 import json
 import os
 import platform
+import re
 import shutil
 import sys
 import tempfile
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -67,6 +71,86 @@ def tune_cuda() -> None:
     torch.backends.cuda.matmul.allow_tf32 = True
     torch.backends.cudnn.allow_tf32 = True
     torch.backends.cuda.enable_cudnn_sdp(False)
+
+
+# Dense tensor-core peaks (TFLOP/s) per card, for MFU: the first pattern that matches
+# torch.cuda.get_device_name wins. NVIDIA datasheets state the tensor-core figures "with
+# sparsity"; the dense rate is half of that. H100 SXM5 (H100 Tensor Core GPU datasheet): bf16
+# and fp16 1,979 -> 989.4, TF32 989 -> 494.7, fp32 66.9; H200 SXM (H200 Tensor Core GPU
+# datasheet): the same as the H100 SXM (NVL cards are lower and not listed); A100 SXM4 and PCIe
+# (A100 Tensor Core GPU datasheet): 312, 156, 19.5 dense; L4 (L4 Tensor Core GPU datasheet):
+# 242 -> 121, 120 -> 60, 30.3; T4 (T4 Tensor Core GPU datasheet): mixed fp16 65, fp32 8.1, no
+# bf16 or TF32 tensor cores. Any other card: train.peak_tflops.
+GPU_PEAK_TFLOPS: tuple[tuple[str, dict[str, float]], ...] = (
+    (r"H100 (80GB HBM3|SXM)|H200(?! NVL)",
+     {"bf16": 989.4, "fp16": 989.4, "tf32": 494.7, "fp32": 66.9}),
+    (r"A100", {"bf16": 312.0, "fp16": 312.0, "tf32": 156.0, "fp32": 19.5}),
+    (r"\bL4\b", {"bf16": 121.0, "fp16": 121.0, "tf32": 60.0, "fp32": 30.3}),
+    (r"\bT4\b", {"fp16": 65.0, "fp32": 8.1}),
+)
+
+
+def gpu_peak_tflops(name: str, precision: str) -> float | None:
+    """Dense peak TFLOP/s of the card called ``name`` (``torch.cuda.get_device_name``) for
+    ``precision`` (bf16 | fp16 | tf32 | fp32) from :data:`GPU_PEAK_TFLOPS`; None if unknown."""
+    for pattern, peaks in GPU_PEAK_TFLOPS:
+        if re.search(pattern, name):
+            return peaks.get(precision)
+    return None
+
+
+@functools.lru_cache(maxsize=8)
+def _matmul_flops(dtype, threads: int, n: int, repeats: int) -> float:
+    import torch
+
+    g = torch.Generator().manual_seed(0)   # not the global RNG: dropout masks must not move
+    a, b = (torch.randn(n, n, generator=g).to(dtype) for _ in range(2))
+    torch.mm(a, b)
+    best = float("inf")
+    for _ in range(repeats):
+        t = time.perf_counter()
+        torch.mm(a, b)
+        best = min(best, time.perf_counter() - t)
+    return 2 * n ** 3 / best
+
+
+def cpu_matmul_flops(dtype=None, n: int = 1024, repeats: int = 3) -> float:
+    """The best rate of ``repeats`` [n,n] x [n,n] ``torch.mm`` in ``dtype`` (default fp32) on
+    this CPU at the current torch thread count, FLOP/s (2 n^3 per product); measured once per
+    process and setting (well under a second), the CPU's peak for MFU."""
+    import torch
+
+    return _matmul_flops(dtype or torch.float32, torch.get_num_threads(), n, repeats)
+
+
+def peak_flops(device, amp_dtype=None, override_tflops: float | None = None) -> float | None:
+    """The peak FLOP/s that MFU divides by, for one ``device`` computing under autocast
+    ``amp_dtype`` (None: fp32): ``override_tflops`` (``train.peak_tflops``) if given; on CUDA
+    the card's dense bf16 / fp16 / TF32 (fp32 with TF32 matmuls on) / fp32 peak
+    (:func:`gpu_peak_tflops`; None for a card not in the table); elsewhere the measured
+    :func:`cpu_matmul_flops` in ``amp_dtype``."""
+    import torch
+
+    if override_tflops is not None:
+        return float(override_tflops) * 1e12
+    if getattr(device, "type", str(device)) != "cuda":
+        return cpu_matmul_flops(amp_dtype)
+    precision = {torch.bfloat16: "bf16", torch.float16: "fp16"}.get(
+        amp_dtype, "tf32" if torch.backends.cuda.matmul.allow_tf32 else "fp32")
+    peak = gpu_peak_tflops(torch.cuda.get_device_name(device), precision)
+    return None if peak is None else peak * 1e12
+
+
+def train_flops(flop_params: tuple[int, int], src_tokens: int, tgt_tokens: int,
+                copies: int = 1) -> float:
+    """Model FLOPs of a training step (forward and backward) over ``src_tokens`` and
+    ``tgt_tokens`` real (non-padding) tokens, by the 6N rule (Kaplan et al. 2020, section 2.1:
+    2N per token forward, 4N backward): ``6 * copies * (N_src * src_tokens + N_tgt *
+    tgt_tokens)``, ``flop_params`` = (N_src, N_tgt) of ``Seq2Seq.flop_params`` (the output
+    projection counted, lookups and attention scores not); ``copies``: 2 when every pair
+    runs twice (``train.consistency``)."""
+    n_src, n_tgt = flop_params
+    return 6.0 * copies * (n_src * src_tokens + n_tgt * tgt_tokens)
 
 
 def cpu_has_bf16() -> bool:

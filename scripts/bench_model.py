@@ -5,19 +5,22 @@ Usage::
     python scripts/bench_model.py model=transformer
     python scripts/bench_model.py model=rnn
     python scripts/bench_model.py model=transformer --steps 20 --profile   # + torch.profiler table
+    python scripts/bench_model.py model=transformer_base train.batch_tokens=24576 \
+        train.shape_buckets=8 --device cuda --precision bf16 --compile     # a GPU, 25k-token steps
 
 The other arguments, before, between or after the options, are Hydra overrides of
 ``configs/config.yaml`` (``compose_config``). Options: ``--warmup N`` (untimed steps, default
 3), ``--steps N`` (timed steps, default 10), ``--threads N`` (torch threads, default 2),
 ``--precision fp32|bf16`` (autocast dtype of the forward, as ``train.precision``; default
-fp32), ``--profile`` (print the top ops of a torch.profiler run after timing),
-``--no-malloc-tune`` (keep glibc's default malloc, see :func:`nmt.runtime.tune_malloc`), and
+fp32), ``--device cpu|cuda|cuda:N`` (default cpu), ``--profile`` (print the top ops of a
+torch.profiler run after timing), ``--no-malloc-tune`` (keep glibc's default malloc, see :func:`nmt.runtime.tune_malloc`), and
 three A/B comparisons, each in one process, alternating A and B step by step over the same
 batches (the host's speed drifts: only ratios measured side by side are compared; the
 speedup is the median of the per-pair ratios):
 
 ``--compile``            eager (A) vs ``torch.compile`` (B) as ``train.compile=true`` builds it
-                         (``model.compiled()``: dynamic shapes); the compiled model is
+                         (``model.compiled()``: dynamic shapes; with ``train.shape_buckets``
+                         on CUDA also CUDA graphs); the compiled model is
                          warmed up on every timed batch first, so no timed step compiles;
                          ``compile_s`` is the wall time of that warm-up minus the eager
                          time of the same steps, ``graphs`` the graphs Dynamo built.
@@ -27,7 +30,7 @@ speedup is the median of the per-pair ratios):
                          ``<B>_speedup`` < 1 is B's cost per step.
 
 One step = forward (teacher forcing, ``need_alignment=False``) and loss as
-:func:`nmt.training.trainer.forward_loss` computes them (label-smoothed cross-entropy with
+:func:`nmt.training.consistency.forward_loss` computes them (label-smoothed cross-entropy with
 ``train.label_smoothing``; with ``train.consistency=rdrop|simcut`` one forward over the batch
 twice and the KL term, with simcut the token cutoff's hooks on the model), summed over real
 target tokens / their number, backward, gradient clipping (``train.clip_grad_norm``) and a
@@ -35,15 +38,19 @@ step of the optimizer that :func:`nmt.training.trainer.build_optimizer` builds f
 config (Adam/AdamW, fused kernel where available): the same calls as ``nmt-train``'s step
 (fp32, one batch per step, no DDP).
 The batches are the first ``warmup + steps`` batches of epoch 0 of
-``TokenBatchSampler(train.batch_tokens)`` over the prepared training split.
+``TokenBatchSampler(train.batch_tokens)`` over the prepared training split (with
+``train.shape_buckets`` its static shapes, padded as training pads them).
 
 Reported (last line, ``key=value``; with an A/B option also ``eager_``/``compiled_`` or
 ``fp32_``/``bf16_`` ``tgt_tokens_per_s`` and ``compile_speedup``/``bf16_speedup``):
   * ``tgt_tokens_per_s``: real target tokens (EOS included, padding excluded) of the timed
     steps / their wall time.
-  * ``mfu``: model FLOP/s / ``peak_gflops``, where the peak is the fp32 matmul rate this
-    script measures at start-up (best of several 2048^3 ``torch.mm`` at the same thread count)
-    and the model FLOPs per step are counted analytically (Kaplan et al. 2020 rule)::
+  * ``mfu``: model FLOP/s / ``peak_gflops``, where the peak is ``train.peak_tflops`` if set,
+    else on CPU the matmul rate this script measures at start-up (best of 5 2048^3
+    ``torch.mm`` at the same thread count, in the run's precision), on CUDA the card's dense
+    datasheet peak (:func:`nmt.runtime.peak_flops`); the model FLOPs per step are counted
+    analytically (Kaplan et al. 2020 rule, :func:`nmt.runtime.train_flops`, which the
+    trainer's log and ``summary.json`` use too)::
 
         FLOPs = 6 * (N_enc * src_tokens + (N_dec + N_out) * tgt_tokens)
 
@@ -52,7 +59,9 @@ Reported (last line, ``key=value``; with an A/B option also ``eager_``/``compile
     with ``train.consistency`` rdrop or simcut; ``tgt_tokens_per_s`` counts them once).
     Embedding lookups are not counted, neither are attention score FLOPs.
   * ``params`` (distinct trainable parameters), ``step_ms`` (median), ``peak_gflops``,
-    ``model_gflops`` (achieved), ``batches``, ``threads``.
+    ``model_gflops`` (achieved), ``pad_share`` (padding among the timed batches' positions,
+    both sides), ``batch_shapes`` (distinct shapes among them), ``batches``, ``device``,
+    ``threads``; with ``--compile`` or ``--compare-precision`` also each variant's ``_mfu``.
   * ``ema_update_ms``: median of 20 updates of the weight average that ``train.ema_decay``
     adds after every step (:class:`nmt.training.ema.WeightAverage`, timed after the steps),
     and ``ema_step_share`` = ``ema_update_ms / step_ms``.
@@ -72,24 +81,21 @@ from omegaconf import OmegaConf
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from nmt.config import ConfigError, compose_config  # noqa: E402
-from nmt.data.batching import TokenBatchSampler, prepare_data  # noqa: E402
+from nmt.data.batching import BatchShapes, TokenBatchSampler, prepare_data  # noqa: E402
 from nmt.models import build_model  # noqa: E402
-from nmt.runtime import bound_onednn_cache, compile_stats, tune_malloc  # noqa: E402
+from nmt.runtime import (  # noqa: E402
+    bound_onednn_cache,
+    compile_stats,
+    cpu_matmul_flops,
+    peak_flops,
+    resolve_device,
+    train_flops,
+    tune_cuda,
+    tune_malloc,
+)
+from nmt.training.consistency import add_token_cutoff, forward_loss  # noqa: E402
 from nmt.training.ema import WeightAverage  # noqa: E402
-from nmt.training.loss import add_token_cutoff  # noqa: E402
-from nmt.training.trainer import build_optimizer, forward_loss  # noqa: E402
-
-
-def measure_peak_gflops(n: int = 2048, repeats: int = 5) -> float:
-    """Best fp32 ``torch.mm`` rate of two [n,n] matrices, in GFLOP/s (2 n^3 FLOPs per mm)."""
-    a, b = torch.randn(n, n), torch.randn(n, n)
-    torch.mm(a, b)
-    best = float("inf")
-    for _ in range(repeats):
-        t = time.perf_counter()
-        torch.mm(a, b)
-        best = min(best, time.perf_counter() - t)
-    return 2 * n ** 3 / best / 1e9
+from nmt.training.trainer import build_optimizer  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -103,6 +109,7 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--compare-consistency", action="store_true",
                         help="A/B: train.consistency=none vs rdrop (or simcut if given)")
     parser.add_argument("--precision", choices=["fp32", "bf16"], default="fp32")
+    parser.add_argument("--device", default="cpu", help="cpu | cuda | cuda:N")
     parser.add_argument("--profile", action="store_true")
     parser.add_argument("--no-malloc-tune", action="store_true",
                         help="leave glibc malloc at its defaults (see tune_malloc)")
@@ -111,32 +118,45 @@ def main(argv: list[str] | None = None) -> dict:
         raise ConfigError("--compile, --compare-precision and --compare-consistency are separate "
                           "A/B runs; give one of them.")
     cfg = compose_config(args.overrides)
+    device = resolve_device(args.device)
     malloc_tuned = False if args.no_malloc_tune else tune_malloc()
     bound_onednn_cache()
+    if device.type == "cuda":
+        tune_cuda()
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)
 
-    peak = measure_peak_gflops()
-    print(f"fp32 matmul peak: {peak:.1f} GFLOP/s ({args.threads} threads)", flush=True)
-    data = prepare_data(cfg.data)
-    tok = data.tokenizer
-    sampler = TokenBatchSampler(data.train.src_lens, data.train.tgt_lens, cfg.train.batch_tokens,
-                                shuffle=True, seed=cfg.train.seed)
-    batches = [data.train.collate(ix) for ix in sampler.batches(0)[: args.warmup + args.steps]]
+    def peak_for(bf16: bool) -> float | None:   # FLOP/s; the CPU's measured as it always was
+        dtype = torch.bfloat16 if bf16 else None
+        if device.type == "cpu" and cfg.train.peak_tflops is None:
+            return cpu_matmul_flops(dtype, 2048, 5)
+        return peak_flops(device, dtype, cfg.train.peak_tflops)
 
-    model = build_model(cfg.model, tok.src_vocab_size, tok.tgt_vocab_size).train()
-    n_enc, n_dec = model.flop_params()
+    peak = peak_for(args.precision == "bf16" and not args.compare_precision)
+    print(f"peak: {(peak or float('nan')) / 1e9:.1f} GFLOP/s ({device}, {args.threads} threads)",
+          flush=True)
+    data = prepare_data(cfg.data)
+    tok, t = data.tokenizer, cfg.train
+    shapes = BatchShapes.fit(data.train.src_lens, data.train.tgt_lens, t.shape_buckets,
+                             t.batch_tokens) if t.shape_buckets else None
+    sampler = TokenBatchSampler(data.train.src_lens, data.train.tgt_lens, t.batch_tokens,
+                                shuffle=True, seed=t.seed, shapes=shapes)
+    chosen = sampler.batches(0)[: args.warmup + args.steps]
+    batches = [data.train.collate(ix, shapes).to(device) for ix in chosen]
+
+    model = build_model(cfg.model, tok.src_vocab_size, tok.tgt_vocab_size).to(device).train()
     params = model.num_parameters()
     trainable = [p for p in model.parameters() if p.requires_grad]
-    opt = build_optimizer(trainable, cfg.train)
-    clip = float(cfg.train.clip_grad_norm)
-    compiled = model.compiled() if (args.compile or cfg.train.compile) else None
+    opt = build_optimizer(trainable, t)
+    clip = float(t.clip_grad_norm)
+    graphs = "reduce-overhead" if shapes is not None and device.type == "cuda" else None
+    compiled = model.compiled(graphs) if (args.compile or t.compile) else None
 
     def step(b, fwd, bf16: bool, t) -> float:
         # SimCut's hooks cut the second half of a lookup's rows: on for its steps only.
         cutoff = add_token_cutoff(model, t.cutoff_p) if t.consistency == "simcut" else []
-        objective, _ = forward_loss(fwd, b, t,
-                                    torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16))
+        objective, _ = forward_loss(fwd, b, t, torch.autocast(device.type, dtype=torch.bfloat16,
+                                                              enabled=bf16))
         for hook in cutoff:
             hook.remove()
         loss = objective / b.n_tgt_tokens
@@ -147,7 +167,7 @@ def main(argv: list[str] | None = None) -> dict:
         opt.step()
         return loss.item()
 
-    bf16, t = args.precision == "bf16", cfg.train
+    bf16 = args.precision == "bf16"
     if args.compile:
         variants = {"eager": (model, bf16, t), "compiled": (compiled, bf16, t)}
     elif args.compare_precision:
@@ -195,7 +215,7 @@ def main(argv: list[str] | None = None) -> dict:
             times[name].append(time.perf_counter() - t0)
             line.append(f"{name} {1e3 * times[name][-1]:.0f} ms")
         tgt_tokens += b.n_tgt_tokens
-        flops += 6.0 * copies * (n_enc * b.n_src_tokens + n_dec * b.n_tgt_tokens)
+        flops += train_flops(model.flop_params(), b.n_src_tokens, b.n_tgt_tokens, copies)
         print(f"  step {i + 1}: {', '.join(line)}  B={len(b)} S={b.src.shape[1]} "
               f"T={b.tgt_in.shape[1]} tgt_tokens={b.n_tgt_tokens} loss={loss:.3f}", flush=True)
     wall = sum(times[main_name])
@@ -206,12 +226,19 @@ def main(argv: list[str] | None = None) -> dict:
         ema.update(k + 1)
         ema_times.append(time.perf_counter() - t0)
     ema_ms = 1e3 * statistics.median(ema_times)
+    def mfu(seconds: float, bf16: bool) -> float | None:
+        return None if peak_for(bf16) is None else round(flops / seconds / peak_for(bf16), 4)
+
+    main_peak = peak_for(variants[main_name][1])
     result = {
         "model": cfg.model.name, "params": params, "tgt_tokens_per_s": round(tgt_tokens / wall, 1),
-        "mfu": round(flops / wall / 1e9 / peak, 3),
+        "mfu": mfu(wall, variants[main_name][1]),
         "step_ms": round(1e3 * statistics.median(times[main_name]), 1),
-        "peak_gflops": round(peak, 1), "model_gflops": round(flops / wall / 1e9, 1),
-        "batches": len(timed), "threads": args.threads,
+        "peak_gflops": None if main_peak is None else round(main_peak / 1e9, 1),
+        "model_gflops": round(flops / wall / 1e9, 1),
+        "pad_share": round(sampler.padding(chosen[args.warmup:]), 4),
+        "batch_shapes": len({tuple(b.src.shape) for b in timed}),
+        "batches": len(timed), "device": str(device).replace(" ", "_"), "threads": args.threads,
         "optimizer": f"{cfg.train.optimizer}{'-fused' if opt.defaults.get('fused') else ''}",
         "compile": compiled is not None, "precision": "bf16" if variants[main_name][1] else "fp32",
         "malloc_tuned": malloc_tuned,
@@ -222,6 +249,8 @@ def main(argv: list[str] | None = None) -> dict:
         a, b_ = names
         for name in names:
             result[f"{name}_tgt_tokens_per_s"] = round(tgt_tokens / sum(times[name]), 1)
+            if not args.compare_consistency:      # the same FLOPs for both
+                result[f"{name}_mfu"] = mfu(sum(times[name]), variants[name][1])
         ratios = [ta / tb for ta, tb in zip(times[a], times[b_], strict=True)]
         key = "compile" if args.compile else b_ if args.compare_consistency else "bf16"
         result[f"{key}_speedup"] = round(statistics.median(ratios), 3)

@@ -6,13 +6,16 @@ Usage::
         --clients 32 --seconds 60 --beam-size 5
     python scripts/bench_serve.py --checkpoint ... --clients 8 --sentences-per-request 1 --beam-size 1
     python scripts/bench_serve.py engine=ctranslate2 model_dir=runs/tf/ct2 --clients 32
+    python scripts/bench_serve.py --checkpoint ... --overload --clients 128 \\
+        --sentences-per-request 8 --beam-size 5 --seconds 60
 
 The other arguments, before, between or after the options, are Hydra overrides of
 configs/serve.yaml (``serve.max_batch_tokens=...``, ``device=...``, ``engine=...``); those
 without the ``serve.`` prefix also apply to the offline run. Options: ``--checkpoint``,
 ``--clients N`` (concurrent clients, default 32), ``--seconds S`` (timed seconds per server
 phase, default 60), ``--beam-size K`` (default 5), ``--sentences-per-request M`` (default 1),
-``--split`` (default test_2016_flickr).
+``--split`` (default test_2016_flickr), ``--overload``, ``--server-pythonpath DIR`` (the
+server's code from DIR, e.g. an older commit's ``git archive``, for a before/after figure).
 
 The sentences are the Multi30k split's source side (``$NMT_DATA_ROOT`` or
 ``../shared/data/multi30k``, ``{split}.{src_lang}``). Three phases, one at a time:
@@ -36,6 +39,15 @@ wall time until the last answer), request latency percentiles ``p50_ms``, ``p95_
 ``offline_sents_per_s``, ``offline_clients_sents_per_s``, ``batching_speedup`` (sents_per_s /
 nobatch_sents_per_s), ``vs_offline`` (sents_per_s / offline_sents_per_s) and
 ``vs_offline_clients`` (sents_per_s / offline_clients_sents_per_s).
+
+``--overload``: one server phase instead (no offline run): N clients of M sentences each send
+request after request for S seconds (a client answered 503 waits ``Retry-After`` seconds, as
+a polite client does), and one probe client sends one-word requests (the first words of the
+sentences) one after the other with the same settings. The last line: ``requests``, ``ok``,
+``rate_503`` (503 answers / requests), ``errors_other`` (answers other than 200 and 503, and
+failed connections), ``sents_per_s``, ``p50_ms`` / ``p99_ms`` (answered requests),
+``probe_requests``, ``probe_503``, ``probe_p50_ms`` / ``probe_p99_ms`` (its answered
+requests), ``peak_rss_mb`` (the server's VmHWM at the end, after the last answer).
 """
 
 from __future__ import annotations
@@ -46,11 +58,11 @@ import io
 import os
 import re
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
 import time
+from collections import Counter
 from pathlib import Path
 
 import numpy as np
@@ -58,12 +70,6 @@ import numpy as np
 from nmt.cli.common import decode_settings, exit_on_user_error, load_translator
 from nmt.cli.serve import _check as check_serve
 from nmt.config import ConfigError, compose_config
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def read_sentences(split: str, src_lang: str) -> list[str]:
@@ -137,28 +143,33 @@ async def load(url: str, sentences: list[str], clients: int, seconds: float, per
             "errors": errors, "requests": len(latencies)}
 
 
-def serve_phase(overrides: list[str], sentences: list[str], args, log_path: Path) -> dict:
-    """Start nmt-serve with ``overrides``, run the clients, stop it; the phase figures."""
+def serve_phase(overrides: list[str], args, log_path: Path, run) -> dict:
+    """Start nmt-serve with ``overrides`` on a port the OS picks, ``await run(url)``, stop the
+    server; run's figures, ``mean_batch`` and ``peak_rss_mb``."""
     import httpx
 
-    port = free_port()
+    env = {**os.environ, **({"PYTHONPATH": args.server_pythonpath} if args.server_pythonpath
+                            else {})}
     with open(log_path, "w", encoding="utf-8") as log_file:
         proc = subprocess.Popen([sys.executable, "-m", "nmt.cli.serve", *overrides,
-                                 f"serve.port={port}", f"beam_size={args.beam_size}"],
-                                stdout=log_file, stderr=subprocess.STDOUT)
+                                 "serve.port=0", f"beam_size={args.beam_size}"],
+                                stdout=log_file, stderr=subprocess.STDOUT, env=env)
         try:
-            url, deadline = f"http://127.0.0.1:{port}", time.monotonic() + 300
-            while True:
+            deadline = time.monotonic() + 300
+            while True:   # ours, or uvicorn's line (code that predates ours)
+                found = re.search(r"(?:nmt-serve: listening on|Uvicorn running on) (http://[^/\s]+)",
+                                  log_path.read_text(encoding="utf-8"))
                 try:
-                    httpx.get(url + "/health", timeout=2).raise_for_status()
+                    httpx.get(found.group(1) + "/health", timeout=2).raise_for_status()
                     break
-                except httpx.HTTPError:
+                except (AttributeError, httpx.HTTPError):
                     if proc.poll() is not None or time.monotonic() > deadline:
                         raise ConfigError(f"nmt-serve did not start; its log: {log_path}: "
                                           + log_path.read_text(encoding="utf-8")[-1500:]) from None
                     time.sleep(0.2)
-            figures = asyncio.run(load(url, sentences, args.clients, args.seconds,
-                                       args.sentences_per_request, args.beam_size))
+            figures = asyncio.run(run(found.group(1)))
+            status = Path(f"/proc/{proc.pid}/status")
+            peak = re.search(r"VmHWM:\s+(\d+) kB", status.read_text()) if status.exists() else None
         finally:
             proc.send_signal(signal.SIGTERM)
             try:
@@ -168,7 +179,76 @@ def serve_phase(overrides: list[str], sentences: list[str], args, log_path: Path
                 proc.wait()
     batches = [int(n) for n in re.findall(r"batch: \d+ requests, (\d+) sentences",
                                           log_path.read_text(encoding="utf-8"))]
-    return {**figures, "mean_batch": float(np.mean(batches)) if batches else float("nan")}
+    return {**figures, "mean_batch": float(np.mean(batches)) if batches else float("nan"),
+            "peak_rss_mb": int(peak.group(1)) / 1024 if peak else float("nan")}
+
+
+async def overload(url: str, sentences: list[str], args) -> dict:
+    """The ``--overload`` figures (module docstring)."""
+    import httpx
+
+    status: Counter = Counter()
+    latencies, probe, answered = [], {"latencies": [], "requests": 0, "503": 0}, 0
+    words = [s.split()[0] for s in sentences]
+    stop = time.perf_counter() + args.seconds
+
+    async def send(http, text: list[str]) -> tuple[int | str, float, float]:
+        start = time.perf_counter()
+        try:
+            reply = await http.post("/v1/translate", json={"text": text,
+                                                           "beam_size": args.beam_size})
+            code, retry = reply.status_code, float(reply.headers.get("retry-after", 1))
+        except httpx.HTTPError as err:
+            code, retry = type(err).__name__, 1.0
+        return code, time.perf_counter() - start, retry
+
+    async def client(http, k: int) -> None:
+        nonlocal answered
+        i = k * args.sentences_per_request
+        while time.perf_counter() < stop:
+            text = [sentences[(i + j) % len(sentences)] for j in range(args.sentences_per_request)]
+            i += args.clients * args.sentences_per_request
+            code, seconds, retry = await send(http, text)
+            status[code] += 1
+            if code == 200:
+                latencies.append(seconds)
+                answered += len(text)
+            elif code == 503:
+                await asyncio.sleep(min(retry, max(0.0, stop - time.perf_counter())))
+
+    async def prober(http) -> None:
+        i = 0
+        while time.perf_counter() < stop:
+            code, seconds, retry = await send(http, [words[i % len(words)]])
+            i, probe["requests"] = i + 1, probe["requests"] + 1
+            if code == 200:
+                probe["latencies"].append(seconds)
+            else:
+                status[f"probe_{code}"] += 1
+                probe["503"] += code == 503
+                if code == 503:
+                    await asyncio.sleep(min(retry, max(0.0, stop - time.perf_counter())))
+
+    https = [httpx.AsyncClient(base_url=url, timeout=600) for _ in range(args.clients + 1)]
+    start = time.perf_counter()
+    try:
+        await asyncio.gather(prober(https[0]), *(client(h, k) for k, h in enumerate(https[1:])))
+    finally:
+        await asyncio.gather(*(http.aclose() for http in https))
+    wall = time.perf_counter() - start
+
+    def pct(values: list[float]) -> list[float]:
+        return list(np.percentile(np.array(values) * 1000, [50, 99])) if values else [np.nan] * 2
+
+    requests = sum(v for k, v in status.items() if not str(k).startswith("probe_"))
+    other = sum(v for k, v in status.items() if k not in (200, 503, "probe_503"))
+    if other:
+        print(f"answers other than 200 and 503: {dict(status)}", flush=True)
+    (p50, p99), (probe50, probe99) = pct(latencies), pct(probe["latencies"])
+    return {"requests": requests, "ok": status[200], "rate_503": status[503] / max(requests, 1),
+            "errors_other": other, "sents_per_s": answered / wall, "p50_ms": p50, "p99_ms": p99,
+            "probe_requests": probe["requests"], "probe_503": probe["503"],
+            "probe_p50_ms": probe50, "probe_p99_ms": probe99}
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -180,11 +260,21 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--beam-size", type=int, default=5)
     parser.add_argument("--sentences-per-request", type=int, default=1)
     parser.add_argument("--split", default="test_2016_flickr")
+    parser.add_argument("--overload", action="store_true")
+    parser.add_argument("--server-pythonpath", default=None)
     args = parser.parse_intermixed_args(argv)
     if min(args.clients, args.sentences_per_request, args.beam_size) < 1 or args.seconds <= 0:
         raise ConfigError("--clients, --sentences-per-request, --beam-size and --seconds must be > 0.")
     overrides = [*([f"checkpoint={args.checkpoint}"] if args.checkpoint else []), *args.overrides]
-    compose_config(overrides, config_name="serve", validate_fn=check_serve)   # bad input: now
+    cfg = compose_config(overrides, config_name="serve", validate_fn=check_serve)   # bad input: now
+    if args.overload:
+        sentences = read_sentences(args.split, load_translator(cfg).config.data.src_lang)
+        with tempfile.TemporaryDirectory() as tmp:
+            result = serve_phase(overrides, args, Path(tmp) / "serve.log",
+                                 lambda url: overload(url, sentences, args))
+        print("overload: " + " ".join(f"{k}={v}" if isinstance(v, int) else f"{k}={v:.3f}"
+                                      for k, v in result.items()), flush=True)
+        return result
     in_flight = args.clients * args.sentences_per_request
     offline_rate, clients_rate, sentences = offline(
         [o for o in overrides if not o.startswith("serve.")], args.beam_size, args.split, in_flight)
@@ -193,7 +283,9 @@ def main(argv: list[str] | None = None) -> dict:
     result = {}
     with tempfile.TemporaryDirectory() as tmp:
         for prefix, extra in (("", []), ("nobatch_", ["serve.max_wait_ms=0"])):
-            figures = serve_phase([*overrides, *extra], sentences, args, Path(tmp) / "serve.log")
+            figures = serve_phase([*overrides, *extra], args, Path(tmp) / "serve.log",
+                                  lambda url: load(url, sentences, args.clients, args.seconds,
+                                                   args.sentences_per_request, args.beam_size))
             print(f"{'no batching' if prefix else 'batching'}: " + " ".join(f"{k}={v:.1f}" for k, v in figures.items()),
                   flush=True)
             result.update({prefix + k: v for k, v in figures.items()})

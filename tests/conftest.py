@@ -182,7 +182,9 @@ def multi30k_root() -> Path:
 
 
 def free_port(host: str = "127.0.0.1") -> int:
-    """A TCP port on ``host`` that is free right now (for launching local torchrun jobs)."""
+    """A TCP port on ``host`` that is free right now, for torchrun's ``--master_port``, which
+    needs a number: another process may take it before torchrun binds it. A server of ours
+    binds port 0 and reports the port it got (nmt-serve: ``serve.port=0``)."""
     import socket
 
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:

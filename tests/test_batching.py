@@ -12,6 +12,7 @@ import torch
 from nmt.config import ConfigError, compose_config
 from nmt.data import batching
 from nmt.data.batching import (
+    BatchShapes,
     TokenBatchSampler,
     TokenizedSplit,
     make_src_batch,
@@ -129,6 +130,55 @@ def test_sampler_covers_each_row_once_within_budget():
         for b in batches:
             assert len(b) * max(src[b].max(), tgt[b].max()) <= 200
     assert pad_efficiency(sampler.batches(0), src, tgt) > 0.8
+
+
+def test_static_lengths_pad_least_and_batches_take_their_fixed_shape(hand_split):
+    # Widths (longer side) 2, 2, 3, 5, 9; two lengths: {3, 9} pads 1+1+0+4+0 = 6 positions,
+    # {5, 9} pads 8, {2, 9} pads 10: the dynamic programme picks (3, 9).
+    src, tgt = np.array([2, 1, 3, 5, 9]), np.array([1, 2, 2, 4, 3])
+    assert BatchShapes.fit(src, tgt, 2, 20).lengths == (3, 9)
+    assert BatchShapes.fit(src, tgt, 1, 20).lengths == (9,)
+    assert BatchShapes.fit(src, tgt, 9, 20).lengths == (2, 3, 5, 9)   # one per distinct width
+    shapes = BatchShapes((3, 9), 20)
+    assert shapes.shape(3) == (6, 3) and shapes.shape(4) == (2, 9)
+    with pytest.raises(ValueError, match="longer than the longest static shape"):
+        shapes.shape(10)
+    # hand_split: src_lens [4, 2, 1, 3], tgt_lens [3, 5, 2, 1]; rows 1, 0, 2 -> width 5 -> (2, 6)
+    # in a 12-token budget: 3 rows of 5 positions would not fit, the shape has 2 rows.
+    shapes = BatchShapes((2, 6), 12)
+    one = hand_split.collate([1, 2], shapes)
+    plain = hand_split.collate([1, 2])
+    assert one.src.shape == one.tgt_in.shape == one.tgt_out.shape == (2, 6)
+    assert torch.equal(one.src[:, :2], plain.src) and not one.src_mask[:, 2:].any()
+    padded = hand_split.collate([2], BatchShapes((2,), 12))      # 1 real row of 6
+    P, E, S = PAD_ID, EOS_ID, BOS_ID
+    assert padded.src.tolist() == [[E, P]] + [[P, P]] * 5
+    assert padded.src_mask.tolist() == [[1, 0]] * 6          # no row without a key
+    assert padded.tgt_in.tolist() == [[S, 13]] + [[P, P]] * 5
+    assert padded.tgt_out.tolist() == [[13, E]] + [[P, P]] * 5       # padding rows: no loss
+    assert (padded.n_src_tokens, padded.n_tgt_tokens) == (1, 2)
+
+
+def test_sampler_with_static_shapes_keeps_the_budget_and_few_shapes():
+    src, tgt = _lens()
+    shapes = BatchShapes.fit(src, tgt, 4, 200)
+    sampler = TokenBatchSampler(src, tgt, batch_tokens=200, seed=3, shapes=shapes)
+    assert len(shapes.lengths) == 4 and shapes.lengths[-1] == max(src.max(), tgt.max())
+    seen = set()
+    for epoch in range(3):
+        batches = sampler.batches(epoch)
+        assert sorted(np.concatenate(batches).tolist()) == list(range(len(src)))
+        for b in batches:
+            rows, length = shapes.shape(int(max(src[b].max(), tgt[b].max())))
+            assert len(b) <= rows and rows * length <= 200
+            seen.add((rows, length))
+    assert len(seen) <= 4
+    # padding: 1 - real / positions, both sides, [B, S] + [B, T] without shapes
+    plain = TokenBatchSampler(np.array([2, 3]), np.array([4, 1]), 100)
+    assert plain.padding([np.array([0, 1])]) == pytest.approx(1 - 10 / 14)
+    static = TokenBatchSampler(np.array([2, 3]), np.array([4, 1]), 100,
+                               shapes=BatchShapes((5,), 10))
+    assert static.padding([np.array([0, 1])]) == pytest.approx(1 - 10 / 20)
 
 
 def test_sampler_deterministic_in_seed_and_epoch():

@@ -19,7 +19,6 @@ from nmt.cli.common import (
 from nmt.config import (
     ConfigError,
     DecodingSchema,
-    MbrSchema,
     SamplingSchema,
     SearchSchema,
     compose_config,
@@ -61,15 +60,19 @@ def test_print_error_keeps_long_paths_whole(capsys):
     assert path in capsys.readouterr().err
 
 
-def test_decode_settings_are_the_schema_fields_with_the_schema_defaults():
+def test_decode_settings_are_the_schema_fields_with_the_yaml_defaults():
+    from nmt.config import decoding_defaults
+
     cfg = _evaluate_cfg("checkpoint=x.pt", "beam_size=3", "top_p=0.5")
     settings = decode_settings(cfg)
     names = [f.name for schema in (SearchSchema, SamplingSchema, DecodingSchema)
              for f in dataclasses.fields(schema)]
     assert list(settings) == names and settings["decoding"] == "search"
-    assert settings["mbr"].num == MbrSchema().num
     assert settings["beam_size"] == 3 and settings["top_p"] == 0.5
-    assert settings["n_best"] == SearchSchema().n_best and settings["seed"] == SamplingSchema().seed
+    defaults = decoding_defaults()                  # the Python API's: the same YAML files
+    assert dict(settings["mbr"]) == defaults["mbr"]
+    assert {k: settings[k] for k in ("n_best", "seed", "temperature")} == \
+        {k: defaults[k] for k in ("n_best", "seed", "temperature")}
     assert list(decode_settings(cfg, (SearchSchema,))) == [f.name for f in dataclasses.fields(SearchSchema)]
 
 

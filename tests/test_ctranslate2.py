@@ -88,7 +88,7 @@ def test_export_writes_our_positions_norm_alignment_and_tokenizer(exported, engi
     assert any(n.endswith("vocabulary.json") or n.endswith("vocabulary.txt") for n in names)
     info = json.loads((directory / "nmt_export.json").read_text())
     assert info["quantization"] == "float32" and info["norm"] == "pre"
-    assert info["alignment"] == {"layer": 0, "heads": "mean of all", "num_heads": 2}
+    assert info["alignment"] == {"layer": 0, "heads": 2, "num_heads": 2}   # the mean of 2
     assert json.loads((directory / "config.json").read_text())["layer_norm_epsilon"] == 1e-5
     ct2 = engines["float32"]
     assert ct2.tokenizer.fingerprint == engines["pytorch"].tokenizer.fingerprint
@@ -243,8 +243,9 @@ def test_mbr_on_ctranslate2_over_its_beam_or_samples_without_epsilon(engines):
     ours = engines["pytorch"].translate(src, decoding="mbr", mbr=beam)
     assert [r.text for r in ct2.translate(src, decoding="mbr", mbr=beam)] == [r.text for r in ours]
     sampled = ct2.translate(src, decoding="mbr", mbr={**sample, "epsilon": 0.0}, top_p=0.9)
-    assert ct2.mbr_cost.candidates == 12 and all(r.text for r in sampled)
-    with pytest.raises(ConfigError, match="mbr.epsilon=0.02: CTranslate2 has no epsilon"):
+    assert [r.mbr_cost.candidates for r in sampled] == [3] * 4 and all(r.text for r in sampled)
+    assert not ct2.epsilon_sampling and not ct2.all_attention
+    with pytest.raises(ConfigError, match="mbr.epsilon > 0"):
         ct2.translate(src, decoding="mbr", mbr=sample)
 
 
@@ -300,6 +301,8 @@ def test_readme_commands_round_trip_to_the_same_files(tmp_path, capsys):
     a, b = json.loads((ct2_dir / "scores.json").read_text()), json.loads((pt_dir / "scores.json").read_text())
     assert (a["engine"], a["quantization"], a["checkpoint"]) == ("ctranslate2", "float32", str(CKPT))
     timing = {"seconds", "ms_per_sentence", "sents_per_s", "tgt_tokens_per_s", "engine", "model_dir", "quantization"}
+    # pytest.approx takes no list inside a dict (pytest >= 9.2): the n-gram precisions apart.
+    assert a.pop("bleu_precisions") == pytest.approx(b.pop("bleu_precisions"), abs=1e-3)
     assert {k: v for k, v in a.items() if k not in timing} == pytest.approx(
         {k: v for k, v in b.items() if k not in timing}, abs=1e-3)
     ours, theirs = load_alignments(pt_dir / "alignments.npz"), load_alignments(ct2_dir / "alignments.npz")

@@ -74,11 +74,12 @@ def test_duplicates_are_scored_once_and_counted_with_their_multiplicity(monkeypa
     np.testing.assert_allclose(choice.utility, full.mean(axis=1)[[1, 0, 2]], rtol=1e-12)
 
 
-def test_a_batch_of_sentences_and_bad_input():
+def test_a_batch_of_sentences_is_each_sentence_alone():
     one, two = mbr_select([["x"], ["ab", "bcd", "abc"]], "chrf")
-    assert (one.order, one.count) == ([0], [1]) and two.best == 2
-    with pytest.raises(ValueError, match="unknown MBR utility 'ter'"):
-        mbr_select([["a"]], "ter")
-    with pytest.raises(ValueError, match="sentence 1 has no MBR candidates"):
-        mbr_select([["a"], []], "chrf")
-    assert MbrCost(candidates=30, generation_seconds=2.0, selection_seconds=1.0).candidates_per_s == 10
+    assert (one.order, one.utility, one.count) == ([0], [100.0], [1])
+    assert two == mbr_select([["ab", "bcd", "abc"]], "chrf")[0] and two.best == 2
+
+
+def test_costs_add_up_field_by_field():
+    parts = [MbrCost(1, 4, 2, 0.5, 0.25), MbrCost(1, 4, 4, 1.5, 0.75)]
+    assert sum(parts, MbrCost()) == MbrCost(2, 8, 6, 2.0, 1.0)

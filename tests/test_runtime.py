@@ -11,7 +11,10 @@ from nmt.runtime import (
     atomic_path,
     bound_onednn_cache,
     ensure_writable_dir,
+    gpu_peak_tflops,
     machine_info,
+    peak_flops,
+    train_flops,
     write_json_atomic,
     write_text_atomic,
 )
@@ -59,3 +62,31 @@ def test_machine_info_names_what_the_figures_depend_on():
     info = machine_info()
     assert {"cpu", "cores", "torch_threads", "torch", "python", "platform"} <= set(info)
     assert info["cores"] == os.cpu_count()
+
+
+@pytest.mark.parametrize(("name", "precision", "tflops"), [
+    ("NVIDIA H100 80GB HBM3", "bf16", 989.4),      # SXM: half the datasheet's sparse 1,979
+    ("NVIDIA H100 80GB HBM3", "tf32", 494.7),
+    ("NVIDIA H200", "fp16", 989.4),
+    ("NVIDIA A100-SXM4-80GB", "bf16", 312.0),
+    ("NVIDIA A100 80GB PCIe", "tf32", 156.0),
+    ("NVIDIA L4", "bf16", 121.0),
+    ("Tesla T4", "fp16", 65.0),
+    ("Tesla T4", "bf16", None),                    # no bf16 tensor cores
+    ("NVIDIA H100 PCIe", "bf16", None),            # other cards: train.peak_tflops
+    ("NVIDIA H200 NVL", "bf16", None),
+    ("NVIDIA L40S", "bf16", None),
+])
+def test_gpu_peaks_are_the_dense_datasheet_figures_of_known_cards(name, precision, tflops):
+    assert gpu_peak_tflops(name, precision) == tflops
+
+
+def test_peak_flops_override_cpu_measurement_and_the_6n_rule():
+    import torch
+
+    assert peak_flops(torch.device("cpu"), None, 2.5) == 2.5e12
+    measured = peak_flops(torch.device("cpu"))
+    assert measured > 1e8 and peak_flops(torch.device("cpu")) == measured   # measured once
+    # 6 * (N_src * src + N_tgt * tgt), twice with consistency's doubled batch
+    assert train_flops((10, 20), 3, 4) == 6 * (30 + 80)
+    assert train_flops((10, 20), 3, 4, copies=2) == 2 * 660

@@ -4,6 +4,7 @@ batching by tokens, TER and per-sentence files."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import shutil
 from pathlib import Path
@@ -13,7 +14,7 @@ import pytest
 from conftest import REPO_ROOT
 
 import nmt
-from nmt.config import ConfigError, SamplingSchema, SearchSchema, compose_config
+from nmt.config import ConfigError, compose_config
 from nmt.inference.mbr import mbr_select
 from nmt.inference.search import length_penalty_factor
 from nmt.inference.translator import length_sorted_batches, search_settings
@@ -55,11 +56,17 @@ def test_translate_one_sentence_or_many(translator):
         SOURCES[1], beam_size=1).text
 
 
-def test_search_settings_default_to_the_schemas_and_are_checked_once():
-    assert search_settings() == {**vars(SearchSchema()), **vars(SamplingSchema()),
-                                 "decoding": "search", "mbr": {"candidates": "beam", "num": 16,
-                                                               "utility": "chrf", "epsilon": 0.02}}
+def test_search_settings_default_to_the_command_lines_yaml_and_are_checked_once():
+    """The Python API's defaults are those of configs/search/default.yaml, sampling.yaml and
+    mbr.yaml, as nmt-translate composes them (but its own batch_sentences=100)."""
+    cli = compose_config(["checkpoint=x"], config_name="translate", validate_fn=None)
+    keys = set(search_settings()) - {"mbr"}
+    assert search_settings() == {**{k: cli[k] for k in keys}, "batch_sentences": 200,
+                                 "mbr": dict(cli.mbr)}
+    assert search_settings()["mbr"] == {"candidates": "beam", "num": 16, "utility": "chrf",
+                                        "epsilon": 0.02, "compare_beam": False}
     assert search_settings(beam_size=1, top_p=None)["beam_size"] == 1
+    assert search_settings(decoding="mbr", mbr={"num": 4})["mbr"]["utility"] == "chrf"
     for bad in ({"beam": 3}, {"n_best": 6}, {"temperature": -1.0}, {"top_k": -1}, {"top_p": 1.5}):
         with pytest.raises(ConfigError, match=next(iter(bad))):
             search_settings(**bad)
@@ -69,7 +76,7 @@ def test_n_best_is_sorted_and_scores_are_forced_scores_under_the_length_penalty(
     result = translator.translate(SOURCES[1], beam_size=4, n_best=4, length_penalty=1.0)
     scores = [h.score for h in result.hypotheses]
     assert len(scores) == 4 and scores == sorted(scores, reverse=True)
-    assert result.hypotheses[0] is result
+    assert result.hypotheses[0] == dataclasses.replace(result, hypotheses=[])
     forced = translator.score([SOURCES[1]] * 4, [h.text for h in result.hypotheses])
     for h, f in zip(result.hypotheses, forced, strict=True):
         assert f.tokens == len(h.ids) + 1
@@ -109,8 +116,11 @@ def test_mbr_over_the_beam_picks_from_its_n_best_deterministically(translator, u
         assert r.text == n_best[choice.best] and r.utility == choice.utility[0]
         assert [h.text for h in r.hypotheses] == [n_best[k] for k in choice.order]
         assert (r.ids, r.score) == (b.hypotheses[choice.best].ids, b.hypotheses[choice.best].score)
-    assert translator.mbr_cost.candidates == sum(len(b.hypotheses) for b in beam)
-    assert translator.mbr_cost.sentences == len(SOURCES)
+    # Each result's cost: its N = 4 candidates (1 for the empty source, searched without
+    # the model) and its distinct texts.
+    assert [(r.mbr_cost.sentences, r.mbr_cost.candidates, r.mbr_cost.distinct)
+            for r in results] == [(1, len(b.hypotheses), len(r.hypotheses))
+                                  for r, b in zip(results, beam, strict=True)]
 
 
 def test_mbr_samples_are_seeded_and_collapse_to_greedy_at_a_high_epsilon(translator):
@@ -125,7 +135,7 @@ def test_mbr_samples_are_seeded_and_collapse_to_greedy_at_a_high_epsilon(transla
 
     a, b, c = draw(1), draw(1), draw(2)
     assert texts(a) == texts(b) and texts(a) != texts(c)
-    assert translator.mbr_cost.candidates == 5 * len(SOURCES)
+    assert [r.mbr_cost.candidates for r in a] == [5] * len(SOURCES)
     assert [len(r.hypotheses) for r in a][3] == 1           # an empty source: 5 x ""
     cold = translator.translate(SOURCES, decoding="mbr", mbr={**mbr, "epsilon": 0.99}, **SHORT)
     # epsilon 0.99 keeps only each step's most probable token: 5 greedy paths, one candidate
@@ -140,7 +150,7 @@ def test_mbr_samples_are_seeded_and_collapse_to_greedy_at_a_high_epsilon(transla
     ({"mbr": {"epsilon": 1.0}}, "mbr.epsilon=1.0"),
     ({"sampling": True}, "drop sampling=true"),
     ({"n_best": 2, "beam_size": 2}, "n_best=2 with decoding=mbr"),
-    ({"decoding": "mbrr"}, "decoding=mbrr is not one of search, mbr")])
+    ({"decoding": "mbrr"}, "decoding")])
 def test_mbr_settings_are_checked_once_at_entry(bad, message):
     with pytest.raises(ConfigError, match=message):
         search_settings(**{"decoding": "mbr", **bad})
@@ -251,10 +261,44 @@ def test_capture_attention_runs_in_eval_mode_and_restores_the_mode(transformer):
         assert g.keys() == e.keys() and all(np.array_equal(g[k], e[k]) for k in g)
 
 
-def test_ensemble_cannot_return_attention():
+def test_capabilities_are_attributes_and_an_ensemble_cannot_return_attention(translator):
     twice = nmt.Translator.from_checkpoint([CKPT, CKPT])
-    with pytest.raises(ConfigError):
+    assert (translator.all_attention, twice.all_attention) == (True, False)
+    assert translator.supports_sampling and twice.supports_sampling and twice.epsilon_sampling
+    with pytest.raises(ConfigError, match="return_attention"):
         twice.translate(SOURCES[0], return_attention=True, **SHORT)
+
+
+def test_a_translation_is_a_plain_value(translator):
+    """No cycle: asdict, ==, pickle and JSON work; the n-best list is the result's own field."""
+    import pickle
+
+    result = translator.translate(SOURCES[1], beam_size=3, n_best=3, return_attention=True, **SHORT)
+    plain = dataclasses.asdict(result)
+    assert [h["text"] for h in plain["hypotheses"]] == [h.text for h in result.hypotheses]
+    assert all(h["hypotheses"] == [] for h in plain["hypotheses"])
+    assert plain["alignment"].shape == result.alignment.shape and plain["attention"].keys() == \
+        result.attention.keys()
+    json.dumps({k: v for k, v in plain.items() if k not in ("alignment", "attention", "hypotheses")})
+    again = translator.translate(SOURCES[1], beam_size=3, n_best=3, **SHORT)
+    assert again == result and pickle.loads(pickle.dumps(result)) == result   # arrays aside
+    assert again != translator.translate(SOURCES[1], beam_size=3, n_best=2, **SHORT)
+    assert result.hypotheses[1] != result and result.hypotheses[1].hypotheses == []
+
+
+def test_mbr_cost_comes_with_the_results_so_threads_can_share_a_translator(translator):
+    from concurrent.futures import ThreadPoolExecutor
+
+    def run(num):
+        return translator.translate(SOURCES[:3], decoding="mbr", quiet=True,
+                                    mbr={"candidates": "sample", "num": num}, **SHORT)
+
+    with ThreadPoolExecutor(2) as pool:
+        runs = list(pool.map(run, [2, 5, 2, 5]))
+    assert [[r.mbr_cost.candidates for r in results] for results in runs] == \
+        [[2] * 3, [5] * 3, [2] * 3, [5] * 3]
+    assert [r.text for r in runs[0]] == [r.text for r in runs[2]]
+    assert not hasattr(translator, "mbr_cost")
 
 
 # ---------------------------------------------------------------- the CLIs on the API
@@ -280,29 +324,50 @@ def test_evaluate_writes_ter_loss_sentences_and_n_best(tmp_path, capsys):
     assert len((out / "sentences.tsv").read_text(encoding="utf-8").splitlines()) == 7
 
 
-def test_evaluate_mbr_reports_its_cost_beside_the_search_it_replaces(tmp_path, capsys):
+def test_evaluate_mbr_reports_its_cost_and_on_request_the_search_it_replaces(tmp_path, capsys):
+    """The cost always; the search baseline only with mbr.compare_beam=true, and then it is
+    exactly what nmt-evaluate gives with that search alone."""
     from conftest import write_corpus
 
     from nmt.cli import evaluate as cli_evaluate
 
     corpus = write_corpus(tmp_path / "corpus", {"test": 4})
     args = [f"checkpoint={CKPT}", f"src_file={corpus / 'test.de'}", f"ref_file={corpus / 'test.en'}",
-            "max_len_a=0", "max_len_b=8", "save_alignments=false", "decoding=mbr",
-            "mbr.candidates=sample"]
-    assert cli_evaluate.main([*args, "mbr.num=3", "beam_size=2", f"out_dir={tmp_path / 'e'}"]) == 0
+            "max_len_a=0", "max_len_b=8", "save_alignments=false", "beam_size=2"]
+    mbr_args = [*args, "decoding=mbr", "mbr.candidates=sample", "mbr.num=3"]
+    assert cli_evaluate.main([*mbr_args, f"out_dir={tmp_path / 'e'}"]) == 0
     printed = capsys.readouterr().out
-    assert "MBR (sample x3, chrf)" in printed and "per sentence: beam_size=2" in printed
+    assert "MBR (sample x3, chrf)" in printed and "per sentence: beam_size" not in printed
     scores = json.loads((tmp_path / "e" / "scores.json").read_text())
-    mbr, base = scores["mbr"], scores["search_baseline"]
-    assert scores["decoding"] == "mbr" and scores["ms_per_sentence"] > 0
-    assert {k: mbr[k] for k in ("candidates", "num", "utility", "epsilon", "seed", "n_candidates")} \
+    mbr = scores["mbr"]
+    assert scores["decoding"] == "mbr" and "search_baseline" not in scores
+    assert {k: mbr[k] for k in ("candidates", "num", "utility", "epsilon", "seed", "n_candidates",
+                                "compare_beam")} \
         == {"candidates": "sample", "num": 3, "utility": "chrf", "epsilon": 0.02, "seed": 0,
-            "n_candidates": 12}
-    assert mbr["generation_seconds"] > 0 and mbr["selection_seconds"] > 0
-    assert mbr["candidates_per_s"] > 0 and 1 <= mbr["distinct_per_sentence"] <= 3
-    assert base["beam_size"] == 2 and base["ms_per_sentence"] > 0 and 0 <= base["chrf"] <= 100
-    assert cli_evaluate.main([*args, "mbr.num=0"]) == 2
+            "n_candidates": 12, "compare_beam": False}
+    assert 1 <= mbr["distinct_per_sentence"] <= 3
+
+    assert cli_evaluate.main([*mbr_args, "mbr.compare_beam=true", f"out_dir={tmp_path / 'c'}"]) == 0
+    assert "per sentence: beam_size=2" in capsys.readouterr().out
+    base = json.loads((tmp_path / "c" / "scores.json").read_text())["search_baseline"]
+    assert cli_evaluate.main([*args, f"out_dir={tmp_path / 'b'}"]) == 0
+    plain = json.loads((tmp_path / "b" / "scores.json").read_text())
+    assert {k: base[k] for k in ("beam_size", "bleu", "chrf", "bleu_lowercase")} == \
+        {k: plain[k] for k in ("beam_size", "bleu", "chrf", "bleu_lowercase")}
+    assert cli_evaluate.main([*mbr_args, "mbr.num=0"]) == 2
     assert "mbr.num=0 must be > 0" in capsys.readouterr().err
+
+
+def test_sampling_ranges_are_checked_before_the_checkpoint_loads(tmp_path, capsys):
+    from nmt.cli import evaluate as cli_evaluate
+    from nmt.cli import translate as cli_translate
+
+    missing = tmp_path / "missing.pt"             # never read: the check comes first
+    for cli, extra in ((cli_translate, []), (cli_evaluate, ["src_file=a", "ref_file=b"])):
+        for bad in ("temperature=-1", "top_k=-2", "top_p=1.5", "top_p=0"):
+            assert cli.main([f"checkpoint={missing}", *extra, "sampling=true", bad]) == 2
+            err = capsys.readouterr().err
+            assert bad.split("=")[0] in err and "missing.pt" not in err and "Traceback" not in err
 
 
 def test_translate_cli_mbr_writes_the_apis_choice(translator, tmp_path):

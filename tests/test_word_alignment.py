@@ -210,8 +210,9 @@ def test_extract_links_argmax_threshold_and_shift():
 def test_extraction_settings_are_checked_once():
     check_extraction("argmax", None)
     check_extraction("threshold", 1.0)
+    check_extraction("argmax", 0.5)   # argmax links a row only where its largest weight >= 0.5
     for method, threshold, key in (("threshold", None, "threshold=None"),
-                                   ("argmax", 0.5, "threshold=0.5"),
+                                   ("argmax", 1.5, "threshold=1.5"),
                                    ("threshold", 1.5, "threshold=1.5")):
         with pytest.raises(ConfigError, match=key):
             check_extraction(method, threshold)

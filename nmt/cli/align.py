@@ -2,6 +2,7 @@
 
     nmt-align checkpoint=runs/tf/checkpoints/best.pt src_file=test.fr tgt_file=test.en out=links.txt
     nmt-align checkpoint=fr_en.pt input=pairs.txt out=links.txt shift=true layer=1 head=mean
+    nmt-align checkpoint=guided.pt input=pairs.txt out=links.txt threshold=0.5   # may leave words unaligned
     nmt-align checkpoint=fr_en.pt reverse_checkpoint=en_fr.pt symmetrize=grow-diag-final \\
         input=pairs.txt out=links.txt gold=gold.txt gold_one_based=true
 
@@ -93,10 +94,10 @@ def _run(cfg: DictConfig) -> None:
 def _save_attention(cfg: DictConfig, items) -> None:
     """Write the forced cross-attention of every pair to ``attention_out`` (alignments npz)."""
     from nmt.evaluation.alignments import save_alignments
-    from nmt.extras.word_alignment import select_attention
+    from nmt.extras.word_alignment import item_attention
 
     save_alignments(cfg.attention_out,
-                    [select_attention(item.cross, cfg.layer, cfg.head) for item in items],
+                    [item_attention(item, cfg.layer, cfg.head) for item in items],
                     [[*item.src_pieces, "</s>"] for item in items],
                     [[*item.tgt_pieces, "</s>"] for item in items],
                     [{"cross": item.cross} for item in items])

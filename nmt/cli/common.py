@@ -27,7 +27,6 @@ from nmt.config import (
     compose_config,
     finish_config,
     validate_decoding,
-    validate_search,
 )
 from nmt.data.corpus import CorpusError
 from nmt.runtime import bound_onednn_cache, resolve_device, tune_malloc
@@ -133,11 +132,10 @@ def decode_settings(cfg: DictConfig, schemas: tuple[type, ...] = (SearchSchema, 
 
 
 def check_decoding(cfg: DictConfig) -> DictConfig:
-    """ConfigError, naming the key, for a bad search setting (``beam_size``, ``length_penalty``,
-    ...) or decoding setting (``decoding``, ``mbr``, ``sampling``, ``n_best``) of an
-    nmt-evaluate or nmt-translate config."""
-    validate_search(decode_settings(cfg, (SearchSchema,)))
-    validate_decoding(cfg.decoding, cfg.mbr, cfg.sampling, cfg.n_best)
+    """ConfigError, naming the key, for a bad search, sampling or decoding setting
+    (``beam_size``, ``top_p``, ``mbr.num``, ...; :func:`nmt.config.validate_decoding`) of an
+    nmt-evaluate or nmt-translate config, before any checkpoint loads."""
+    validate_decoding(decode_settings(cfg))
     return cfg
 
 

@@ -8,8 +8,9 @@
 The split is read with the checkpoint's data config; every sentence is translated (nothing
 filtered or truncated). ``out_dir`` (default ``<checkpoint dir>/eval_<split>_beam<k>``, with
 ``decoding=mbr`` ``eval_<split>_mbr_<candidates><num>_<utility>``) gets the files of
-:mod:`nmt.evaluation.evaluate`. With ``decoding=mbr`` the split is also translated by the search
-without MBR (``beam_size``, ...), and both are printed side by side: BLEU, chrF, ms/sentence.
+:mod:`nmt.evaluation.evaluate`. With ``decoding=mbr mbr.compare_beam=true`` the split is also
+translated by the search without MBR (``beam_size``, ...), and both are printed side by side:
+BLEU, chrF, ms/sentence.
 Options: configs/evaluate.yaml (``nmt-evaluate --help``).
 """
 
@@ -98,12 +99,12 @@ def _run(cfg: DictConfig) -> None:
     print(f"BLEU (lowercase) = {scores['bleu_lowercase']:.2f}")
     if "loss" in scores:
         print(f"reference loss = {scores['loss']:.4f} nats/subword, ppl = {scores['ppl']:.2f}")
-    if mbr:
-        base = scores["search_baseline"]
+    if base := scores.get("search_baseline"):
         print(f"per sentence: beam_size={base['beam_size']} {base['ms_per_sentence']:.1f} ms "
               f"(BLEU {base['bleu']:.2f}, chrF {base['chrf']:.2f}) | MBR "
               f"{scores['ms_per_sentence']:.1f} ms (BLEU {scores['bleu']:.2f}, chrF "
               f"{scores['chrf']:.2f})")
+    if mbr:
         print(f"MBR cost: candidates {mbr['generation_seconds']:.1f} s, selection "
               f"{mbr['selection_seconds']:.1f} s, {mbr['candidates_per_s']:.0f} candidates/s, "
               f"{mbr['distinct_per_sentence']:.1f} distinct of {mbr['num']} per sentence")

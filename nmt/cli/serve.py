@@ -6,8 +6,10 @@
 
 Needs ``pip install "nmt[serve]"`` (FastAPI, uvicorn). The endpoints, the batching and the
 errors are described in :mod:`nmt.extras.serve`. Binding to an address other than loopback
-needs ``serve.api_key`` or ``serve.allow_unauthenticated=true``. On SIGTERM (or Ctrl-C) the
-server stops accepting connections, finishes the requests in flight and exits with status 0.
+needs ``serve.api_key`` or ``serve.allow_unauthenticated=true``. ``serve.port=0`` binds a free
+port; the log line ``nmt-serve: listening on http://HOST:PORT/`` names the port either way.
+On SIGTERM (or Ctrl-C) the server stops accepting connections, answers new requests on open
+ones with 503, decodes the queued ones at once, finishes them and exits with status 0.
 Options: configs/serve.yaml (``nmt-serve --help``).
 """
 
@@ -39,8 +41,11 @@ def _check(cfg: DictConfig) -> DictConfig:
     check_engine(cfg)
     validate_search(decode_settings(cfg, (SearchSchema,)))
     serve = cfg.serve
-    check_positive(serve, "max_batch_tokens", "max_sentences", "max_chars", "max_body_bytes",
-                   "max_beam_size", prefix="serve.")
+    check_positive(serve, "max_batch_work", "max_queue_sentences", "max_request_work",
+                   "max_sentences", "max_chars", "max_body_bytes", "max_beam_size", prefix="serve.")
+    if serve.max_queue_sentences < serve.max_sentences:
+        raise ConfigError(f"serve.max_queue_sentences={serve.max_queue_sentences} must be >= "
+                          f"serve.max_sentences={serve.max_sentences}: no full request would fit.")
     if not 0 <= serve.max_wait_ms <= 10_000:
         raise ConfigError(f"serve.max_wait_ms={serve.max_wait_ms} must lie in [0, 10000].")
     if not 0 <= serve.port <= 65535:
@@ -74,13 +79,24 @@ def _run(cfg: DictConfig) -> None:
         log.warning("serving %s without an API key (serve.allow_unauthenticated=true): anyone "
                     "who can reach it can use it", cfg.serve.host)
     app = create_app(load_translator(cfg), cfg)
-    server = uvicorn.Server(uvicorn.Config(app, host=cfg.serve.host, port=cfg.serve.port,
-                                           log_level="info", timeout_graceful_shutdown=None))
+
+    class Server(uvicorn.Server):
+        def handle_exit(self, sig, frame) -> None:   # SIGTERM/SIGINT: stop queueing, then drain
+            if app.state.batcher is not None:
+                app.state.batcher.stop()
+            super().handle_exit(sig, frame)
+
+    config = uvicorn.Config(app, host=cfg.serve.host, port=cfg.serve.port, log_level="info",
+                            timeout_graceful_shutdown=None)
+    sock = config.bind_socket()   # bound here, so that port 0 becomes a known port
+    sock.listen(2048)             # connections wait in the backlog until the app is ready
+    host, port = sock.getsockname()[:2]
+    log.info("nmt-serve: listening on http://%s:%d/", f"[{host}]" if ":" in host else host, port)
     # uvicorn shuts down gracefully on SIGTERM/SIGINT, then raises the signal again with the
     # handlers it found: these return, so the exit status is 0 instead of death by signal.
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: None)
-    server.run()
+    Server(config).run(sockets=[sock])
 
 
 @hydra.main(version_base="1.3", config_path=CONFIG_PATH, config_name="serve")

@@ -6,12 +6,17 @@
 
 The same command again resumes, a changed setting is refused (``train.resume=force`` goes on),
 a finished run does nothing (:mod:`nmt.training.run`). In a sweep each job's ``run_dir`` is
-``hydra.sweep.dir/<overrides>``, and the sweep ends with a table of all jobs.
+``hydra.sweep.dir/<overrides>``, and the sweep ends with a table of all jobs. Guided alignment
+(``train.alignment_loss_weight`` > 0) without ``data.alignments`` first aligns the training
+split with eflomal, once (:mod:`nmt.extras.eflomal_links`; rank 0 under torchrun).
 """
 
 from __future__ import annotations
 
 import importlib
+import os
+import sys
+from pathlib import Path
 
 import hydra
 from hydra.core.hydra_config import HydraConfig
@@ -19,12 +24,28 @@ from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf, open_dict
 
 from nmt.cli.common import hydra_record, run_app, run_task
-from nmt.config import CONFIG_PATH, validate
+from nmt.config import CONFIG_PATH, ConfigError, validate
+from nmt.data.corpus import CorpusError
 from nmt.runtime import ensure_writable_dir
 
 # ${nmt.dirname:...} names sweep jobs; nmt.training.run (torch) loads when used, not for --help.
 OmegaConf.register_new_resolver("nmt.dirname", lambda task: importlib.import_module(
     "nmt.training.run").job_dirname(task), replace=True)
+
+
+def _validate(cfg: DictConfig) -> DictConfig:
+    """:func:`~nmt.config.validate`, guided alignment's ``data.alignments`` first set to
+    eflomal's cached links when not given (:func:`~nmt.extras.eflomal_links.links_path`)."""
+    if cfg.train.alignment_loss_weight > 0 and cfg.data.alignments is None:
+        from nmt.extras.eflomal_links import links_path
+
+        try:
+            path = links_path(cfg.data)
+        except CorpusError as err:
+            raise ConfigError(str(err)) from None
+        with open_dict(cfg):
+            cfg.data.alignments = str(path)
+    return validate(cfg)
 
 
 def _job_config(cfg: DictConfig) -> DictConfig:
@@ -35,7 +56,19 @@ def _job_config(cfg: DictConfig) -> DictConfig:
         if hydra_cfg.mode == RunMode.MULTIRUN and not given:
             with open_dict(cfg):
                 cfg.run_dir = hydra_cfg.runtime.output_dir
-    return validate(cfg)
+    return _validate(cfg)
+
+
+def _prepare_links(cfg: DictConfig) -> None:
+    """eflomal's links of the training split, if ``data.alignments`` names their cache file
+    and it is not there yet (rank 0 only: under torchrun the others wait in its barrier)."""
+    if cfg.train.alignment_loss_weight > 0 and os.environ.get("RANK", "0") == "0" and \
+            not Path(cfg.data.alignments).exists():
+        from nmt.extras.eflomal_links import links_path, prepare_links
+
+        if Path(cfg.data.alignments) == links_path(cfg.data):
+            prepare_links(cfg.data, say=lambda m: print(f"nmt-train: {m}", file=sys.stderr,
+                                                        flush=True))
 
 
 @hydra.main(version_base="1.3", config_path=CONFIG_PATH, config_name="config")
@@ -49,6 +82,7 @@ def app(cfg: DictConfig) -> float | None:
     def body(cfg: DictConfig) -> None:
         from nmt.training.trainer import train
 
+        _prepare_links(cfg)
         summary.update(train(cfg, record))
 
     run_task(cfg, body, prog="nmt-train", validate_fn=_job_config)
@@ -58,7 +92,7 @@ def app(cfg: DictConfig) -> float | None:
 def main(argv: list[str] | None = None) -> int:
     """Console entry point ``nmt-train``; returns the exit status. ``run_dir`` is checked
     before Hydra creates it (``hydra.run.dir``)."""
-    return run_app(app, argv, config_name="config", prog="nmt-train", validate_fn=validate,
+    return run_app(app, argv, config_name="config", prog="nmt-train", validate_fn=_validate,
                    precheck=lambda cfg: ensure_writable_dir(cfg.run_dir, "run_dir"))
 
 

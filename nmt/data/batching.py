@@ -28,6 +28,7 @@ import torch
 
 from nmt.config import ConfigError
 from nmt.data.corpus import CorpusError, iter_nonempty_pairs, iter_parallel, split_fingerprint
+from nmt.data.links import links_fingerprint, piece_links, with_links
 from nmt.data.tokenizer import Tokenizer, tokenizer_from_pairs
 from nmt.data.vocab import BOS_ID, EOS_ID, PAD_ID
 from nmt.runtime import atomic_path
@@ -39,6 +40,8 @@ _CHUNK_ROWS = 100_000  # pairs per Arrow record batch of a token cache
 _ENCODE_ROWS = 10_000  # pairs read and tokenized at a time (bounds the Python objects)
 _SCHEMA = pa.schema([("src_ids", pa.list_(pa.int32())), ("tgt_ids", pa.list_(pa.int32())),
                      ("src_text", pa.large_string()), ("tgt_text", pa.large_string())])
+# With data.alignments: per pair its subword links, flattened (target pos, source pos) pairs
+_SCHEMA_LINKS = _SCHEMA.append(pa.field("links", pa.list_(pa.int32())))
 
 
 @dataclass
@@ -51,6 +54,8 @@ class Batch:
     tgt_out: torch.Tensor      # [B, T] int64: y + EOS (the decoder's targets)
     n_src_tokens: int          # real positions of src and tgt_out, EOS included
     n_tgt_tokens: int          # (the loss normaliser)
+    links: torch.Tensor | None = None  # [n, 3] int64 (row, tgt_out position, src position):
+    #                            subword links of guided alignment (data.alignments), else None
 
     def to(self, device: torch.device | str, non_blocking: bool = False) -> Batch:
         return self._map(lambda t: t.to(device, non_blocking=non_blocking))
@@ -99,6 +104,75 @@ def make_tgt_batch(tgt_ids: Sequence[Sequence[int]], device: torch.device | str 
     return tgt_in, _padded([[*t, EOS_ID] for t in tgt_ids], device)[0], mask
 
 
+@dataclass(frozen=True)
+class BatchShapes:
+    """Static batch shapes (``train.shape_buckets``), so that a compiled model and its CUDA
+    graphs see a few shapes, not one per batch: a batch whose longer side is ``w`` positions
+    (EOS included) is padded on both sides to ``L``, the first of ``lengths`` >= ``w``, and to
+    ``batch_tokens // L`` rows. :class:`TokenBatchSampler` cuts batches that fit."""
+
+    lengths: tuple[int, ...]   # ascending; the last >= the longest pair
+    batch_tokens: int
+
+    @classmethod
+    def fit(cls, src_lens: np.ndarray, tgt_lens: np.ndarray, buckets: int,
+            batch_tokens: int) -> BatchShapes:
+        """The ``buckets`` lengths (fewer if the pairs have fewer distinct widths) that pad
+        the pairs' longer sides least in total, ``sum_rows (L(w) - w)``: exact dynamic
+        programming over the distinct widths v_0 < ... < v_{n-1}, O(buckets * n^2)."""
+        vals, counts = np.unique(np.maximum(src_lens, tgt_lens), return_counts=True)
+        c, s = (np.concatenate(([0], np.cumsum(x))) for x in (counts, counts * vals))
+        # best[j]: least padding of the rows of widths v_0..v_j in m buckets, the last v_j;
+        # a bucket of v_i..v_j pads v_j * rows - sum of widths.
+        best, choices = vals * c[1:] - s[1:], []
+        for m in range(2, min(buckets, len(vals)) + 1):
+            new, choice = np.full(len(vals), np.inf), np.zeros(len(vals), np.int64)
+            for j in range(m - 1, len(vals)):
+                i = np.arange(m - 1, j + 1)      # the last bucket starts at v_i
+                total = best[i - 1] + vals[j] * (c[j + 1] - c[i]) - (s[j + 1] - s[i])
+                choice[j] = i[np.argmin(total)]
+                new[j] = total.min()
+            best = new
+            choices.append(choice)
+        j, lengths = len(vals) - 1, [int(vals[-1])]
+        for choice in reversed(choices):
+            j = int(choice[j]) - 1
+            lengths.append(int(vals[j]))
+        shapes = cls(tuple(sorted(lengths)), int(batch_tokens))
+        log.info("static batch shapes (rows x positions): %s",
+                 ", ".join(f"{r}x{n}" for r, n in map(shapes.shape, lengths)))
+        return shapes
+
+    def length(self, width: np.ndarray) -> np.ndarray:
+        """The padded length of batches whose longer side is ``width`` (int64 array)."""
+        k = np.searchsorted(self.lengths, width)
+        if np.any(k >= len(self.lengths)):
+            raise ValueError(f"a pair of {int(np.max(width))} positions is longer than the "
+                             f"longest static shape ({self.lengths[-1]})")
+        return np.asarray(self.lengths, dtype=np.int64)[k]
+
+    def shape(self, width: int) -> tuple[int, int]:
+        """``(rows, length)`` of a batch whose longer side is ``width`` positions."""
+        length = int(self.length(np.asarray(width)))
+        return self.batch_tokens // length, length
+
+
+def _pad_batch(batch: Batch, rows: int) -> Batch:
+    """``batch`` grown to ``rows`` rows: PAD ids, targets PAD (no loss), the first source
+    position unmasked (no attention row without keys, whose softmax would be NaN)."""
+    extra = rows - len(batch)
+    if extra < 0:
+        raise ValueError(f"{len(batch)} rows do not fit the static shape of {rows} rows")
+
+    def grow(t: torch.Tensor, value) -> torch.Tensor:
+        return torch.cat((t, t.new_full((extra, t.shape[1]), value)))
+
+    src_mask = grow(batch.src_mask, False)
+    src_mask[len(batch):, 0] = True
+    return replace(batch, src=grow(batch.src, PAD_ID), src_mask=src_mask,
+                   tgt_in=grow(batch.tgt_in, PAD_ID), tgt_out=grow(batch.tgt_out, PAD_ID))
+
+
 class TokenizedSplit:
     """A memory-mapped Arrow IPC file, or one held in memory (``path`` None: :meth:`from_bytes`).
     ``src_lens`` / ``tgt_lens`` [N] int64: the lengths of ``src`` and ``tgt_out`` with EOS."""
@@ -125,6 +199,7 @@ class TokenizedSplit:
         n = int(self._starts[-1])
         self.src_lens, self.tgt_lens = np.empty(n, np.int64), np.empty(n, np.int64)
         self._chunks: list[tuple[np.ndarray, ...]] = []
+        self._links = [] if "links" in self._reader.schema.names else None  # (values, offsets)
         for rb, a, b in zip(batches, self._starts[:-1], self._starts[1:], strict=True):
             src, tgt = rb.column("src_ids"), rb.column("tgt_ids")
             s_off, t_off = src.offsets.to_numpy(), tgt.offsets.to_numpy()  # int32, zero-copy
@@ -132,6 +207,10 @@ class TokenizedSplit:
                                  tgt.values.to_numpy(zero_copy_only=True), t_off))
             np.subtract(s_off[1:], s_off[:-1] - 1, out=self.src_lens[a:b])  # + EOS
             np.subtract(t_off[1:], t_off[:-1] - 1, out=self.tgt_lens[a:b])
+            if self._links is not None:
+                col = rb.column("links")
+                self._links.append((col.values.to_numpy(zero_copy_only=True),
+                                    col.offsets.to_numpy()))
 
     def __len__(self) -> int:
         return len(self.src_lens)
@@ -158,11 +237,16 @@ class TokenizedSplit:
     def tgt_texts(self) -> list[str]:
         return self._texts("tgt_text")
 
-    def collate(self, indices: Sequence[int] | np.ndarray) -> Batch:
-        """The padded :class:`Batch` of these rows, in their order."""
+    def collate(self, indices: Sequence[int] | np.ndarray, shapes: BatchShapes | None = None
+                ) -> Batch:
+        """The padded :class:`Batch` of these rows, in their order; with ``shapes`` padded to
+        its static shape (:meth:`BatchShapes.shape`, padding rows by :func:`_pad_batch`)."""
         idx = np.asarray(indices, dtype=np.int64).reshape(-1)
         s_lens, t_lens = self.src_lens[idx], self.tgt_lens[idx]
         width_s, width_t = int(s_lens.max()), int(t_lens.max())
+        if shapes is not None:
+            n_rows, width_s = shapes.shape(max(width_s, width_t))
+            width_t = width_s
         src = np.empty((idx.size, width_s), np.int64)
         tgt_in = np.empty((idx.size, width_t), np.int64)
         tgt_out = np.empty((idx.size, width_t), np.int64)
@@ -182,36 +266,54 @@ class TokenizedSplit:
         tgt_out[rows, t_lens - 1] = EOS_ID
         src_mask = np.arange(width_s)[None, :] < s_lens[:, None]
         tgt_in[~(np.arange(width_t)[None, :] < t_lens[:, None])] = PAD_ID
-        return Batch(src=torch.from_numpy(src), src_mask=torch.from_numpy(src_mask),
-                     tgt_in=torch.from_numpy(tgt_in), tgt_out=torch.from_numpy(tgt_out),
-                     n_src_tokens=int(s_lens.sum()), n_tgt_tokens=int(t_lens.sum()))
+        batch = Batch(src=torch.from_numpy(src), src_mask=torch.from_numpy(src_mask),
+                      tgt_in=torch.from_numpy(tgt_in), tgt_out=torch.from_numpy(tgt_out),
+                      n_src_tokens=int(s_lens.sum()), n_tgt_tokens=int(t_lens.sum()),
+                      links=None if self._links is None else self._batch_links(idx, chunk))
+        return batch if shapes is None else _pad_batch(batch, n_rows)
+
+    def _batch_links(self, idx: np.ndarray, chunk: np.ndarray) -> torch.Tensor:
+        """The links of rows ``idx`` (in chunks ``chunk``) as Batch.links [n, 3]."""
+        parts = [np.zeros((0, 3), np.int64)]
+        for row, (i, c) in enumerate(zip(idx, chunk, strict=True)):
+            values, off = self._links[c]
+            j = i - self._starts[c]
+            pairs = values[off[j]: off[j + 1]].reshape(-1, 2)
+            parts.append(np.column_stack((np.full(len(pairs), row), pairs)))
+        return torch.from_numpy(np.concatenate(parts).astype(np.int64))
 
 
 def _lengths(ids: list[list[int]]) -> np.ndarray:
     return np.fromiter(map(len, ids), np.int64, count=len(ids))
 
 
+def _list_array(ids: list[list[int]], keep: np.ndarray) -> pa.ListArray:
+    """The id lists where ``keep`` is true as an Arrow list<int32> column."""
+    lens = _lengths(ids)
+    values = np.fromiter(itertools.chain.from_iterable(ids), np.int32, count=int(lens.sum()))
+    offsets = np.zeros(int(keep.sum()) + 1, np.int32)
+    np.cumsum(lens[keep], out=offsets[1:])
+    return pa.ListArray.from_arrays(pa.array(offsets), pa.array(values[np.repeat(keep, lens)]))
+
+
 def _record_batch(src_ids: list[list[int]], tgt_ids: list[list[int]], src_texts: Sequence[str],
-                  tgt_texts: Sequence[str], keep: np.ndarray | None = None) -> pa.RecordBatch:
-    """The pairs where ``keep`` (bool [N]; default all) is true, as an Arrow record batch."""
+                  tgt_texts: Sequence[str], keep: np.ndarray | None = None,
+                  links: list[list[int]] | None = None) -> pa.RecordBatch:
+    """The pairs where ``keep`` (bool [N]; default all) is true, as an Arrow record batch
+    (with ``links``, flattened subword links per pair, the ``links`` column)."""
     keep = np.ones(len(src_ids), bool) if keep is None else keep
-    columns = []
-    for ids in (src_ids, tgt_ids):
-        lens = _lengths(ids)
-        values = np.fromiter(itertools.chain.from_iterable(ids), np.int32, count=int(lens.sum()))
-        offsets = np.zeros(int(keep.sum()) + 1, np.int32)
-        np.cumsum(lens[keep], out=offsets[1:])
-        columns.append(pa.ListArray.from_arrays(pa.array(offsets),
-                                                pa.array(values[np.repeat(keep, lens)])))
+    columns = [_list_array(ids, keep) for ids in (src_ids, tgt_ids)]
     for texts in (src_texts, tgt_texts):
         columns.append(pa.array(list(texts), pa.large_string()).filter(pa.array(keep)))
-    return pa.record_batch(columns, schema=_SCHEMA)
+    if links is not None:
+        columns.append(_list_array(links, keep))
+    return pa.record_batch(columns, schema=_SCHEMA if links is None else _SCHEMA_LINKS)
 
 
-def _tokenize_piece(piece: list[tuple[str, str]], tokenizer: Tokenizer, max_len: int | None,
+def _tokenize_piece(piece: list[tuple], tokenizer: Tokenizer, max_len: int | None,
                     max_len_ratio: float | None, stats: dict[str, int]) -> pa.RecordBatch:
     """The pairs tokenized and filtered (:func:`write_pairs`); adds the counts to ``stats``."""
-    src_t, tgt_t = zip(*piece, strict=True)
+    src_t, tgt_t, *word_links = zip(*piece, strict=True)
     s_ids, t_ids = tokenizer.encode_src_batch(src_t), tokenizer.encode_tgt_batch(tgt_t)
     ls, lt = _lengths(s_ids), _lengths(t_ids)
     keep = np.ones(len(ls), bool)
@@ -225,21 +327,32 @@ def _tokenize_piece(piece: list[tuple[str, str]], tokenizer: Tokenizer, max_len:
         stats["bad_ratio"] += int(bad.sum())
         keep &= ~bad
     stats["pairs"] += int(keep.sum())
-    return _record_batch(s_ids, t_ids, src_t, tgt_t, keep)
+    links = None
+    if word_links:  # (source, target, word links) triples: the subword links per pair
+        links = [piece_links(w, tokenizer.src_pieces(s), tokenizer.tgt_pieces(t), src, tgt)
+                 for w, s, t, src, tgt in zip(word_links[0], s_ids, t_ids, src_t, tgt_t,
+                                              strict=True)]
+        stats["unmatched"] = stats.get("unmatched", 0) + sum(x is None for x in links)
+        links = [[] if x is None else x.ravel().tolist() for x in links]
+    return _record_batch(s_ids, t_ids, src_t, tgt_t, keep, links)
 
 
-def write_pairs(path: str | Path, pairs: Iterable[tuple[str, str]], tokenizer: Tokenizer,
-                max_len: int | None = None, max_len_ratio: float | None = None) -> dict[str, int]:
+def write_pairs(path: str | Path, pairs: Iterable[tuple], tokenizer: Tokenizer,
+                max_len: int | None = None, max_len_ratio: float | None = None,
+                links: bool = False) -> dict[str, int]:
     """Tokenize a stream of ``(source, target)`` texts into the Arrow file ``path`` (written
     only if the stream ends without error); returns ``{"pairs": kept, "too_long": n,
     "bad_ratio": n}``. Dropped (subwords, no EOS): a side longer than ``max_len``, or
     ``max(len) / max(min(len), 1) > max_len_ratio`` (None: no filter). Memory stays within
-    one record batch of 100,000 pairs, tokenized 10,000 at a time."""
+    one record batch of 100,000 pairs, tokenized 10,000 at a time. With ``links`` the stream
+    holds ``(source, target, word links)`` (:func:`~nmt.data.links.with_links`) and the file
+    the subword links (``"unmatched"``: pairs whose words could not be matched, no links)."""
     stats = {"pairs": 0, "too_long": 0, "bad_ratio": 0}
     stream, chunk_rows = iter(pairs), _CHUNK_ROWS
+    schema = _SCHEMA_LINKS if links else _SCHEMA
     with atomic_path(path) as tmp, pa.OSFile(str(tmp), "wb") as sink, \
-            pa.ipc.new_file(sink, _SCHEMA) as writer:
-        pending = _SCHEMA.empty_table()  # tokenized pairs not yet written
+            pa.ipc.new_file(sink, schema) as writer:
+        pending = schema.empty_table()  # tokenized pairs not yet written
         for piece in iter(lambda: list(itertools.islice(stream, min(chunk_rows, _ENCODE_ROWS))), []):
             kept = _tokenize_piece(piece, tokenizer, max_len, max_len_ratio, stats)
             pending = pa.concat_tables([pending, pa.Table.from_batches([kept])])
@@ -288,13 +401,16 @@ class TokenBatchSampler:
     length, target length) with random tie-breaking, cut greedily into batches with
     ``B * max(S, T) <= batch_tokens`` (lengths with EOS), in shuffled order; all randomness
     from ``np.random.default_rng((seed, epoch))``. ``shuffle=False``: sorted (validation).
+    With ``shapes`` rows are sorted by their static length first and a pair's width counts as
+    that length (``B * L <= batch_tokens``: every batch fits its :meth:`BatchShapes.shape`).
     ConfigError when ``batch_tokens`` is smaller than the longest pair."""
 
     def __init__(self, src_lens: np.ndarray, tgt_lens: np.ndarray, batch_tokens: int,
-                 shuffle: bool = True, seed: int = 0):
+                 shuffle: bool = True, seed: int = 0, shapes: BatchShapes | None = None):
         self.src_lens = np.asarray(src_lens, dtype=np.int64)
         self.tgt_lens = np.asarray(tgt_lens, dtype=np.int64)
         self.batch_tokens, self.shuffle, self.seed = int(batch_tokens), bool(shuffle), int(seed)
+        self.shapes = shapes
         longest = int(np.maximum(self.src_lens, self.tgt_lens).max(initial=0))
         if longest > self.batch_tokens:
             raise ConfigError(f"train.batch_tokens={self.batch_tokens} is smaller than the longest "
@@ -305,12 +421,16 @@ class TokenBatchSampler:
         n = len(self.src_lens)
         if n == 0:
             return []
+        width = np.maximum(self.src_lens, self.tgt_lens)
+        keys = (self.tgt_lens, self.src_lens)
+        if self.shapes is not None:     # sorted by static length first: batches of one shape
+            width = self.shapes.length(width)
+            keys += (width,)
         if self.shuffle:
             rng = np.random.default_rng((self.seed, int(epoch)))
-            order = np.lexsort((rng.random(n), self.tgt_lens, self.src_lens))
-        else:
-            order = np.lexsort((self.tgt_lens, self.src_lens))
-        width = np.maximum(self.src_lens, self.tgt_lens)[order].tolist()
+            keys = (rng.random(n), *keys)
+        order = np.lexsort(keys)
+        width = width[order].tolist()
         cuts, start, cur, limit = [], 0, 0, self.batch_tokens
         for i, w in enumerate(width):
             m = cur if cur > w else w
@@ -322,7 +442,23 @@ class TokenBatchSampler:
         out = np.split(order.astype(np.int64), cuts)
         if self.shuffle:
             out = [out[k] for k in rng.permutation(len(out))]
+            log.info("epoch %d: %d batches, %.1f%% of their positions padding", epoch, len(out),
+                     100 * self.padding(out))
         return out
+
+    def padding(self, batches: Sequence[np.ndarray]) -> float:
+        """The share of padding among the positions of ``batches`` as collated, both sides:
+        ``B * (max S + max T)`` per batch, with ``shapes`` ``2 * rows * L``."""
+        real = padded = 0
+        for idx in batches:
+            s, t = self.src_lens[idx], self.tgt_lens[idx]
+            real += int(s.sum()) + int(t.sum())
+            if self.shapes is None:
+                padded += len(idx) * (int(s.max()) + int(t.max()))
+            else:
+                rows, length = self.shapes.shape(max(int(s.max()), int(t.max())))
+                padded += 2 * rows * length
+        return 1.0 - real / max(padded, 1)
 
 
 @dataclass
@@ -349,14 +485,19 @@ def load_split(data_cfg: Any, split: str, tokenizer: Tokenizer) -> TokenizedSpli
     return TokenizedSplit(path)
 
 
-def training_pairs(data_cfg: Any, report: bool = True) -> Iterator[tuple[str, str]]:
+def training_pairs(data_cfg: Any, report: bool = True, links: str | None = None
+                   ) -> Iterator[tuple]:
     """The first ``data.max_train_pairs`` pairs of ``data.train_split`` but the empty ones
     (their number logged when ``report``). The rest is still read, so a broken corpus is a
-    :class:`CorpusError` whatever the cap."""
+    :class:`CorpusError` whatever the cap. With ``links`` (a Pharaoh file, one line per pair,
+    the first ``max_train_pairs`` lines read) ``(source, target, word links)`` triples."""
     pairs = iter_parallel(data_cfg, str(data_cfg.train_split))
     if data_cfg.max_train_pairs is not None:
-        pairs = itertools.chain(itertools.islice(pairs, int(data_cfg.max_train_pairs)),
+        head = itertools.islice(pairs, int(data_cfg.max_train_pairs))
+        pairs = itertools.chain(head if links is None else with_links(head, links, whole=False),
                                 filter(lambda _: False, pairs))
+    elif links is not None:
+        pairs = with_links(pairs, links)
     return iter_nonempty_pairs(pairs, where=str(data_cfg.train_split), report=report)
 
 
@@ -373,14 +514,21 @@ def prepare_data(data_cfg: Any, tokenizer: Tokenizer | None = None) -> PreparedD
             data_cfg.tokenizer, str(data_cfg.src_lang), str(data_cfg.tgt_lang),
             lambda: training_pairs(data_cfg, report=False), cache, train_id)
     max_len, ratio = int(data_cfg.max_len), float(data_cfg.max_len_ratio)
-    path = cache / "tokenized" / f"{split}-{_key(train_id, tokenizer.fingerprint, max_len, ratio)}.arrow"
+    links = data_cfg.get("alignments")  # guided alignment's word links: key and column
+    linked = [] if links is None else [links_fingerprint(links)]
+    key = _key(train_id, tokenizer.fingerprint, max_len, ratio, *linked)
+    path = cache / "tokenized" / f"{split}-{key}.arrow"
     if path.is_file():
         log.info("%s: token cache hit %s", split, path)
     else:
-        stats = write_pairs(path, training_pairs(data_cfg), tokenizer, max_len, ratio)
+        stats = write_pairs(path, training_pairs(data_cfg, links=links), tokenizer, max_len,
+                            ratio, links=links is not None)
         log.info("%s: %d pairs kept; dropped %d longer than max_len=%d and %d with length ratio "
                  "> %g -> %s", split, stats["pairs"], stats["too_long"], max_len,
                  stats["bad_ratio"], ratio, path)
+        if links is not None:
+            log.info("%s: word links of %s; %d pairs without them (words unmatched)", split,
+                     links, stats.get("unmatched", 0))
         if stats["pairs"] == 0:
             path.unlink()
             raise CorpusError(f"{split}: no training pair is left after the length filters "

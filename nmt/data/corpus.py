@@ -182,16 +182,16 @@ def split_fingerprint(data_cfg: Any, split: str) -> str:
     return h.hexdigest()
 
 
-def iter_nonempty_pairs(pairs: Iterable[tuple[str, str]], where: str = "train",
-                        report: bool = True) -> Iterator[tuple[str, str]]:
-    """The pairs whose sides are both non-blank (training only), the number skipped logged
-    if ``report``; CorpusError if none was kept."""
+def iter_nonempty_pairs(pairs: Iterable[tuple], where: str = "train",
+                        report: bool = True) -> Iterator[tuple]:
+    """The pairs (``(source, target, ...)`` tuples) whose sides are both non-blank (training
+    only), the number skipped logged if ``report``; CorpusError if none was kept."""
     kept = total = 0
-    for s, t in pairs:
+    for pair in pairs:
         total += 1
-        if s.strip() and t.strip():
+        if pair[0].strip() and pair[1].strip():
             kept += 1
-            yield s, t
+            yield pair
     if total > kept and report:
         log.info("%s: dropped %d empty or whitespace-only pairs of %d", where, total - kept, total)
     if not kept:

@@ -10,7 +10,8 @@ Files written by :func:`write_outputs` (``nmt-evaluate`` writes them all), each 
 ``hyps.txt``         one detokenized best translation per source line
 ``scores.json``      BLEU, chrF, TER (sacreBLEU, with signatures), lowercased BLEU, ``loss`` and
                      ``ppl`` of the references (forced decoding), search settings, timing; with
-                     ``decoding=mbr`` its settings and cost, and the search it replaces
+                     ``decoding=mbr`` its settings and cost (and with ``mbr.compare_beam``
+                     the search it replaces)
 ``sentences.tsv``    per sentence, in input order: BLEU, chrF, model score, lengths and the texts
 ``nbest.txt``        with ``n_best`` > 1: sentence index, rank, score, text (tab-separated); with
                      ``decoding=mbr``: the distinct candidates by expected utility
@@ -35,6 +36,7 @@ import torch
 from nmt.config import ConfigError
 from nmt.evaluation.alignments import save_alignments
 from nmt.evaluation.metrics import corpus_scores, sentence_scores
+from nmt.inference.mbr import MbrCost
 from nmt.runtime import atomic_path, write_text_atomic
 
 
@@ -64,33 +66,31 @@ def evaluate_split(translator, src_texts: Sequence[str], ref_texts: Sequence[str
     With ``decoding="mbr"`` also ``mbr``: its settings (and the sampling ones with
     ``candidates=sample``), ``generation_seconds``, ``selection_seconds``,
     ``candidates_per_s``, ``n_candidates`` and ``distinct_per_sentence``
-    (:class:`~nmt.inference.mbr.MbrCost`); and ``search_baseline``: the same sentences
-    translated first by the search those settings name without MBR (``beam_size``,
-    ``length_penalty``, ...), measured alike: its ``bleu``, ``chrf``, ``bleu_lowercase``,
-    ``seconds`` and ``ms_per_sentence``, so the two can be weighed side by side.
-    ValueError when ``src_texts`` and ``ref_texts`` differ in length.
+    (:class:`~nmt.inference.mbr.MbrCost`); with ``mbr.compare_beam`` also
+    ``search_baseline``: the same sentences translated first by the search those settings name
+    without MBR (``beam_size``, ``length_penalty``, ...), measured alike: its ``bleu``,
+    ``chrf``, ``bleu_lowercase``, ``seconds`` and ``ms_per_sentence``, so the two can be
+    weighed side by side. ValueError when ``src_texts`` and ``ref_texts`` differ in length.
     """
     if len(src_texts) != len(ref_texts):
         raise ValueError(f"{len(src_texts)} source sentences but {len(ref_texts)} references.")
     search, refs = dict(search or {}), list(ref_texts)
-    mbr = str(search.get("decoding", "search")) == "mbr"
+    settings = translator.search_settings(**{k: v for k, v in search.items() if k in (
+        "beam_size", "n_best", "length_penalty", "decoding", "mbr", "temperature", "top_k",
+        "top_p", "seed")})
+    mbr = settings["decoding"] == "mbr"
     baseline = None
-    if mbr:   # first, so that it (like any decoding=search run) pays the warm-up
+    if mbr and settings["mbr"]["compare_beam"]:   # first: it pays the warm-up, as any search
         plain = {k: v for k, v in search.items() if k not in ("decoding", "mbr", "return_attention")}
         base_results, base_seconds = _timed_translate(translator, src_texts, plain)
         base = corpus_scores([r.text for r in base_results], refs)
-        base_settings = translator.search_settings(
-            **{k: plain[k] for k in ("beam_size", "length_penalty") if k in plain})
-        baseline = {"beam_size": int(base_settings["beam_size"]),
-                    "length_penalty": float(base_settings["length_penalty"]),
+        baseline = {"beam_size": int(settings["beam_size"]),
+                    "length_penalty": float(settings["length_penalty"]),
                     **{k: base[k] for k in ("bleu", "chrf", "bleu_lowercase")},
                     **_speed(base_seconds, len(src_texts))}
     results, seconds = _timed_translate(translator, src_texts, search)
     hyps = [r.text for r in results]
     scores = corpus_scores(hyps, refs)
-    settings = translator.search_settings(**{k: v for k, v in search.items() if k in (
-        "beam_size", "n_best", "length_penalty", "decoding", "mbr", "temperature", "top_k",
-        "top_p", "seed")})
     n_tokens = sum(len(r.ids) + 1 for r in results)
     scores.update(
         beam_size=int(settings["beam_size"]), length_penalty=float(settings["length_penalty"]),
@@ -100,7 +100,7 @@ def evaluate_split(translator, src_texts: Sequence[str], ref_texts: Sequence[str
         tgt_tokens_per_s=round(n_tokens / max(seconds, 1e-9), 1),
     )
     if mbr:
-        cost = translator.mbr_cost
+        cost = sum((r.mbr_cost for r in results), MbrCost())
         sampled = settings["mbr"]["candidates"] == "sample"
         scores["mbr"] = {
             **settings["mbr"],
@@ -110,7 +110,8 @@ def evaluate_split(translator, src_texts: Sequence[str], ref_texts: Sequence[str
             "selection_seconds": round(cost.selection_seconds, 3),
             "candidates_per_s": round(cost.candidates_per_s, 1), "n_candidates": cost.candidates,
             "distinct_per_sentence": round(cost.distinct / max(cost.sentences, 1), 2)}
-        scores["search_baseline"] = baseline
+        if baseline is not None:
+            scores["search_baseline"] = baseline
     if score_references and refs:
         forced = translator.score(list(src_texts), refs)
         loss = -sum(f.logprob for f in forced) / max(sum(f.tokens for f in forced), 1)

@@ -19,7 +19,8 @@ output projection                  ``decoder.projection``
 ``self_attn.qkv_proj``/``out``     ``self_attention.linear[0]`` / ``[1]``
 ``cross_attn.q/kv/out_proj``       ``attention.linear[0]`` / ``[1]`` / ``[2]``
 ``resN.norm``, stack norms         ``layer_norm`` (eps 1e-5), ``pre_norm``
-``alignment_layer``, head mean     ``alignment_layer``, ``alignment_heads`` = all
+``alignment_layer``, its heads     ``alignment_layer``, ``alignment_heads`` (the
+  (``alignment_heads``, 0 = all)   first k averaged: a guided model's supervised heads)
 =================================  ==============================================
 
 :class:`CTranslate2Translator` decodes with our conventions (batches, scores, length penalty,
@@ -88,7 +89,7 @@ def build_spec(model: torch.nn.Module, tokenizer: Tokenizer, model_cfg: DictConf
         (int(model_cfg.encoder_layers), int(model_cfg.decoder_layers)), int(model_cfg.heads),
         pre_norm=pre_norm, activation=activation,
         alignment_layer=int(model_cfg.alignment_layer) % int(model_cfg.decoder_layers),
-        alignment_heads=int(model_cfg.heads))
+        alignment_heads=int(model_cfg.alignment_heads) or int(model_cfg.heads))
     spec.config.layer_norm_epsilon = 1e-5   # torch.nn.LayerNorm's default, ours
 
     def norm(layer, name: str) -> None:
@@ -158,7 +159,8 @@ def export(source: str | Path | Translator, out_dir: str | Path, quantization: s
             "quantization": quantization, "max_positions": max_positions,
             "ctranslate2_version": ct2.__version__, "norm": cfg.model.norm,
             "alignment": {"layer": int(cfg.model.alignment_layer) % int(cfg.model.decoder_layers),
-                          "heads": "mean of all", "num_heads": int(cfg.model.heads)},
+                          "heads": int(cfg.model.alignment_heads) or int(cfg.model.heads),
+                          "num_heads": int(cfg.model.heads)},
             "config": to_plain(cfg)}
     try:
         with atomic_path(out_dir, directory=True) as tmp:
@@ -179,6 +181,9 @@ class CTranslate2Translator(TranslatorBase):
     keeps the exported quantization; ``intra_threads`` None uses torch's threads; the batches
     of one call run in turn, so ``inter_threads`` 1 is the useful value. ``info`` is
     ``nmt_export.json``, ``max_positions`` the rows of the exported table."""
+
+    all_attention = False      # one alignment per sentence
+    epsilon_sampling = False   # no epsilon cut in its sampling
 
     def __init__(self, model_dir: str | Path, device: str | torch.device = "cpu",
                  compute_type: str = "default", intra_threads: int | None = None,
@@ -230,11 +235,6 @@ class CTranslate2Translator(TranslatorBase):
         a, b = float(settings["max_len_a"]), int(settings["max_len_b"])
         return [max(0, math.floor(a * float(len(ids) + 1) + b)) for ids in src_ids]
 
-    def _attention(self, src_ids, tgt_ids, settings):
-        raise ConfigError("every layer's and head's attention (return_attention, "
-                          "nmt-evaluate attention=all) needs engine=pytorch: CTranslate2 "
-                          "returns only the alignment.")
-
     def _hypotheses(self, src_ids, settings, sampling):
         for i, (ids, limit) in enumerate(zip(src_ids, self._max_lengths(src_ids, settings),
                                              strict=True)):
@@ -245,10 +245,6 @@ class CTranslate2Translator(TranslatorBase):
                     f"{self.model_dir}: export it again with a larger max_positions=, or lower "
                     "max_len_a / max_len_b.")
         engine = self.ct2
-        if sampling is not None and sampling.get("epsilon", 0.0) > 0:
-            raise ConfigError(f"mbr.epsilon={sampling['epsilon']}: CTranslate2 has no epsilon "
-                              "sampling; use engine=pytorch, or mbr.epsilon=0 (top_k, top_p and "
-                              "temperature apply).")
         if sampling is not None:
             # A fresh translator (new worker threads) makes the samples a function of seed.
             require_ctranslate2().set_random_seed(int(sampling["seed"]))

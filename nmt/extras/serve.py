@@ -14,19 +14,31 @@ Endpoints (the OpenAPI page ``/docs`` documents their fields):
                         argmax over the alignment) and ``view`` (the viewer's record,
                         :func:`nmt.extras.viewer.page_data`, every layer and head where the
                         engine gives them, plus ``marks``: the heatmap cells of the links).
-``GET /v1/model``       languages, model config, parameters, tokenizer, and ``scores.json``
-                        if one lies beside the checkpoint (or in the export directory).
-``GET /health``         ``{"status": "ok", "queued": sentences not yet answered}``.
+``GET /v1/model``       languages, model config, parameters, tokenizer (no file paths), and
+                        ``scores.json`` if one lies beside the checkpoint (or in the export
+                        directory).
+``GET /health``         ``{"status": "ok"}``; with the API key (or on a server without one)
+                        also ``"queued"``: sentences not yet answered.
 ``GET /``               the attention viewer (``viewer.html``) with a text box.
 
-Dynamic batching: each request's sentences go on a queue; one worker thread (so the event
-loop never decodes) takes the oldest request, gathers the queued ones with the same search
-settings up to ``serve.max_batch_tokens`` source subwords while the window is open (from the
-oldest one's arrival or the end of the previous batch, the later, while requests come less
-than ``serve.max_wait_ms`` apart, for at most the previous decode's duration), decodes them
-with one ``translate`` call and hands each request its own results. An out-of-memory error
-(CUDA or CPU) fails that batch only (503); another error in a batch of several requests
-decodes them one by one, so only the bad one fails.
+Load: a request's decoding *work* is ``beam_size`` x the sum over its sentences of their
+longest output plus EOS (``max_len_a`` x subwords + ``max_len_b``; :func:`request_work`): beam
+rows x decoder steps at most. Over ``serve.max_request_work`` it gets 413 at once. A request
+whose sentences would take the queue (sentences not yet answered) over
+``serve.max_queue_sentences`` gets 503 with ``Retry-After`` (the queued work over the latest
+batch's rate, 1-60 s) at once and is never held.
+
+Dynamic batching: one worker thread (so the event loop never decodes) decodes batches of
+requests with the same search settings, at most ``serve.max_batch_work`` of work each (a
+larger single request is one batch), with one ``translate`` call, and hands each request its
+own results. A batch is led alternately by the oldest waiting request (none waits forever)
+and by the one of least work (a one-word request waits about two batches, not the queue);
+the leader's settings select the requests, least work first. The batch is decoded when the
+waiting work with its settings fills ``max_batch_work``, or when the window closes: it opens
+at the oldest request's arrival or the end of the previous batch (the later) and stays open
+while requests come less than ``serve.max_wait_ms`` apart, for at most the previous decode's
+duration. An out-of-memory error (CUDA or CPU) fails that batch only (503); another error in
+a batch of several requests decodes them one by one, so only the bad one fails.
 Bad input is a 4xx with one line of JSON ``{"error": "..."}``; the server goes on serving.
 """
 
@@ -36,10 +48,9 @@ import asyncio
 import hmac
 import json
 import logging
-import queue
+import math
 import threading
 import time
-from collections import deque
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from contextlib import asynccontextmanager
@@ -49,9 +60,10 @@ from typing import Annotated, Any
 
 import numpy as np
 import torch
-from fastapi import Depends, FastAPI, HTTPException, Request
+from fastapi import Depends, FastAPI, HTTPException
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import HTMLResponse, JSONResponse, Response
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from omegaconf import DictConfig, OmegaConf
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 from starlette.exceptions import HTTPException as StarletteHTTPException
@@ -60,6 +72,7 @@ from nmt.config import ConfigError, to_plain
 from nmt.evaluation.alignments import Alignment
 from nmt.extras.viewer import attention_page, page_data
 from nmt.extras.word_alignment import ForcedAlignment, word_ids, word_link_cells, word_links
+from nmt.inference.search import max_output_lengths
 from nmt.models import build_model
 
 log = logging.getLogger("nmt.serve")
@@ -72,105 +85,159 @@ def is_out_of_memory(err: BaseException) -> bool:
         isinstance(err, RuntimeError) and "out of memory" in str(err).lower())
 
 
-@dataclass
+class Overloaded(Exception):
+    """The queue has no room for a request, or the server is stopping: 503 with
+    ``Retry-After: retry_after`` (whole seconds); nothing was queued."""
+
+    def __init__(self, message: str, retry_after: int) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after
+
+
+@dataclass(eq=False)
 class _Job:
     sentences: list[str]
     key: Key
-    future: Future
-    arrived: float = field(default_factory=time.monotonic)
-    tokens: int = 0
+    work: int
+    arrived: float
+    future: Future = field(default_factory=Future)
+
+
+def _least_work(job: _Job) -> tuple[int, float]:
+    return job.work, job.arrived
+
+
+def window_end(opened: float, arrivals: Sequence[float], max_wait: float, longest: float) -> float:
+    """When the batch window closes (seconds, the clock of ``opened``): it opens at ``opened``
+    and stays open while requests arrive less than ``max_wait`` apart (``arrivals``, ascending;
+    those before ``opened`` count as arriving then), at most until ``opened + longest``."""
+    end, cap = opened + max_wait, opened + longest
+    for arrived in arrivals:
+        if arrived > min(end, cap):
+            break
+        end = max(end, arrived + max_wait)
+    return min(end, cap)
+
+
+def pick_batch(waiting: Sequence[_Job], lead_oldest: bool, max_work: int) -> list[_Job]:
+    """The next batch of ``waiting`` (arrival order): its leader, the oldest request
+    (``lead_oldest``) or the one of least work (the older of equals), then the requests with
+    the leader's settings, least work first, while the batch's work stays <= ``max_work``."""
+    leader = waiting[0] if lead_oldest else min(waiting, key=_least_work)
+    batch, work = [leader], leader.work
+    for job in sorted((j for j in waiting if j.key == leader.key and j is not leader),
+                      key=_least_work):
+        if work + job.work > max_work:
+            break
+        batch.append(job)
+        work += job.work
+    return batch
 
 
 class Batcher:
     """Dynamic batching in one worker thread (module docstring). ``decode(sentences, key)``
-    returns one result per sentence; ``count_tokens(sentences)`` their source subwords.
-    ``submit`` may be called from any thread; ``close`` answers everything submitted, then
-    stops the thread."""
+    returns one result per sentence. ``submit`` may be called from any thread; ``stop`` turns
+    new requests away and closes the window; ``close`` also waits until everything submitted
+    is answered and the thread has ended. ``clock``: seconds (tests inject one)."""
 
-    def __init__(self, decode: Callable[[list[str], Key], list],
-                 count_tokens: Callable[[list[str]], int], max_batch_tokens: int,
-                 max_wait_ms: float) -> None:
-        self.decode, self.count_tokens = decode, count_tokens
-        self.max_tokens, self.max_wait = max_batch_tokens, max_wait_ms / 1000.0
-        self._queue: queue.SimpleQueue[_Job | None] = queue.SimpleQueue()
-        self._waiting: deque[_Job] = deque()   # taken from the queue, not yet decoded
-        self._lock = threading.Lock()
-        self.queued = 0                        # sentences submitted and not yet answered
+    def __init__(self, decode: Callable[[list[str], Key], list], max_batch_work: int,
+                 max_wait_ms: float, max_queue_sentences: int,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.decode, self.max_work, self.max_wait = decode, max_batch_work, max_wait_ms / 1000.0
+        self.max_queue, self.clock = max_queue_sentences, clock
+        self._cond = threading.Condition()
+        self._waiting: list[_Job] = []      # submitted, not yet decoding, in arrival order
+        self._stopping = False
+        self.queued = self._queued_work = 0  # sentences (and their work) not yet answered
+        self._rate = 0.0                     # work per second of the latest batch
         self._thread = threading.Thread(target=self._loop, name="nmt-serve-batcher", daemon=True)
         self._thread.start()
 
-    def submit(self, sentences: Sequence[str], key: Key) -> Future:
-        with self._lock:
-            self.queued += len(sentences)
-        job = _Job(list(sentences), key, Future())
-        self._queue.put(job)
+    def submit(self, sentences: Sequence[str], key: Key, work: int) -> Future:
+        """Queue a request of ``work`` (:func:`request_work`); its future gets the results.
+        Overloaded, at once, when its sentences would take the queue over
+        ``max_queue_sentences`` or the batcher is stopping."""
+        with self._cond:
+            if self._stopping:
+                raise Overloaded("the server is shutting down.", 1)
+            if self.queued + len(sentences) > self.max_queue:
+                retry = min(60, max(1, math.ceil(self._queued_work / self._rate))) \
+                    if self._rate else 1
+                raise Overloaded(f"the server is busy: {self.queued} sentences are queued and it "
+                                 f"queues at most {self.max_queue} (serve.max_queue_sentences); "
+                                 f"retry after {retry} s.", retry)
+            job = _Job(list(sentences), key, work, self.clock())
+            self._waiting.append(job)
+            self.queued += len(job.sentences)
+            self._queued_work += work
+            self._cond.notify()
         return job.future
 
+    def stop(self) -> None:
+        with self._cond:
+            self._stopping = True
+            self._cond.notify()
+
     def close(self) -> None:
-        self._queue.put(None)
+        self.stop()
         self._thread.join()
 
-    def _take(self, timeout: float | None) -> bool:
-        """Move one queued job into ``_waiting`` (block up to ``timeout`` s; 0: do not wait);
-        False when none came or on the closing sentinel."""
-        try:
-            job = self._queue.get(timeout=timeout) if timeout != 0 else self._queue.get_nowait()
-        except queue.Empty:
-            return False
-        if job is None:
-            self._closing = True
-            return False
-        try:
-            job.tokens = self.count_tokens(job.sentences)
-        except Exception as err:   # this request fails; the thread goes on
-            if job.future.set_running_or_notify_cancel():
-                job.future.set_exception(err)
-            with self._lock:
-                self.queued -= len(job.sentences)
-            return True
-        self._waiting.append(job)
-        return True
-
-    def _loop(self) -> None:
-        self._closing, free_since, last_decode = False, 0.0, 0.0
-        while self._waiting or not self._closing:
-            if not self._waiting:
-                self._take(None)
-                continue
-            first = self._waiting[0]
-            # The window opens when the oldest request arrives or the worker becomes free (the
-            # later) and stays open while requests keep coming less than max_wait apart, for at
-            # most as long as the previous batch took to decode: concurrent clients, answered
-            # together, come back over many milliseconds and share the next batch instead of
-            # splitting into a small batch and a large one.
-            opened = max(first.arrived, free_since)
-            latest, last_arrival = opened + max(self.max_wait, last_decode), opened
-            while self.max_wait > 0 and not self._closing and self.max_tokens > sum(
-                    j.tokens for j in self._waiting if j.key == first.key):
-                until = min(latest, last_arrival + self.max_wait)
-                if not self._take(max(0.0, until - time.monotonic())):
+    def _next_batch(self, free_since: float, last_decode: float, lead_oldest: bool
+                    ) -> list[_Job] | None:
+        """Wait for a batch to decode (None: stopping, nothing left): at once when batching is
+        off, when stopping or when its settings' waiting work fills ``max_batch_work``, else
+        when the window (:func:`window_end`) closes."""
+        with self._cond:
+            while True:
+                if not self._waiting:
+                    if self._stopping:
+                        return None
+                    self._cond.wait()
+                    continue
+                batch = pick_batch(self._waiting, lead_oldest,
+                                   self.max_work if self.max_wait > 0 else 0)
+                if self.max_wait == 0 or self._stopping or self.max_work <= sum(
+                        j.work for j in self._waiting if j.key == batch[0].key):
                     break
-                last_arrival = max(last_arrival, self._waiting[-1].arrived)
-            batch, tokens = [], 0   # the oldest job, then same-key jobs in order while they fit
-            for job in self._waiting:
-                if job.key == first.key:
-                    if batch and (self.max_wait == 0 or tokens + job.tokens > self.max_tokens):
-                        break
-                    batch.append(job)
-                    tokens += job.tokens
+                # The window opens when the oldest request arrives or the worker becomes free
+                # (the later) and stays open while requests keep coming less than max_wait
+                # apart, for at most as long as the previous batch took to decode: concurrent
+                # clients, answered together, come back over many milliseconds and share the
+                # next batch instead of splitting into a small batch and a large one.
+                end = window_end(max(self._waiting[0].arrived, free_since),
+                                 [j.arrived for j in self._waiting], self.max_wait,
+                                 max(self.max_wait, last_decode))
+                if end <= self.clock():
+                    break
+                self._cond.wait(end - self.clock())
             for job in batch:
                 self._waiting.remove(job)
-            start = time.monotonic()
-            self._run([j for j in batch if j.future.set_running_or_notify_cancel()], tokens)
-            free_since = time.monotonic()
-            last_decode = free_since - start
-            with self._lock:
-                self.queued -= sum(len(j.sentences) for j in batch)
+            return batch
 
-    def _run(self, batch: list[_Job], tokens: int) -> None:
+    def _loop(self) -> None:
+        free_since, last_decode, lead_oldest = self.clock(), 0.0, True
+        while (batch := self._next_batch(free_since, last_decode, lead_oldest)) is not None:
+            start = self.clock()
+            for job in batch:
+                if not job.future.set_running_or_notify_cancel():
+                    self._answered(job)
+            self._run([j for j in batch if j.future.running()])
+            free_since = self.clock()
+            last_decode, lead_oldest = free_since - start, not lead_oldest
+            if last_decode > 0:
+                self._rate = sum(j.work for j in batch) / last_decode
+
+    def _answered(self, job: _Job) -> None:
+        """Count ``job`` out of the queue: before its future is set, so that a client that
+        sends its next request at once finds the room."""
+        with self._cond:
+            self.queued -= len(job.sentences)
+            self._queued_work -= job.work
+
+    def _run(self, batch: list[_Job]) -> None:
         if not batch:
             return
-        start = time.monotonic()
+        start = self.clock()
         try:
             results = self.decode([s for j in batch for s in j.sentences], batch[0].key)
         except Exception as err:
@@ -178,7 +245,7 @@ class Batcher:
                 log.warning("batch of %d requests failed (%s); decoding them one by one",
                             len(batch), type(err).__name__)
                 for job in batch:
-                    self._run([job], job.tokens)
+                    self._run([job])
                 return
             expected = is_out_of_memory(err) or isinstance(err, ConfigError)
             if is_out_of_memory(err) and torch.cuda.is_available():
@@ -186,15 +253,27 @@ class Batcher:
             log.log(logging.WARNING if expected else logging.ERROR, "batch failed: %s", err,
                     exc_info=not expected)
             for job in batch:
+                self._answered(job)
                 job.future.set_exception(err)
             return
-        done, offset = time.monotonic(), 0
+        done, offset = self.clock(), 0
         for job in batch:
+            self._answered(job)
             job.future.set_result(results[offset: offset + len(job.sentences)])
             offset += len(job.sentences)
-        log.info("batch: %d requests, %d sentences, %d tokens, wait %.1f ms, decode %.1f ms",
-                 len(batch), offset, tokens, (start - batch[0].arrived) * 1000,
-                 (done - start) * 1000)
+        log.info("batch: %d requests, %d sentences, work %d, wait %.1f ms, decode %.1f ms",
+                 len(batch), offset, sum(j.work for j in batch),
+                 (start - min(j.arrived for j in batch)) * 1000, (done - start) * 1000)
+
+
+def request_work(src_ids: Sequence[Sequence[int]], beam_size: int, max_len_a: float,
+                 max_len_b: int) -> int:
+    """The most decoding a request may cost: beam rows x decoder steps, ``beam_size`` x the sum
+    over its sentences (subword ids, no EOS) of their longest output plus EOS
+    (:func:`~nmt.inference.search.max_output_lengths`); a finished sentence leaves the batch."""
+    lengths = torch.tensor([len(ids) + 1 for ids in src_ids])   # EOS included
+    mask = torch.arange(int(lengths.max())) < lengths[:, None]
+    return beam_size * int((max_output_lengths(mask, max_len_a, max_len_b) + 1).sum())
 
 
 def pharaoh_links(result) -> set[tuple[int, int]]:
@@ -225,8 +304,9 @@ def translation_json(result, alignment: bool) -> dict:
     return out
 
 
-def model_info(translator, cfg: DictConfig, all_heads: bool) -> dict:
-    """``GET /v1/model``: what the server translates with; files are read here, at start-up."""
+def model_info(translator, cfg: DictConfig) -> dict:
+    """``GET /v1/model``: what the server translates with (no file paths); files are read
+    here, at start-up."""
     tok, train_cfg = translator.tokenizer, translator.config
     model = getattr(translator, "model", None)
     if model is None:   # CTranslate2: count the parameters of the model its config builds
@@ -242,21 +322,28 @@ def model_info(translator, cfg: DictConfig, all_heads: bool) -> dict:
     return {"src_lang": data.src_lang, "tgt_lang": data.tgt_lang, "engine": str(cfg.engine),
             "model": to_plain(train_cfg.model),
             "parameters": sum(p.numel() for p in {id(p): p for p in model.parameters()}.values()),
-            "tokenizer": {**to_plain(data.tokenizer), "src_vocab_size": tok.src_vocab_size,
+            "tokenizer": {**{k: v for k, v in to_plain(data.tokenizer).items() if k != "model"},
+                          "src_vocab_size": tok.src_vocab_size,
                           "tgt_vocab_size": tok.tgt_vocab_size, "fingerprint": tok.fingerprint},
-            "attention": "all" if all_heads else "alignment", "scores": scores,
+            "attention": "all" if translator.all_attention else "alignment", "scores": scores,
             "defaults": {k: cfg[k] for k in ("beam_size", "n_best", "length_penalty")},
             "limits": {k: cfg.serve[k] for k in ("max_sentences", "max_chars", "max_body_bytes",
-                                                  "max_beam_size")}}
+                                                  "max_beam_size", "max_request_work")}}
 
 
 def _error(status: int, message: str, headers: dict | None = None) -> JSONResponse:
     return JSONResponse({"error": " ".join(str(message).split())}, status, headers=headers)
 
 
+DRAIN_BYTES = 64 << 20   # a body over the limit is read (and dropped) up to this size before the 413
+
+
 class BodyGuard:
-    """ASGI middleware: reads each request body up to ``limit`` bytes (413 beyond it, before
-    the app sees it) and checks it is UTF-8 (400 otherwise), then replays it to ``app``."""
+    """ASGI middleware: reads each request body up to ``limit`` bytes and checks it is UTF-8
+    (400 otherwise), then replays it to ``app``. A larger body gets 413 without the app seeing
+    it, once the rest of it has been read and dropped (up to ``DRAIN_BYTES``): a client that is
+    still sending when the connection closes sees a reset, not the answer. A request that
+    waits for ``Expect: 100-continue``, or announces more than ``DRAIN_BYTES``, gets it at once."""
 
     def __init__(self, app, limit: int) -> None:
         self.app, self.limit = app, limit
@@ -265,22 +352,26 @@ class BodyGuard:
         if scope["type"] != "http":
             return await self.app(scope, receive, send)
         chunks, size, refusal = [], 0, None
-        declared = dict(scope["headers"]).get(b"content-length", b"0")
+        headers = dict(scope["headers"])
+        declared = headers.get(b"content-length", b"0")
         if not declared.isdigit():
-            refusal = _error(400, "Content-Length is not a number.")
-        elif int(declared) > self.limit:
+            return await _error(400, "Content-Length is not a number.")(scope, receive, send)
+        if int(declared) > self.limit:
             refusal = _error(413, f"the request body has {int(declared)} bytes; this server "
                                   f"takes at most {self.limit} (serve.max_body_bytes).")
-        while refusal is None:
+            if int(declared) > DRAIN_BYTES or b"100-continue" in headers.get(b"expect", b""):
+                return await refusal(scope, receive, send)
+        while True:
             message = await receive()
             if message["type"] == "http.disconnect":
                 return None
-            chunks.append(message.get("body", b""))
-            size += len(chunks[-1])
-            if size > self.limit:
-                refusal = _error(413, f"the request body has more than {self.limit} bytes "
-                                      "(serve.max_body_bytes).")
-            if not message.get("more_body", False):
+            size += len(message.get("body", b""))
+            if refusal is None:
+                chunks.append(message.get("body", b""))
+                if size > self.limit:
+                    chunks, refusal = [], _error(413, f"the request body has more than "
+                                                      f"{self.limit} bytes (serve.max_body_bytes).")
+            if not message.get("more_body", False) or size > DRAIN_BYTES:
                 break
         body = b"".join(chunks)
         try:
@@ -302,25 +393,19 @@ class BodyGuard:
         return await self.app(scope, replay, send)
 
 
-def probe_all_heads(translator) -> bool:
-    """Whether the engine returns every layer's and head's attention (a single PyTorch model:
-    yes; an ensemble or CTranslate2: only the alignment), by translating one word."""
-    try:
-        translator.translate(["a"], beam_size=1, n_best=1, max_len_a=0.0, max_len_b=1,
-                             return_attention=True)
-    except ConfigError:
-        return False
-    return True
+class ErrorResponse(BaseModel):
+    error: str   # one line, naming the limit or field at fault
 
 
 def create_app(translator, cfg: DictConfig) -> FastAPI:
     """The service for ``translator`` (any :class:`~nmt.inference.translator.TranslatorBase`)
     under a validated ``nmt-serve`` config ``cfg`` (search defaults at the top, ``serve.*``);
-    the batcher's thread runs from the app's start-up to its shutdown."""
+    the batcher's thread runs from the app's start-up to its shutdown (``app.state.batcher``:
+    ``stop()`` it on a signal to close the batch window and turn new requests away)."""
     limits, search = cfg.serve, {k: cfg[k] for k in ("max_len_a", "max_len_b", "batch_sentences",
                                                       "batch_tokens")}
-    all_heads = probe_all_heads(translator)
-    info = model_info(translator, cfg, all_heads)
+    info = model_info(translator, cfg)
+    keyed = limits.api_key is not None
 
     class TranslateRequest(BaseModel):
         """Sentences and search settings (absent: the server's defaults, ``GET /v1/model``)."""
@@ -358,36 +443,46 @@ def create_app(translator, cfg: DictConfig) -> FastAPI:
         beam_size, n_best, length_penalty, alignment = key
         results = translator.translate(sentences, beam_size=beam_size, n_best=n_best,
                                        length_penalty=length_penalty, **search,
-                                       return_attention=alignment and all_heads)
+                                       return_attention=alignment and translator.all_attention)
         return [json.dumps(translation_json(r, alignment), ensure_ascii=False, allow_nan=False)
                 for r in results]
 
-    def count_tokens(sentences: list[str]) -> int:
-        return sum(len(ids) + 1 for ids in translator.tokenizer.encode_src_batch(sentences))
-
-    batcher_box: list[Batcher] = []
-
     @asynccontextmanager
-    async def lifespan(_app):
-        batcher_box.append(Batcher(decode, count_tokens, limits.max_batch_tokens,
-                                   limits.max_wait_ms))
+    async def lifespan(app_):
+        app_.state.batcher = Batcher(decode, limits.max_batch_work, limits.max_wait_ms,
+                                     limits.max_queue_sentences)
         try:
             yield
         finally:
-            await asyncio.to_thread(batcher_box.pop().close)
+            await asyncio.to_thread(app_.state.batcher.close)
 
-    async def authorized(request: Request) -> None:   # async: no thread pool hop per request
-        if limits.api_key is None:
-            return
-        given = request.headers.get("authorization", "")
-        scheme, _, token = given.partition(" ")
-        if scheme.lower() != "bearer" or not hmac.compare_digest(
-                token.strip().encode("utf-8"), str(limits.api_key).encode("utf-8")):
+    bearer = HTTPBearer(auto_error=False, description="serve.api_key (NMT_SERVE_API_KEY)")
+    Credentials = Annotated[HTTPAuthorizationCredentials | None, Depends(bearer)]
+
+    def key_ok(credentials: HTTPAuthorizationCredentials | None) -> bool:
+        return not keyed or credentials is not None and hmac.compare_digest(
+            credentials.credentials.encode("utf-8"), str(limits.api_key).encode("utf-8"))
+
+    async def authorized(credentials: Credentials) -> None:   # async: no thread pool hop
+        if not key_ok(credentials):
             raise HTTPException(401, "missing or wrong API key: send Authorization: Bearer <key>.",
                                 headers={"WWW-Authenticate": "Bearer"})
 
+    auth = [Depends(authorized)] if keyed else []
+    errors = {400: "malformed JSON, a body that is not UTF-8, or a bad Content-Length",
+              **({401: "missing or wrong API key (Authorization: Bearer <key>)"} if keyed else {}),
+              413: "the body is over serve.max_body_bytes, or the request's decoding work over "
+                   "serve.max_request_work",
+              422: "a field is missing, mistyped or out of range",
+              500: "an internal error (see the server log)",
+              503: "the queue is full (serve.max_queue_sentences), the server is stopping, or "
+                   "it ran out of memory: retry after Retry-After seconds"}
+    responses = {code: {"model": ErrorResponse, "description": text} for code, text in errors.items()}
+    responses[503]["headers"] = {"Retry-After": {"description": "seconds", "schema": {"type": "integer"}}}
+
     app = FastAPI(title=f"nmt-serve: {info['src_lang']} -> {info['tgt_lang']}", lifespan=lifespan,
                   description="Neural machine translation with attention (nmt/extras/serve.py).")
+    app.state.batcher = None
     app.add_middleware(BodyGuard, limit=int(limits.max_body_bytes))
     if limits.cors_origins:
         from fastapi.middleware.cors import CORSMiddleware
@@ -407,36 +502,51 @@ def create_app(translator, cfg: DictConfig) -> FastAPI:
         where = ".".join(str(p) for p in first.get("loc", ())[1:]) or "body"
         return _error(422, f"{where}: {first['msg']}")
 
-    @app.post("/v1/translate", response_model=TranslateResponse,
-              dependencies=[Depends(authorized)])
+    @app.post("/v1/translate", response_model=TranslateResponse, responses=responses,
+              dependencies=auth)
     async def translate(request: TranslateRequest):
         """Translate ``text`` (a list of sentences); see the module docstring of
         nmt/extras/serve.py for the fields of each answer."""
+        work = request_work(translator.tokenizer.encode_src_batch(request.text),
+                            request.beam_size, cfg.max_len_a, cfg.max_len_b)
+        if work > limits.max_request_work:
+            return _error(413, f"this request's decoding work is {work} (beam_size x the "
+                               "sentences' longest outputs, max_len_a/max_len_b); this server "
+                               f"takes at most {limits.max_request_work} per request "
+                               "(serve.max_request_work): send fewer or shorter sentences or a "
+                               "smaller beam_size.")
         key = (request.beam_size, request.n_best, request.length_penalty, request.alignment)
         try:
-            results = await asyncio.wrap_future(batcher_box[0].submit(request.text, key))
+            future = app.state.batcher.submit(request.text, key, work)
+        except Overloaded as err:
+            return _error(503, str(err), {"Retry-After": str(err.retry_after)})
+        try:
+            results = await asyncio.wrap_future(future)
         except ConfigError as err:
             return _error(422, str(err))
         except Exception as err:
             if is_out_of_memory(err):
                 return _error(503, "out of memory while decoding this batch; retry, or send "
-                                   "fewer or shorter sentences.")
+                                   "fewer or shorter sentences.", {"Retry-After": "1"})
             return _error(500, f"internal error ({type(err).__name__}); see the server log.")
         return Response('{"translations":[' + ",".join(results) + "]}",
                         media_type="application/json")
 
-    @app.get("/v1/model", dependencies=[Depends(authorized)])
+    @app.get("/v1/model", dependencies=auth)
     async def model() -> dict:
         """Languages, model config, parameter count, tokenizer, scores.json, defaults, limits."""
         return info
 
     @app.get("/health")
-    async def health() -> dict:
-        """``{"status": "ok", "queued": sentences submitted and not yet answered}``."""
-        return {"status": "ok", "queued": batcher_box[0].queued if batcher_box else 0}
+    async def health(credentials: Credentials) -> dict:
+        """``{"status": "ok"}``, with the API key (or on a server without one) also
+        ``"queued"``: sentences submitted and not yet answered."""
+        batcher = app.state.batcher
+        return {"status": "ok", **({"queued": batcher.queued}
+                                   if batcher is not None and key_ok(credentials) else {})}
 
     page = attention_page([], f"nmt-serve: {info['src_lang']} \u2192 {info['tgt_lang']}",
-                          serve={"beam_size": int(cfg.beam_size), "key": limits.api_key is not None})
+                          serve={"beam_size": int(cfg.beam_size), "key": keyed})
 
     @app.get("/", response_class=HTMLResponse, include_in_schema=False)
     async def index() -> HTMLResponse:

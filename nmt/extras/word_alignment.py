@@ -19,7 +19,6 @@ alignment is a set of links. Pharaoh format: a line of links ``i-j`` per sentenc
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,36 +28,14 @@ import torch
 
 from nmt.config import ConfigError
 from nmt.data.corpus import CorpusError, iter_lines
+from nmt.data.links import AlignmentFormatError, Link, parse_links, word_ids
 from nmt.evaluation.alignments import attention_panel, panel_choices
 from nmt.inference.translator import capture_attention
 from nmt.runtime import write_text_atomic
 
-Link = tuple[int, int]
-
 # Koehn's neighbours as (target, source) offsets: the 4 adjacent cells, then the 4 diagonal ones
 _NEIGHBOURS = ((-1, 0), (0, -1), (1, 0), (0, 1), (-1, -1), (-1, 1), (1, -1), (1, 1))
-_LINK = re.compile(r"([0-9]+)([-p])([0-9]+)")
 SYMMETRIZATIONS = ("intersection", "union", "grow-diag", "grow-diag-final", "grow-diag-final-and")
-
-
-class AlignmentFormatError(CorpusError):
-    """A malformed Pharaoh alignment file or line (names the file, line and link)."""
-
-
-def parse_links(line: str, one_based: bool = False) -> tuple[set[Link], set[Link]]:
-    """(sure, possible) 0-based links of one Pharaoh line (``i-j`` sure, ``ipj`` possible)."""
-    sure: set[Link] = set()
-    possible: set[Link] = set()
-    for token in line.split():
-        match = _LINK.fullmatch(token)
-        if match is None:
-            raise AlignmentFormatError(f"malformed link {token!r}: expected i-j (sure) or ipj "
-                                       "(possible) with non-negative integers i, j.")
-        i, j = int(match[1]) - one_based, int(match[3]) - one_based
-        if i < 0 or j < 0:
-            raise AlignmentFormatError(f"link {token!r} has index 0 but one_based=True.")
-        (possible if match[2] == "p" else sure).add((i, j))
-    return sure, possible
 
 
 def read_gold(path: str | Path, *, one_based: bool, src_lengths: Sequence[int] | None = None,
@@ -112,33 +89,6 @@ def read_pair_file(path: str | Path, separator: str = "|||") -> list[tuple[str, 
     return pairs
 
 
-def word_ids(pieces: Sequence[str]) -> list[int]:
-    """Word index of each SentencePiece piece (no ``</s>``): a piece starting with ``▁``
-    starts a word, and the first piece starts word 0 even without ``▁``. A lone ``▁`` piece
-    (SentencePiece emits one before a character it cannot merge with the space, e.g. ``▁``
-    ``(``) belongs to the following word, and at the very end to the word before it. Words
-    are then the whitespace tokens of the encoded text. ValueError for ``</s>``, ``<s>`` or
-    ``<pad>``: those must never become words."""
-    ids = [0] * len(pieces)
-    word, boundary, lone = -1, False, []  # lone: pending lone "▁" pieces, join the next word
-    for k, piece in enumerate(pieces):
-        if piece in ("<pad>", "<s>", "</s>"):
-            raise ValueError(f"piece {k} is {piece!r}: drop </s>, <s> and padding first.")
-        boundary = boundary or k == 0 or piece.startswith("▁")
-        if piece == "▁":
-            lone.append(k)
-            continue
-        if boundary:
-            word += 1
-        boundary = False
-        for m in [*lone, k]:
-            ids[m] = word
-        lone = []
-    for m in lone:  # trailing lone "▁": whitespace after the last word
-        ids[m] = max(word, 0)
-    return ids
-
-
 def word_link_cells(links: Iterable[Link], src: Sequence[str], tgt: Sequence[str]) -> set[Link]:
     """Heatmap cells (target subword row, source subword column) of every subword pair of
     each linked word pair; ``src`` and ``tgt`` are the labels, ``</s>`` last (never marked).
@@ -161,9 +111,11 @@ def word_link_cells(links: Iterable[Link], src: Sequence[str], tgt: Sequence[str
 
 def check_extraction(method: str, threshold: float | None) -> None:
     """The one check of the threshold (``nmt-align`` runs it before any work; the schema
-    checks ``method``): ConfigError unless argmax has none and threshold one in (0, 1]."""
-    if (method == "threshold") != (threshold is not None):
-        raise ConfigError(f"threshold={threshold} goes with method=threshold, and only there.")
+    checks ``method``): ConfigError unless it lies in (0, 1] (method=threshold needs one;
+    with argmax it is optional: the least weight a row's argmax needs to link)."""
+    if method == "threshold" and threshold is None:
+        raise ConfigError("method=threshold needs threshold=W in (0, 1], the least weight of a "
+                          "link (threshold=None).")
     if threshold is not None and not 0.0 < threshold <= 1.0:
         raise ConfigError(f"threshold={threshold} must lie in (0, 1].")
 
@@ -171,16 +123,18 @@ def check_extraction(method: str, threshold: float | None) -> None:
 def extract_links(attention: np.ndarray, method: str = "argmax", threshold: float | None = None,
                   shift: bool = False) -> set[Link]:
     """Hard (src, tgt) links of a matrix [R, S] (row = target position, column = source):
-    ``argmax`` links each row to its largest weight (the first on ties; none for a zero row),
-    ``threshold`` every cell >= ``threshold``. With ``shift`` target t uses row t + 1
-    (SHIFT-ATT, Chen et al. 2020, arXiv:2004.14837): row i predicts token i from input
-    token i - 1, so row t + 1 reads token t; R rows give R - 1 targets."""
+    ``argmax`` links each row to its largest weight (the first on ties; none for a zero row,
+    or with ``threshold`` one below it: the target stays unaligned), ``threshold`` every cell
+    >= ``threshold``. With ``shift`` target t uses row t + 1 (SHIFT-ATT, Chen et al. 2020,
+    arXiv:2004.14837): row i predicts token i from input token i - 1, so row t + 1 reads
+    token t; R rows give R - 1 targets."""
     matrix = np.asarray(attention)[1:] if shift else np.asarray(attention)  # shift: row t+1 -> t
     if matrix.shape[1] == 0:
         return set()
     if method == "argmax":
         best = matrix.argmax(axis=1)  # [R]
-        return {(int(s), t) for t, s in enumerate(best) if matrix[t, s] > 0}
+        least = threshold or np.finfo(np.float64).tiny
+        return {(int(s), t) for t, s in enumerate(best) if matrix[t, s] >= least}
     rows, cols = np.nonzero(matrix >= threshold)
     return {(int(s), int(t)) for t, s in zip(rows, cols, strict=True)}
 
@@ -189,7 +143,9 @@ def extract_links(attention: np.ndarray, method: str = "argmax", threshold: floa
 class ForcedAlignment:
     """One teacher-forced pair: its S source and T target pieces (no ``</s>``), each
     piece's word index, the words per side (a word may have no pieces if normalisation
-    removes it), and ``cross`` float32 [L,H,T+1,S+1], every layer's and head's weights."""
+    removes it), ``cross`` float32 [L,H,T+1,S+1], every layer's and head's weights, and
+    ``alignment`` [T+1,S+1], the model's own (a guided model's supervised heads; None:
+    ``cross``'s mean over the heads of its last layer)."""
 
     src_pieces: list[str]
     tgt_pieces: list[str]
@@ -198,6 +154,7 @@ class ForcedAlignment:
     n_src_words: int
     n_tgt_words: int
     cross: np.ndarray
+    alignment: np.ndarray | None = None
 
 
 def _encode_words(encode_batch, text: str) -> tuple[list[int], list[int], int]:
@@ -215,13 +172,16 @@ def _encode_words(encode_batch, text: str) -> tuple[list[int], list[int], int]:
 def force_align(model, tokenizer, pairs: Sequence[tuple[str, str]], batch_sentences: int = 32,
                 device: str | torch.device = "cpu") -> list[ForcedAlignment]:
     """Teacher-force every (source, target) pair (``batch_sentences`` per length-sorted
-    batch) and keep its cross-attention (:func:`~nmt.inference.translator.capture_attention`)."""
+    batch) and keep its cross-attention (:func:`~nmt.inference.translator.capture_attention`)
+    and the model's alignment (see :class:`~nmt.models.base.Seq2Seq`)."""
     src = [_encode_words(tokenizer.encode_src_batch, s) for s, _ in pairs]
     tgt = [_encode_words(tokenizer.encode_tgt_batch, t) for _, t in pairs]
     captured = capture_attention(model, [s[0] for s in src], [t[0] for t in tgt], device,
                                  batch_sentences)
+    layer, heads = model.alignment_layer, model.alignment_heads
     return [ForcedAlignment(tokenizer.src_pieces(s_ids), tokenizer.tgt_pieces(t_ids), s_words,
-                            t_words, n_s, n_t, weights["cross"])
+                            t_words, n_s, n_t, weights["cross"],
+                            weights["cross"][layer, :heads].mean(0))
             for (s_ids, s_words, n_s), (t_ids, t_words, n_t), weights
             in zip(src, tgt, captured, strict=True)]
 
@@ -234,29 +194,47 @@ def select_attention(cross: np.ndarray, layer: int | str = -1, head: int | str =
     return attention_panel(np.asarray(cross), lay, hd)
 
 
+def item_attention(item: ForcedAlignment, layer: int | str | None = None,
+                   head: int | str | None = None) -> np.ndarray:
+    """The matrix [T+1, S+1] of one pair that links are read from: with ``layer`` and ``head``
+    None the model's alignment (``item.alignment``; else the last layer's head mean), else
+    :func:`select_attention` (a None of the two: -1 or ``"mean"``)."""
+    if layer is None and head is None and item.alignment is not None:
+        return np.asarray(item.alignment)
+    return select_attention(item.cross, -1 if layer is None else layer,
+                            "mean" if head is None else head)
+
+
 def word_links(item: ForcedAlignment, *, method: str = "argmax", threshold: float | None = None,
-               shift: bool = False, layer: int | str = -1, head: int | str = "mean") -> set[Link]:
+               shift: bool = False, layer: int | str | None = None,
+               head: int | str | None = None, eos_unaligned: bool = False) -> set[Link]:
     """(src word, tgt word) links of one pair: words linked when any of their subwords are.
-    Subword links by :func:`extract_links` of :func:`select_attention`'s matrix [T+1, S+1]
+    Subword links by :func:`extract_links` of :func:`item_attention`'s matrix [T+1, S+1]
     without the source ``</s>`` column (an ``argmax`` row mostly on ``</s>`` links to its best
-    real subword, as fairseq's ``extract_hard_alignment``): target t from row t or, with
-    ``shift``, row t + 1 (suits the Transformer: the Bahdanau query s_{i-1} has not read the
-    input token yet)."""
-    source = select_attention(item.cross, layer, head)[:, :-1]  # [T+1, S]: without </s>
+    real subword, as fairseq's ``extract_hard_alignment``; with ``eos_unaligned`` such a row,
+    whose largest weight is on ``</s>``, links nothing: ``</s>`` as IBM models' NULL word):
+    target t from row t or, with ``shift``, row t + 1 (suits the Transformer: the Bahdanau
+    query s_{i-1} has not read the input token yet)."""
+    matrix = item_attention(item, layer, head)
+    if eos_unaligned:  # rows whose largest weight is on </s>: zero, so nothing links
+        matrix = np.where((matrix.argmax(1) == matrix.shape[1] - 1)[:, None], 0.0, matrix)
+    source = matrix[:, :-1]  # [T+1, S]: without </s>
     links = extract_links(source if shift else source[:-1], method, threshold, shift)
     return {(item.src_words[s], item.tgt_words[t]) for s, t in links}
 
 
 def align_words(model, tokenizer, pairs: Sequence[tuple[str, str]], *, method: str = "argmax",
-                threshold: float | None = None, shift: bool = False, layer: int | str = -1,
-                head: int | str = "mean", reverse: tuple | None = None,
+                threshold: float | None = None, shift: bool = False,
+                layer: int | str | None = None, head: int | str | None = None,
+                eos_unaligned: bool = False, reverse: tuple | None = None,
                 symmetrization: str = "grow-diag-final-and", batch_sentences: int = 32,
                 device: str | torch.device = "cpu",
                 items: Sequence[ForcedAlignment] | None = None) -> list[set[Link]]:
     """Word links of each pair by :func:`word_links`; with ``reverse`` (a target->source
     ``(model, tokenizer)``) symmetrised with its flipped links (same settings) by
     :func:`symmetrize`. ``items``: ``force_align(model, tokenizer, pairs)`` if computed."""
-    settings = dict(method=method, threshold=threshold, shift=shift, layer=layer, head=head)
+    settings = dict(method=method, threshold=threshold, shift=shift, layer=layer, head=head,
+                    eos_unaligned=eos_unaligned)
     if items is None:
         items = force_align(model, tokenizer, pairs, batch_sentences, device)
     links = [word_links(item, **settings) for item in items]

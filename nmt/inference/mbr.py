@@ -34,11 +34,9 @@ that draws candidates and calls :func:`mbr_select` is
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import astuple, dataclass
 
 import numpy as np
-
-UTILITIES = ("chrf", "bleu")
 
 
 @dataclass
@@ -60,16 +58,19 @@ class MbrChoice:
 
 @dataclass
 class MbrCost:
-    """The cost of one MBR call: ``sentences``, ``candidates`` (drawn, N per sentence),
-    ``distinct`` (the texts scored, summed over sentences), wall-clock ``generation_seconds``
-    (search or sampling of the candidates) and ``selection_seconds`` (detokenization, utility
-    matrices and the argmax)."""
+    """The cost of MBR over ``sentences``: ``candidates`` (drawn, N per sentence), ``distinct``
+    (the texts scored, summed over sentences), wall-clock ``generation_seconds`` (search or
+    sampling of the candidates) and ``selection_seconds`` (detokenization, utility matrices and
+    the argmax). Costs add up: ``sum(costs, MbrCost())`` is the cost of all of them."""
 
     sentences: int = 0
     candidates: int = 0
     distinct: int = 0
     generation_seconds: float = 0.0
     selection_seconds: float = 0.0
+
+    def __add__(self, other: MbrCost) -> MbrCost:
+        return MbrCost(*(a + b for a, b in zip(astuple(self), astuple(other), strict=True)))
 
     @property
     def candidates_per_s(self) -> float:
@@ -79,34 +80,29 @@ class MbrCost:
 
 def utility_matrices(texts: Sequence[Sequence[str]], utility: str) -> list[np.ndarray]:
     """Per sentence the float64 [U, U] matrix ``M[i, j] = u(texts[i], texts[j])`` (0-100) of its
-    texts (hypothesis i against pseudo-reference j), for a batch of sentences. ValueError: an
-    unknown ``utility`` (one of :data:`UTILITIES`)."""
+    texts (hypothesis i against pseudo-reference j), for a batch of sentences; ``utility``:
+    ``"chrf"`` or ``"bleu"`` (``mbr.utility``, checked where it enters)."""
     if utility == "chrf":
         import fastchrf
 
         lists = [list(t) for t in texts]
         return [np.asarray(m, dtype=np.float64).reshape(len(t), len(t))
                 for m, t in zip(fastchrf.pairwise_chrf(lists, lists), lists, strict=True)]
-    if utility == "bleu":
-        from sacrebleu.metrics import BLEU
+    from sacrebleu.metrics import BLEU
 
-        bleu = BLEU(effective_order=True)
-        return [np.array([[bleu.sentence_score(h, [y]).score for y in t] for h in t],
-                         dtype=np.float64).reshape(len(t), len(t)) for t in texts]
-    raise ValueError(f"unknown MBR utility {utility!r}: use one of {', '.join(UTILITIES)}.")
+    bleu = BLEU(effective_order=True)
+    return [np.array([[bleu.sentence_score(h, [y]).score for y in t] for h in t],
+                     dtype=np.float64).reshape(len(t), len(t)) for t in texts]
 
 
 def mbr_select(candidates: Sequence[Sequence[str]], utility: str = "chrf") -> list[MbrChoice]:
     """MBR over each sentence's candidate texts (a batch; N >= 1 per sentence, order given by
     the caller: it breaks ties), with uniform weight 1 / N per candidate: the equation of the
-    module docstring, with duplicates scored once and counted with their multiplicity.
-    ValueError: an unknown ``utility`` or a sentence without candidates."""
+    module docstring, with duplicates scored once and counted with their multiplicity."""
     distinct: list[list[str]] = []
     firsts: list[list[int]] = []
     counts: list[np.ndarray] = []
-    for i, texts in enumerate(candidates):
-        if not texts:
-            raise ValueError(f"sentence {i} has no MBR candidates.")
+    for texts in candidates:
         index: dict[str, int] = {}
         first, count = [], []
         for j, text in enumerate(texts):

@@ -5,7 +5,8 @@
     result = translator.translate("Ein Hund läuft .", return_attention=True)
     result.attention["cross"].shape                            # [layers, heads, T, S]
     translator.score(["Ein Hund ."], ["A dog ."])[0].ppl       # forced decoding
-    translator.translate("Ein Hund läuft .", decoding="mbr", mbr={"num": 16, "utility": "chrf"})
+    translator.translate("Ein Hund läuft .", decoding="mbr", mbr={"num": 16}).mbr_cost
+    dataclasses.asdict(result)                                 # a plain value: JSON, DataFrames
 
 Both engines (this one and :mod:`nmt.extras.ctranslate2`) share :class:`TranslatorBase` and
 the length-sorted batches of :func:`in_batches`.
@@ -28,13 +29,7 @@ from omegaconf import DictConfig, OmegaConf
 from tqdm.auto import tqdm
 
 from nmt.checkpoint import CheckpointError, load_checkpoint
-from nmt.config import (
-    ConfigError,
-    SamplingSchema,
-    SearchSchema,
-    validate_decoding,
-    validate_search,
-)
+from nmt.config import ConfigError, decoding_defaults, validate_decoding
 from nmt.data.batching import make_src_batch, make_tgt_batch
 from nmt.data.tokenizer import Tokenizer
 from nmt.data.vocab import EOS_ID, PAD_ID
@@ -44,52 +39,48 @@ from nmt.models import Ensemble, build_model
 from nmt.models.base import Seq2Seq
 from nmt.runtime import progress_enabled
 
-SEARCH_KEYS = tuple(f.name for f in dataclasses.fields(SearchSchema))
-_DEFAULTS = {**{f.name: f.default for schema in (SearchSchema, SamplingSchema)
-                for f in dataclasses.fields(schema)}, "decoding": "search", "mbr": None}
+_SETTING_KEYS = frozenset(decoding_defaults())   # translate's keyword arguments of settings
 
 
 def search_settings(**overrides: Any) -> dict:
-    """The defaults of :class:`nmt.config.SearchSchema`, :class:`nmt.config.SamplingSchema` and
-    :class:`nmt.config.DecodingSchema` (``mbr``: a plain dict of :class:`nmt.config.MbrSchema`,
-    given keys over its defaults) with ``overrides`` (None keeps the default); ConfigError for
-    an unknown key or an impossible value (``n_best > beam_size``, ``top_p`` outside (0, 1],
-    ``mbr.num`` < 1, ...)."""
-    if unknown := set(overrides) - set(_DEFAULTS):
+    """The defaults of configs/search/default.yaml, sampling.yaml and mbr.yaml
+    (:func:`nmt.config.decoding_defaults`; ``mbr``: a dict, given keys over its defaults) with
+    ``overrides`` (None keeps the default), checked by :func:`nmt.config.validate_decoding`:
+    ConfigError for an unknown key or an impossible value (``n_best > beam_size``, ``top_p``
+    outside (0, 1], ``mbr.num`` < 1, ...)."""
+    settings = decoding_defaults()
+    if unknown := set(overrides) - set(settings):
         raise ConfigError(f"unknown search setting(s) {', '.join(sorted(unknown))}: use "
-                          f"{', '.join(_DEFAULTS)}.")
-    settings = {**_DEFAULTS, **{k: v for k, v in overrides.items() if v is not None}}
-    settings.update(OmegaConf.to_container(validate_search({k: settings[k] for k in SEARCH_KEYS})))
-    for key, ok, allowed in (("temperature", 0 <= settings["temperature"] < math.inf, "finite, >= 0"),
-                             ("top_k", settings["top_k"] >= 0, ">= 0"),
-                             ("top_p", 0 < settings["top_p"] <= 1, "in (0, 1]")):
-        if not ok:
-            raise ConfigError(f"{key}={settings[key]} must be {allowed}.")
-    settings.update(validate_decoding(settings["decoding"], settings["mbr"], settings["sampling"],
-                                      settings["n_best"]))
-    return settings
+                          f"{', '.join(settings)}.")
+    mbr = {**settings["mbr"], **(overrides.get("mbr") or {})}
+    settings.update({k: v for k, v in overrides.items() if v is not None}, mbr=mbr)
+    return validate_decoding(settings)
 
 
 @dataclass
 class Translation:
-    """One translation of one sentence. ``tokens``/``src_tokens``: subwords ending with
-    ``</s>``; ``ids``: target ids (no BOS/EOS); ``score``: as :class:`Hypothesis`;
-    ``alignment``: float32 [len(tokens), len(src_tokens)]; ``hypotheses``: the n-best list
-    (``[0]`` is this one; with ``decoding="mbr"`` the distinct candidates by expected utility).
-    ``attention`` (``return_attention=True``): float32 ``"cross"`` [L, H, T, S] (the RNN's
-    alpha as L = H = 1), ``"decoder"`` [L, H, T, T] (key t reads decoder input t: ``<s>``, then
-    ``tokens[:-1]``), ``"encoder"`` [L, H, S, S] if it has them. ``utility``
-    (``decoding="mbr"``): the expected utility, 0-100 (:mod:`nmt.inference.mbr`)."""
+    """One translation of one sentence, a plain value (``dataclasses.asdict``, ``==``, pickle).
+    ``tokens``/``src_tokens``: subwords ending with ``</s>``; ``ids``: target ids (no
+    BOS/EOS); ``score``: as :class:`Hypothesis`; ``alignment``: float32 [len(tokens),
+    len(src_tokens)]; ``hypotheses``: the n-best list, best first (``[0]`` is this translation;
+    with ``decoding="mbr"`` the distinct candidates by expected utility), as Translations whose
+    own ``hypotheses`` are empty. ``attention`` (``return_attention=True``): float32 ``"cross"``
+    [L, H, T, S] (the RNN's alpha as L = H = 1), ``"decoder"`` [L, H, T, T] (key t reads decoder
+    input t: ``<s>``, then ``tokens[:-1]``), ``"encoder"`` [L, H, S, S] if it has them.
+    ``decoding="mbr"``: ``utility``, the expected utility, 0-100 (:mod:`nmt.inference.mbr`),
+    and ``mbr_cost``, this sentence's share of the cost. ``==`` compares the fields but the
+    arrays (``alignment``, ``attention``), which follow from them."""
 
     text: str
     tokens: list[str]
     src_tokens: list[str]
     ids: list[int]
     score: float
-    alignment: np.ndarray = field(repr=False)
+    alignment: np.ndarray = field(repr=False, compare=False)
     hypotheses: list[Translation] = field(default_factory=list, repr=False)
-    attention: dict[str, np.ndarray] | None = field(default=None, repr=False)
+    attention: dict[str, np.ndarray] | None = field(default=None, repr=False, compare=False)
     utility: float | None = None
+    mbr_cost: MbrCost | None = field(default=None, repr=False)
 
 
 @dataclass
@@ -109,15 +100,13 @@ def load_for_inference(path: str | Path, device: str | torch.device = "cpu",
     ``inference`` loads what the run validated with (the EMA of a ``train.ema_decay`` run),
     ``trained`` the weights behind it (one set without EMA). CheckpointError (naming the
     file): unreadable, or a tokenizer or weights that do not fit."""
-    if weights not in ("inference", "trained"):
-        raise ConfigError(f"weights={weights!r} is not one of inference, trained.")
+    key = {"inference": "model", "trained": "train_model"}[weights]   # KeyError: another value
     ckpt = load_checkpoint(path)
     cfg: DictConfig = OmegaConf.create(ckpt["config"])
     tokenizer = Tokenizer.from_checkpoint(path, ckpt.get("tokenizer"))
     model = build_model(cfg.model, tokenizer.src_vocab_size, tokenizer.tgt_vocab_size)
     try:
-        model.load_state_dict(ckpt["train_model"] if weights == "trained" and "train_model" in ckpt
-                              else ckpt["model"])
+        model.load_state_dict(ckpt.get(key, ckpt["model"]))
     except RuntimeError as err:
         raise CheckpointError(f"{path}: weights do not fit the saved model config: {err}") from None
     model.to(device).eval()
@@ -197,7 +186,7 @@ def capture_attention(model: Seq2Seq, src_ids: Sequence[Sequence[int]],
                       ) -> list[dict[str, np.ndarray]]:
     """Every attention weight of given outputs (ids without BOS/EOS), as ``Translation.attention``
     (S and T with EOS): one teacher-forced ``need_alignment="all"`` pass per batch in eval mode
-    (the model's mode restored after). ConfigError: an ensemble (it cannot)."""
+    (the model's mode restored after), for a model with ``all_attention`` (not an ensemble)."""
     out: list[dict[str, np.ndarray] | None] = [None] * len(src_ids)
     was_training = model.training
     model.eval()
@@ -212,8 +201,6 @@ def capture_attention(model: Seq2Seq, src_ids: Sequence[Sequence[int]],
                 size = {"cross": (t, s), "decoder": (t, t), "encoder": (s, s)}
                 out[i] = {name: np.ascontiguousarray(w[k, :, :, : size[name][0], : size[name][1]])
                           for name, w in kinds.items()}
-    except ValueError as err:   # an ensemble
-        raise ConfigError(f"return_attention / attention=all needs a single model: {err}") from None
     finally:
         model.train(was_training)
     return out  # type: ignore[return-value]
@@ -223,17 +210,21 @@ class TranslatorBase:
     """``translate`` and ``score`` of raw sentences for both engines; ``config`` is the training
     config. An engine implements ``_hypotheses`` (:func:`decode`'s contract), ``_forced`` (per
     pair the teacher-forced log-probability sum and length, EOS included) and ``_attention``
-    (:func:`capture_attention`'s). ``mbr_cost``: the :class:`~nmt.inference.mbr.MbrCost` of
-    the latest ``translate(decoding="mbr")`` call (None before one)."""
+    (:func:`capture_attention`'s), and states what it can do: ``all_attention`` (every layer's
+    and head's attention, ``return_attention``; not an ensemble, not CTranslate2) and
+    ``epsilon_sampling`` (``mbr.epsilon`` > 0; not CTranslate2). Both sample
+    (``supports_sampling``). Nothing is stored per call: one translator serves many threads."""
 
     search_settings = staticmethod(search_settings)
+    all_attention: bool = True
+    supports_sampling: bool = True
+    epsilon_sampling: bool = True
 
     def __init__(self, tokenizer: Tokenizer, config: DictConfig,
                  device: str | torch.device = "cpu") -> None:
         self.tokenizer = tokenizer
         self.config = config
         self.device = torch.device(device)
-        self.mbr_cost: MbrCost | None = None
 
     def translate(self, sentences: str | Sequence[str], beam_size: int | None = None,
                   n_best: int | None = None, length_penalty: float | None = None,
@@ -246,19 +237,29 @@ class TranslatorBase:
                   ) -> Translation | list[Translation]:
         """One raw sentence -> a :class:`Translation`, a list -> a list in input order; settings
         as :func:`search_settings` (None: the default). ``decoding="mbr"``: minimum-Bayes-risk
-        decoding with the ``mbr`` settings (:meth:`_mbr_hypotheses`; ``mbr_cost`` holds its
-        cost; a progress bar on a terminal unless ``quiet``). ``return_attention`` fills
-        ``Translation.attention`` by one more teacher-forced pass (ConfigError: an ensemble or
-        CTranslate2)."""
+        decoding with the ``mbr`` settings (:meth:`_mbr_hypotheses`; each result carries its
+        ``utility`` and ``mbr_cost``; a progress bar on a terminal unless ``quiet``).
+        ``return_attention`` fills ``Translation.attention`` by one more teacher-forced pass.
+        ConfigError: a bad setting, or one the engine cannot serve (its capabilities)."""
         single = isinstance(sentences, str)
-        settings = search_settings(**{k: v for k, v in locals().items() if k in _DEFAULTS})
+        settings = search_settings(**{k: v for k, v in locals().items() if k in _SETTING_KEYS})
+        mbr = settings["mbr"] if settings["decoding"] == "mbr" else None
+        sampled = settings["sampling"] or (mbr is not None and mbr["candidates"] == "sample")
+        for needed, able, what in (
+                (return_attention, self.all_attention, "return_attention (every layer's and "
+                 "head's attention: one model, engine=pytorch)"),
+                (sampled, self.supports_sampling, "sampling"),
+                (sampled and mbr is not None and mbr["epsilon"] > 0, self.epsilon_sampling,
+                 "mbr.epsilon > 0 (epsilon sampling: engine=pytorch; or mbr.epsilon=0)")):
+            if needed and not able:
+                raise ConfigError(f"{type(self).__name__} cannot do {what}.")
         src_ids = self.tokenizer.encode_src_batch([sentences] if single else list(sentences))
-        if settings["decoding"] == "mbr":
-            found, utilities = self._mbr_hypotheses(src_ids, settings, quiet)
+        if mbr is not None:
+            found, utilities, costs = self._mbr_hypotheses(src_ids, settings, quiet)
         else:
             sample = ({k: settings[k] for k in ("temperature", "top_k", "top_p", "seed")}
                       if settings["sampling"] else None)
-            found, utilities = self._hypotheses(src_ids, settings, sample), None
+            found, utilities, costs = self._hypotheses(src_ids, settings, sample), None, None
         results = []   # the one place that turns hypotheses into text
         for i, (ids, hyps) in enumerate(zip(src_ids, found, strict=True)):
             src_tokens = self.tokenizer.src_pieces(list(ids) + [EOS_ID])
@@ -267,8 +268,8 @@ class TranslatorBase:
                                   src_tokens, list(h.tokens), float(h.score), h.alignment,
                                   utility=None if utilities is None else utilities[i][rank])
                       for rank, h in enumerate(hyps)]
-            n_best[0].hypotheses = n_best
-            results.append(n_best[0])
+            results.append(dataclasses.replace(n_best[0], hypotheses=n_best,
+                                               mbr_cost=None if costs is None else costs[i]))
         if return_attention:
             attentions = self._attention(src_ids, [r.ids for r in results], settings)
             for result, attention in zip(results, attentions, strict=True):
@@ -276,9 +277,10 @@ class TranslatorBase:
         return results[0] if single else results
 
     def _mbr_hypotheses(self, src_ids: Sequence[Sequence[int]], settings: Mapping, quiet: bool
-                        ) -> tuple[list[list[Hypothesis]], list[list[float]]]:
+                        ) -> tuple[list[list[Hypothesis]], list[list[float]], list[MbrCost]]:
         """Minimum-Bayes-risk decoding (:mod:`nmt.inference.mbr`): per sentence its distinct
-        candidates by expected utility (best first) and those utilities; sets ``mbr_cost``.
+        candidates by expected utility (best first), those utilities and its cost (its chunk's
+        seconds shared evenly by the chunk's sentences).
 
         ``settings["mbr"]``: ``candidates="beam"`` takes the n-best list of a beam search with
         ``beam_size = n_best = num`` (uniform weights 1 / N over it); ``"sample"`` draws ``num``
@@ -299,7 +301,7 @@ class TranslatorBase:
             copies = num
         found: list = [None] * len(src_ids)
         utilities: list = [None] * len(src_ids)
-        cost = MbrCost(sentences=len(src_ids))
+        costs: list = [None] * len(src_ids)
         order = sorted(range(len(src_ids)), key=lambda i: len(src_ids[i]), reverse=True)
         show = not quiet and progress_enabled()
         with tqdm(total=len(src_ids), unit="sent", disable=not show, leave=False,
@@ -315,15 +317,12 @@ class TranslatorBase:
                 middle = time.perf_counter()
                 choices = mbr_select([[self.tokenizer.decode_tgt(h.tokens) for h in hyps]
                                       for hyps in candidates], mbr["utility"])
+                shares = [(t / len(chunk)) for t in (middle - begin, time.perf_counter() - middle)]
                 for i, hyps, choice in zip(chunk, candidates, choices, strict=True):
                     found[i], utilities[i] = [hyps[k] for k in choice.order], choice.utility
-                    cost.candidates += len(hyps)
-                    cost.distinct += len(choice.order)
-                cost.generation_seconds += middle - begin
-                cost.selection_seconds += time.perf_counter() - middle
+                    costs[i] = MbrCost(1, len(hyps), len(choice.order), *shares)
                 bar.update(len(chunk))
-        self.mbr_cost = cost
-        return found, utilities
+        return found, utilities, costs
 
     def score(self, sources: Sequence[str], targets: Sequence[str], batch_tokens: int = 4000
               ) -> list[ForcedScore]:
@@ -346,6 +345,7 @@ class Translator(TranslatorBase):
                  device: str | torch.device = "cpu") -> None:
         super().__init__(tokenizer, config, device)
         self.model = model.eval()
+        self.all_attention = model.all_attention
 
     @classmethod
     def from_checkpoint(cls, path: str | Path | Sequence[str | Path],

@@ -67,10 +67,15 @@ class DecoderState:
 
 
 class Seq2Seq(nn.Module):
-    """Base of the models; subclasses set ``src_vocab_size`` and ``tgt_vocab_size``."""
+    """Base of the models; subclasses set ``src_vocab_size`` and ``tgt_vocab_size``. The
+    alignment that ``decode`` returns is ``Attention.cross[:, alignment_layer,
+    :alignment_heads].mean(1)`` (a guided model's supervised heads; the RNN's one alpha)."""
 
     src_vocab_size: int
     tgt_vocab_size: int
+    alignment_layer: int = 0
+    alignment_heads: int = 1
+    all_attention: bool = True     # decode(..., need_alignment="all") gives every weight
 
     def encode(self, src: Tensor, src_mask: Tensor, need_weights: bool = False) -> Encoded:
         raise NotImplementedError
@@ -98,13 +103,14 @@ class Seq2Seq(nn.Module):
     def flop_params(self) -> tuple[int, int]:
         """Parameters applied per source and per target token (output projection included even
         when tied, lookups not): a training step costs about ``6 * (n_src * src_tokens + n_tgt *
-        tgt_tokens)`` FLOPs (Kaplan et al. 2020; ``scripts/bench_model.py``)."""
+        tgt_tokens)`` FLOPs (Kaplan et al. 2020; :func:`nmt.runtime.train_flops`)."""
         raise NotImplementedError
 
-    def compiled(self) -> nn.Module:
-        """What ``train.compile=true`` trains: ``torch.compile(self, dynamic=True)``, one graph
-        for all batch shapes (a model looping over steps in Python compiles its step instead)."""
-        return torch.compile(self, dynamic=True)
+    def compiled(self, mode: str | None = None) -> nn.Module:
+        """What ``train.compile=true`` trains: ``torch.compile(self, dynamic=True, mode=mode)``,
+        one graph for all batch shapes (a model looping over steps in Python compiles its step
+        instead); ``mode="reduce-overhead"`` adds CUDA graphs, recorded once per shape."""
+        return torch.compile(self, dynamic=True, mode=mode)
 
     def num_parameters(self) -> int:
         """Trainable parameters, tied matrices counted once."""

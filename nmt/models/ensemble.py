@@ -54,8 +54,11 @@ class Ensemble(Seq2Seq):
 
     ``models`` (>= 1, sharing their vocabularies) become submodules (weights not copied); the
     ensemble starts in eval mode (a search restores the mode it found, so an ensemble left in
-    train mode would leave its members there).
+    train mode would leave its members there). It has no ``all_attention``: the members'
+    layers and heads do not combine.
     """
+
+    all_attention = False
 
     def __init__(self, models: Sequence[Seq2Seq]):
         super().__init__()
@@ -82,11 +85,11 @@ class Ensemble(Seq2Seq):
                state: EnsembleState | None = None, need_alignment: bool | str = True
                ) -> tuple[Tensor, Tensor | None, EnsembleState | None]:
         """As :meth:`Seq2Seq.decode`: float32 log-probabilities [B,T,V] of the mixture, the
-        mean alignment (None when no member has one). ``"all"`` raises ValueError: the
-        members' layers and heads do not combine; capture them from one member."""
+        mean alignment (None when no member has one). ``"all"`` (not ``all_attention``)
+        raises ValueError: capture every weight from one member."""
         if check_need_alignment(need_alignment):
-            raise ValueError("An ensemble returns the mean alignment only: capture every "
-                             "attention weight (need_alignment='all') from one member model.")
+            raise ValueError("need_alignment='all': an ensemble has no all_attention; "
+                             "capture the weights from one member.")
         log_probs, alignments, states = [], [], []
         for i, member in enumerate(self.members):
             logits, align, new = member.decode(

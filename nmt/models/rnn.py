@@ -186,9 +186,10 @@ class BahdanauRNN(Seq2Seq):
         cand = torch.tanh(i_n + r * h_n)
         return cand + z * (s - cand), context, alpha  # (1 - z) * cand + z * s_{i-1}
 
-    def compiled(self) -> nn.Module:
+    def compiled(self, mode: str | None = None) -> nn.Module:
         """Compile :meth:`_recurrent_step` (dynamic shapes), not the loop, which Dynamo would
-        unroll into one graph per target length; training uses it, search stays eager."""
+        unroll into one graph per target length; training uses it, search stays eager.
+        ``mode`` is not used: CUDA graphs would keep every position's outputs of a forward."""
         self._compiled_step = torch.compile(self._recurrent_step, dynamic=True)
         return self
 

@@ -53,6 +53,7 @@ class TransformerConfig:
     activation: Activation = MISSING
     tie_embeddings: bool = MISSING
     alignment_layer: int = MISSING
+    alignment_heads: int = MISSING
 
     @staticmethod
     def check(cfg) -> None:
@@ -66,6 +67,8 @@ class TransformerConfig:
         n = cfg.decoder_layers
         require(-n <= cfg.alignment_layer < n, cfg, "alignment_layer",
                 f"names none of the {n} decoder layers: use {-n}..{n - 1}")
+        require(0 <= cfg.alignment_heads <= cfg.heads, cfg, "alignment_heads",
+                f"must lie in 0..{cfg.heads} (0: all heads; k: the first k, guided)")
 
 
 def sinusoidal_positions(length: int, d_model: int) -> Tensor:
@@ -219,12 +222,14 @@ class Transformer(Seq2Seq):
     def __init__(self, src_vocab_size: int, tgt_vocab_size: int, *, d_model: int, heads: int,
                  ff_dim: int, encoder_layers: int, decoder_layers: int, norm: str,
                  dropout: float, attention_dropout: float, activation_dropout: float,
-                 activation: str, tie_embeddings: bool, alignment_layer: int, pad_id: int):
+                 activation: str, tie_embeddings: bool, alignment_layer: int,
+                 alignment_heads: int, pad_id: int):
         super().__init__()
         self.src_vocab_size, self.tgt_vocab_size = src_vocab_size, tgt_vocab_size
         self.d_model, self.pad_id, self.dropout = d_model, pad_id, dropout
         pre_norm = norm == "pre"
         self.alignment_layer = alignment_layer % decoder_layers
+        self.alignment_heads = alignment_heads or heads  # the first k heads make the alignment
         self.src_embed = nn.Embedding(src_vocab_size, d_model, padding_idx=pad_id)
         self.tgt_embed = self.src_embed if tie_embeddings else nn.Embedding(
             tgt_vocab_size, d_model, padding_idx=pad_id)
@@ -289,7 +294,10 @@ class Transformer(Seq2Seq):
                need_alignment: bool | str = True
                ) -> tuple[Tensor, Tensor | Attention | None, TransformerState | None]:
         """As :meth:`Seq2Seq.decode`; the alignment [B,T,S] is ``alignment_layer``'s
-        cross-attention averaged over the heads."""
+        cross-attention averaged over its first ``alignment_heads`` heads (all by default): a
+        guided model's supervised heads (Garg et al. 2019, section 4.2: one head of the
+        penultimate layer, row t the step that predicts target token t), which search, the
+        evaluator, nmt-align and serving then read as the model's alignment."""
         everything = check_need_alignment(need_alignment)
         if state is not None:
             cross_kv, src_mask, group = state.cross_kv, state.src_attn_mask, state.group
@@ -309,7 +317,8 @@ class Transformer(Seq2Seq):
                 new_kv.append(kv)
             cross.append(weights)
             selfs.append(self_weights)
-        alignment = cross[self.alignment_layer].mean(dim=1) if need_alignment else None
+        alignment = (cross[self.alignment_layer][:, :self.alignment_heads].mean(dim=1)
+                     if need_alignment else None)
         if everything:
             alignment = Attention(alignment, torch.stack(cross, 1), torch.stack(selfs, 1))
         x = self.decoder_norm(x)

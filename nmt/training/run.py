@@ -206,15 +206,16 @@ def segment(record: RunRecord | None, step: int, machine: dict, world_size: int)
 
 
 def write_summary(run_dir: Path, st, stop_reason: str, n_params: int, device: torch.device,
-                  info: DistInfo, compiled: bool) -> dict:
-    """``summary.json`` (rank 0 writes it) of all segments; ``st``: the trainer's state."""
+                  info: DistInfo, compiled: bool, speed: dict | None = None) -> dict:
+    """``summary.json`` (rank 0 writes it) of all segments; ``st``: the trainer's state;
+    ``speed``: model FLOP/s and MFU of the training time (``Throughput.summary``)."""
     first, last = st.segments[0], st.segments[-1]
     started, ended = first["started"][:10], (last["ended"] or last["started"])[:10]
     summary = {   # times: all segments; wall with validation, train without
         "stop_reason": stop_reason, "steps": st.step, "epochs_done": st.epoch, "params": n_params,
         "wall_time_s": round(st.elapsed_s, 2), "train_time_s": round(st.train_s, 2),
         "train_tokens": st.train_tokens,
-        "train_tokens_per_s": round(st.train_tokens / max(st.train_s, 1e-9), 1),
+        "train_tokens_per_s": round(st.train_tokens / max(st.train_s, 1e-9), 1), **(speed or {}),
         "best_bleu": st.best_bleu, "best_step": st.best_step,
         "last": st.history[-1] if st.history else None,
         "peak_rss_mb": round(st.peak_rss_mb, 1), "world_size": info.world_size,

@@ -24,9 +24,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import os
 import random
-import signal
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
@@ -44,7 +42,7 @@ from tqdm.auto import tqdm
 
 from nmt.checkpoint import CONFIG_VERSION, CheckpointManager, rng_state, set_rng_state
 from nmt.config import ConfigError, to_plain
-from nmt.data.batching import TokenBatchSampler, TokenizedSplit
+from nmt.data.batching import BatchShapes, TokenBatchSampler, TokenizedSplit
 from nmt.data.vocab import PAD_ID
 from nmt.evaluation.plot import tensorboard_figures
 from nmt.inference.translator import decode
@@ -60,15 +58,13 @@ from nmt.runtime import (
 )
 from nmt.training import distributed as dist
 from nmt.training import run
+from nmt.training.consistency import add_token_cutoff, forward_loss
 from nmt.training.ema import WeightAverage
-from nmt.training.loss import CONSISTENCY_LOSSES, add_token_cutoff, label_smoothed_nll, perplexity
+from nmt.training.loss import label_smoothed_nll, perplexity
 from nmt.training.schedule import build_schedule
+from nmt.training.throughput import Throughput
 
 log = logging.getLogger("nmt")
-
-# Tests: SIGKILL this process right after optimizer step <k> (after step k's checkpoint when
-# k is a checkpoint step; otherwise the resumed run redoes the steps since the last one).
-KILL_ENV = "NMT_TEST_KILL_AT_STEP"
 
 
 @dataclass
@@ -86,6 +82,7 @@ class TrainState:
     history: list = field(default_factory=list)   # one dict per validation
     stop_reason: str = ""            # set by the checkpoint that ends the run (finished)
     train_s: float = 0.0             # seconds in training steps, all segments (no validation)
+    train_flops: float = 0.0         # model FLOPs of those steps (nmt.training.throughput)
     train_tokens: int = 0            # target tokens trained on, all segments, all ranks
     peak_rss_mb: float = 0.0         # largest peak RSS of rank 0 over all segments
     segments: list = field(default_factory=list)  # one dict per run of the command
@@ -119,26 +116,6 @@ def build_optimizer(params: list[torch.nn.Parameter], t) -> torch.optim.Optimize
         if "fused=True" not in str(err):     # "`fused=True` requires ... supported devices"
             raise
         return cls(params, foreach=True, **kwargs)
-
-
-def forward_loss(model: torch.nn.Module, batch, t, autocast) -> tuple[torch.Tensor, torch.Tensor]:
-    """A teacher-forced forward of ``batch`` under the ``autocast`` context and its loss:
-    ``(objective_sum, [smoothed loss, nll, consistency KL] sums)`` in nats over the batch's
-    target tokens (the KL 0 without consistency): :func:`label_smoothed_nll`, or with
-    ``t.consistency`` one forward of the batch concatenated with itself ([2B, ...]) and
-    :func:`rdrop_loss` (loss, nll: the two passes' mean) or :func:`simcut_loss` (the uncut
-    half's; the caller registers :func:`add_token_cutoff`'s hooks on ``model``)."""
-    inputs = (batch.src, batch.src_mask, batch.tgt_in)
-    if t.consistency != "none":
-        inputs = tuple(torch.cat((x, x)) for x in inputs)
-    with autocast:
-        logits, _ = model(*inputs, need_alignment=False)
-    if t.consistency != "none":
-        objective, *parts = CONSISTENCY_LOSSES[t.consistency](
-            logits, batch.tgt_out, t.label_smoothing, t.consistency_alpha, PAD_ID)
-        return objective, torch.stack(parts)
-    loss_sum, nll_sum = label_smoothed_nll(logits, batch.tgt_out, t.label_smoothing, PAD_ID)
-    return loss_sum, torch.stack((loss_sum.detach(), nll_sum, torch.zeros_like(nll_sum)))
 
 
 class Trainer:
@@ -201,8 +178,10 @@ class Trainer:
         if info.is_main:
             run.write_record(self.run_dir, self.record)
             self.tokenizer.save(self.run_dir / "tokenizer")
+        shapes = BatchShapes.fit(self.train_split.src_lens, self.train_split.tgt_lens,
+                                 t.shape_buckets, t.batch_tokens) if t.shape_buckets else None
         self.sampler = TokenBatchSampler(self.train_split.src_lens, self.train_split.tgt_lens,
-                                         t.batch_tokens, shuffle=True, seed=t.seed)
+                                         t.batch_tokens, shuffle=True, seed=t.seed, shapes=shapes)
         if len(self.epoch_data(0)[1]) == 0:
             raise ConfigError(f"the training split yields fewer batches than processes "
                               f"({info.world_size}): use more data or fewer processes.")
@@ -250,7 +229,9 @@ class Trainer:
         self.manager.min_gap = max(1, min(t.eval_every_steps, steps_per_epoch) // 2)
         self.state.segments.append(run.segment(self.record, self.state.step,
                                                machine_info(self.device), info.world_size))
-        self.train_model: torch.nn.Module = self.model.compiled() if t.compile else self.model
+        # Static shapes: CUDA graphs replay each shape's kernels, one launch for them all.
+        graphs = "reduce-overhead" if t.shape_buckets and self.device.type == "cuda" else None
+        self.train_model: torch.nn.Module = self.model.compiled(graphs) if t.compile else self.model
         if info.enabled:
             ids = [self.device.index] if self.device.type == "cuda" else None
             self.train_model = DistributedDataParallel(   # buffers are constants: no broadcast
@@ -267,6 +248,8 @@ class Trainer:
             purge = self.state.step + 1 if self.state.step > 0 else None
             self.writer = SummaryWriter(str(self.run_dir / "tensorboard"), purge_step=purge)
         self.n_params = self.model.num_parameters()
+        self.speed = Throughput(self.model.flop_params(), self.device, self.amp_dtype,
+                                t.peak_tflops, info.world_size, 1 + (t.consistency != "none"))
         amp = f"{str(self.amp_dtype).removeprefix('torch.')} autocast" if self.amp_dtype else "fp32"
         log.info("model %s: %s parameters; vocab src %d tgt %d; train %d pairs, valid %d; device "
                  "%s, %s, world %d", self.cfg.model.name, f"{self.n_params:,}",
@@ -288,7 +271,8 @@ class Trainer:
                 split = run.sampled_split(self.train_split, self.tokenizer, tok, self.t.seed,
                                           epoch, self.info)
                 sampler = TokenBatchSampler(split.src_lens, split.tgt_lens, self.t.batch_tokens,
-                                            shuffle=True, seed=self.t.seed)
+                                            shuffle=True, seed=self.t.seed,
+                                            shapes=self.sampler.shapes)
             batches = dist.truncate_to_multiple(sampler.batches(epoch), self.info.world_size)
             self._epoch_cache = {k: v for k, v in self._epoch_cache.items() if k == epoch - 1}
             self._epoch_cache[epoch] = (split, batches)
@@ -306,7 +290,8 @@ class Trainer:
     def _collate_share(self, split, group: list[np.ndarray]) -> list:
         """This rank's micro-batches of ``group`` (rows of ``split``), padded (pinned for
         CUDA). Pure: no random numbers, so prefetching it changes no result."""
-        batches = [split.collate(idx) for idx in dist.local_share(group, self.info)]
+        batches = [split.collate(idx, self.sampler.shapes)
+                   for idx in dist.local_share(group, self.info)]
         return [b.pin_memory() for b in batches] if self.device.type == "cuda" else batches
 
     def _autocast(self):
@@ -318,14 +303,14 @@ class Trainer:
     def train_step(self, group: list[np.ndarray], collated: list | None = None,
                    split=None) -> tuple[torch.Tensor, torch.Tensor, int]:
         """One optimizer step over the global ``group`` of batches (rows of ``split``;
-        ``collated``: this rank's share, from the prefetcher). Returns ``(sums [3] = (smoothed
-        loss, nll, consistency KL) over this rank's tokens, grad_norm, target tokens of the
-        whole group)``."""
+        ``collated``: this rank's share, from the prefetcher). Returns ``(sums [4] = (smoothed
+        loss, nll, consistency KL, alignment loss) over this rank's tokens, grad_norm, target
+        tokens of the whole group)``."""
         split = self.train_split if split is None else split
         tokens = int(sum(int(split.tgt_lens[idx].sum()) for idx in group))
         scale = self.info.world_size / max(tokens, 1)
         mine = collated if collated is not None else self._collate_share(split, group)
-        sums = torch.zeros(3, device=self.device)
+        sums = torch.zeros(4, device=self.device)
         for i, batch in enumerate(mine):
             batch = batch.to(self.device, non_blocking=self.device.type == "cuda")
             last = i == len(mine) - 1       # DDP averages the gradients at its backward
@@ -493,10 +478,9 @@ class Trainer:
         bar = tqdm(total=total, initial=st.step, unit="step", dynamic_ncols=True, disable=not tty)
         self.model.train()
         self._pause = 0.0
-        acc = torch.zeros(3, device=self.device)
+        acc = torch.zeros(4, device=self.device)
         acc_tokens, grad_norm = 0, torch.zeros(())
         t_log = self._mark = time.perf_counter()
-        kill_at = int(os.environ.get(KILL_ENV) or -1)
         # The next step's batches are collated in a background thread while this step runs.
         prefetch = ThreadPoolExecutor(max_workers=1) if t.prefetch else None
         ahead: tuple[tuple[int, int], Any] | None = None
@@ -522,6 +506,7 @@ class Trainer:
             acc += sums
             acc_tokens += tokens
             st.train_tokens += tokens
+            st.train_flops += self.speed.add(split.src_lens, split.tgt_lens, group)
             st.step += 1
             st.batch_in_epoch += len(group)
             epoch_end = st.batch_in_epoch >= len(batches)
@@ -533,21 +518,25 @@ class Trainer:
             if log_step:
                 now = time.perf_counter()
                 dist.all_reduce_sum(acc, info)
-                loss, nll, kl = (acc / max(acc_tokens, 1)).tolist()
-                tps = acc_tokens / max(now - t_log - self._pause, 1e-9)
+                loss, nll, kl, align = (acc / max(acc_tokens, 1)).tolist()
+                seconds = max(now - t_log - self._pause, 1e-9)
+                tps, speed = acc_tokens / seconds, self.speed.take(seconds)
                 lr, gn = self.schedule.last_lr, float(grad_norm)
                 # With consistency the KL apart (loss, nll: forward_loss's docstring).
                 kl_part = {} if t.consistency == "none" else {"consistency_kl": kl}
+                if t.alignment_loss_weight:   # guided alignment's cross-entropy
+                    kl_part["alignment_loss"] = align
                 if self.writer is not None:
                     for key, value in (("loss", loss), ("nll", nll), ("ppl", perplexity(nll)),
                                        ("lr", lr), ("grad_norm", gn), ("tokens_per_s", tps),
-                                       *kl_part.items()):
+                                       *kl_part.items(), *speed.items()):
                         self.writer.add_scalar(f"train/{key}", value, st.step)
                 bar.set_postfix(loss=f"{loss:.3f}", lr=f"{lr:.2e}", tok_s=f"{tps:.0f}")
                 log.info("train | step %d | epoch %d | loss %.4f | ppl %.2f | lr %.3g | "
-                         "grad_norm %.3f | tokens/s %.0f%s", st.step, st.epoch, loss,
-                         perplexity(nll), lr, gn, tps, "".join(f" | kl {v:.4f}"
-                                                               for v in kl_part.values()))
+                         "grad_norm %.3f | tokens/s %.0f%s%s", st.step, st.epoch, loss,
+                         perplexity(nll), lr, gn, tps, self.speed.describe(speed),
+                         "".join(f" | {'kl' if k == 'consistency_kl' else 'align'} {v:.4f}"
+                                 for k, v in kl_part.items()))
                 acc.zero_()
                 acc_tokens, t_log, self._pause = 0, now, 0.0
             # Stop conditions known before validating (steps, epochs, time) make this step's
@@ -555,14 +544,13 @@ class Trainer:
             reason = self._stop_reason(check_time=not info.enabled or log_step)
             if st.step % t.eval_every_steps == 0 or epoch_end or reason:
                 reason = self._validate_and_save(epoch_end, stop_reason=reason)
-            if st.step == kill_at:        # tests: a crash between (or right after) checkpoints
-                os.kill(os.getpid(), signal.SIGKILL)
             self.stop_reason = reason
         bar.close()
         if prefetch is not None:
             prefetch.shutdown(wait=True, cancel_futures=True)
         return run.write_summary(self.run_dir, st, self.stop_reason, self.n_params,
-                                 self.device, info, t.compile)
+                                 self.device, info, t.compile,
+                                 self.speed.summary(st.train_flops, st.train_s))
 
     def close(self) -> None:
         if self.writer is not None:

@@ -1,15 +1,23 @@
 """The installed package works without the repository: a wheel in a fresh virtual environment.
 
 The wheel is built from this checkout (``pip wheel``), installed with ``--no-deps`` into a
-venv that sees the already installed dependencies (``--system-site-packages``), and used
-from a directory outside the repository: the configs must come from the package
+venv that sees the dependencies already installed for the interpreter running the tests, and
+used from a directory outside the repository: the configs must come from the package
 (``pkg://nmt.configs``), not from ``configs/`` beside the code.
+
+The venv sees those dependencies through a ``.pth`` file that adds the running interpreter's
+site directories (``site.getsitepackages()``, and the user site when it is on) after the
+venv's own, as ``--system-site-packages`` would. That flag alone would not do: from inside a
+virtual environment it shows the base interpreter's packages, not the ones installed into
+the environment the tests run from. The same file works on a system interpreter.
 """
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import shutil
+import site
 import subprocess
 import sys
 from pathlib import Path
@@ -28,16 +36,26 @@ def venv(tmp_path_factory) -> Path:
     source = root / "source"
     shutil.copytree(REPO_ROOT, source, ignore=shutil.ignore_patterns(
         ".git", "runs", "sweeps", "outputs", "multirun", "build", "dist", "*.egg-info",
-        "__pycache__", ".pytest_cache", ".ruff_cache"))
-    subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation",
+        "__pycache__", ".pytest_cache", ".ruff_cache", ".venv", "venv"))
+    # Without build isolation where setuptools is at hand (fast, offline); a fresh venv of
+    # Python >= 3.12 has none, and pip then fetches it as for the README's install.
+    isolation = [] if importlib.util.find_spec("setuptools") is None else ["--no-build-isolation"]
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", *isolation,
                     "-q", "-w", str(root / "dist"), str(source)], check=True, timeout=300)
     wheels = list((root / "dist").glob("nmt-*.whl"))
     assert len(wheels) == 1
     env_dir = root / "venv"
-    subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", str(env_dir)],
-                   check=True, timeout=120)
-    subprocess.run([str(env_dir / "bin" / "python"), "-m", "pip", "install", "-q", "--no-deps",
-                    "--no-index", str(wheels[0])], check=True, timeout=300)
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(env_dir)], check=True, timeout=120)
+    python = str(env_dir / "bin" / "python")
+    purelib = subprocess.run([python, "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
+                             check=True, capture_output=True, text=True, timeout=60).stdout.strip()
+    outer = [*site.getsitepackages(), *([site.getusersitepackages()] if site.ENABLE_USER_SITE else [])]
+    Path(purelib, "_outer_site.pth").write_text(
+        "import site; " + "; ".join(f"site.addsitedir({d!r})" for d in outer) + "\n")
+    # The venv's python runs pip from the outer site (it has none of its own): it installs
+    # into the venv.
+    subprocess.run([python, "-m", "pip", "install", "-q", "--no-deps", "--no-index", str(wheels[0])],
+                   check=True, timeout=300)
     return env_dir
 
 

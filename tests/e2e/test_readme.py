@@ -1,8 +1,10 @@
-"""The README's quick-start commands run: the main job end to end on a tiny slice.
+"""The README's commands run: the quick start's main job end to end on a tiny slice, and the
+usage block line by line.
 
-The main-job line is read from README.md itself, so the README cannot rot: the test runs
-exactly that command with extra overrides that shrink it (tiny corpus, tiny model, a few
-steps), then checks every artefact the README promises.
+The lines are read from README.md itself, so the README cannot rot: the tests run exactly
+those commands with extra overrides that shrink them (tiny corpus, tiny model, a few steps),
+then check what the README promises. The CTranslate2 block is run by
+tests/test_ctranslate2.py; every other bash or Python block of the README must be run here.
 """
 
 from __future__ import annotations
@@ -11,12 +13,18 @@ import json
 import os
 import re
 import shlex
+import signal
 import subprocess
+import sys
+import threading
+import urllib.request
+from contextlib import ExitStack
+from itertools import pairwise
 from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import REPO_ROOT, write_corpus
+from conftest import REPO_ROOT, TINY_MODEL, TINY_TRAIN, make_pairs, write_corpus
 
 pytestmark = pytest.mark.slow
 
@@ -32,6 +40,39 @@ def readme_commands() -> list[str]:
     return [ln.strip() for ln in block.group(1).splitlines() if ln.strip() and not ln.startswith("#")]
 
 
+def readme_blocks() -> list[tuple[str, str, str]]:
+    """``(heading, language, text)`` of every fenced code block of the README, in order."""
+    blocks, heading, fence = [], "", None
+    for line in (REPO_ROOT / "README.md").read_text(encoding="utf-8").splitlines(keepends=True):
+        if line.startswith("```"):
+            if fence is None:
+                fence = (heading, line[3:].strip(), [])
+            else:
+                blocks.append((fence[0], fence[1], "".join(fence[2])))
+                fence = None
+        elif fence is not None:
+            fence[2].append(line)
+        elif line.startswith("#"):
+            heading = line.lstrip("#").strip()
+    return blocks
+
+
+def readme_block(heading: str, lang: str) -> str:
+    """The first ``lang`` code block of the README section titled ``heading``."""
+    texts = [text for h, lng, text in readme_blocks() if (h, lng) == (heading, lang)]
+    assert texts, f"README.md has no {lang} block under '{heading}'"
+    return texts[0]
+
+
+# The README sections whose code blocks a test runs (any other block would be untested).
+RUN_BY = {("Quick start", "bash"): "test_readme.py", ("Usage", "bash"): "test_readme.py",
+          ("Usage", "python"): "test_readme.py", ("Serving with CTranslate2", "bash"): "test_ctranslate2.py"}
+
+
+def test_every_code_block_of_the_readme_is_run_by_a_test():
+    assert {(heading, lang) for heading, lang, _ in readme_blocks()} == set(RUN_BY)
+
+
 def test_quick_start_has_install_main_job_and_tests():
     install, main_job, tests = readme_commands()
     assert install.startswith("pip install") and "==2.13.0" in install
@@ -39,6 +80,8 @@ def test_quick_start_has_install_main_job_and_tests():
     assert tests == "python -m pytest -q"
     ci = (REPO_ROOT / ".ci" / "run").read_text()
     assert install in ci and tests in ci, ".ci/run must install and test exactly as the README says"
+    venv = ci.index("python -m venv")   # in a fresh virtual environment, as a newcomer installs
+    assert venv < ci.index("source") < ci.index(install) < ci.index(tests)
 
 
 def sliced_main_job(tmp_path: Path, corpus: Path, run_dir: Path, repo: Path = REPO_ROOT) -> list[str]:
@@ -125,3 +168,106 @@ def test_main_job_stops_at_once_on_a_typo_in_its_overrides(tmp_path: Path):
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
     assert proc.stderr.startswith("nmt-train: error:") and "trian" in proc.stderr
     assert not (tmp_path / "r").exists()
+
+
+def usage_commands() -> list[list[str]]:
+    """The command lines of the README's usage block, split into words (comments dropped)."""
+    return [words for line in readme_block("Usage", "bash").splitlines()
+            if (words := shlex.split(line, comments=True))]
+
+
+def _run_in_process(words: list[str]) -> int:
+    """Run ``nmt-<tool> ARGS [< in] [> out]`` through the tool's ``main`` in this process."""
+    from nmt.cli import align, evaluate, plot, train, translate
+
+    tools = {"nmt-train": train.main, "nmt-evaluate": evaluate.main, "nmt-translate": translate.main,
+             "nmt-plot": plot.main, "nmt-align": align.main}
+    args, redirect, rest = [], {}, iter(words[1:])
+    for word in rest:
+        if word in ("<", ">"):
+            redirect[word] = next(rest)
+        else:
+            args.append(word)
+    with pytest.MonkeyPatch.context() as patch, ExitStack() as files:
+        if "<" in redirect:
+            patch.setattr(sys, "stdin", files.enter_context(open(redirect["<"], encoding="utf-8")))
+        if ">" in redirect:
+            patch.setattr(sys, "stdout", files.enter_context(open(redirect[">"], "w", encoding="utf-8")))
+        return tools[words[0]](args)
+
+
+def _serve(words: list[str], cwd: Path) -> tuple[subprocess.Popen, int, list[str]]:
+    """Start the README's ``nmt-serve`` line on a port the OS picks (``serve.port=0``); returns
+    the process, the port from its log line ``nmt-serve: listening on http://HOST:PORT/`` and
+    its log (stderr lines, read on in a thread)."""
+    proc = subprocess.Popen([sys.executable, "-m", "nmt.cli.serve", *words[1:], "serve.port=0", "device=cpu"],
+                            cwd=cwd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    log: list[str] = []
+    for line in proc.stderr:
+        log.append(line)
+        if found := re.search(r"nmt-serve: listening on http://\S+:(\d+)/", line):
+            threading.Thread(target=lambda: log.extend(proc.stderr), daemon=True).start()
+            return proc, int(found.group(1)), log
+    proc.wait(timeout=60)
+    pytest.fail(f"nmt-serve did not start: {''.join(log)[-3000:]}")
+
+
+def _curl(words: list[str], port: int) -> tuple[int, dict]:
+    """The README's ``curl`` line (URL, -H headers, -d body), sent with urllib to ``port``."""
+    url = next(w for w in words if w.startswith("http")).replace(":8000/", f":{port}/")
+    headers = dict(w.split(": ", 1) for flag, w in pairwise(words) if flag == "-H")
+    body = next(w for flag, w in pairwise(words) if flag == "-d")
+    request = urllib.request.Request(url, body.encode(), headers)
+    with urllib.request.urlopen(request, timeout=60) as reply:
+        return reply.status, json.loads(reply.read())
+
+
+def test_usage_commands_run_one_after_the_other(tmp_path: Path, monkeypatch):
+    """The README's usage block in a scratch directory, line by line on a tiny corpus: train,
+    torchrun, evaluate, translate, plot, align, serve and a request to it; then the Python block."""
+    corpus = write_corpus(tmp_path / "multi30k", {"train": 200, "val": 12, "test_2016_flickr": 12})
+    (tmp_path / "input.de").write_text("".join(de + "\n" for de, _ in make_pairs(5, seed=7)),
+                                       encoding="utf-8")
+    shrink = [*TINY_MODEL, *TINY_TRAIN, f"data.root={corpus}", f"data.cache_dir={tmp_path / 'cache'}",
+              "data.tokenizer.vocab_size=120", "train.max_steps=40", "device=cpu"]
+    monkeypatch.chdir(tmp_path)
+    commands = usage_commands()
+    assert [c[0] for c in commands] == ["nmt-train", "torchrun", "nmt-evaluate", "nmt-translate",
+                                        "nmt-plot", "nmt-align", "nmt-serve", "curl"]
+    env = {**os.environ, "CI": "1", "OMP_NUM_THREADS": "1"}
+    server = port = log = None
+    try:
+        for words in commands:
+            if words[0] == "torchrun":    # the same program, on a free port of its own choosing
+                proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone",
+                                       *words[1:], *shrink, "train.max_steps=4"], cwd=tmp_path,
+                                      env=env, capture_output=True, text=True, timeout=300)
+                assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
+            elif words[0] == "nmt-serve":
+                server, port, log = _serve(words, tmp_path)
+            elif words[0] == "curl":
+                status, body = _curl(words, port)
+                assert status == 200 and len(body["translations"]) == 1
+                assert isinstance(body["translations"][0]["translation"], str)
+            else:
+                extra = shrink if words[0] == "nmt-train" else []
+                assert _run_in_process(words + extra) == 0, words
+        server.send_signal(signal.SIGTERM)
+        assert server.wait(timeout=60) == 0, "".join(log)[-3000:]
+    finally:
+        if server is not None and server.poll() is None:
+            server.kill()
+            server.wait()
+
+    assert json.loads((tmp_path / "runs/tf/summary.json").read_text())["steps"] == 40
+    assert json.loads((tmp_path / "runs/tf_ddp/summary.json").read_text())["steps"] == 4
+    scores = json.loads((tmp_path / "runs/tf/eval/scores.json").read_text())
+    assert scores["n_sentences"] == 12 and scores["beam_size"] == 5
+    assert len((tmp_path / "output.en").read_text(encoding="utf-8").splitlines()) == 5
+    assert (tmp_path / "fig.png").read_bytes()[:4] == b"\x89PNG"
+    assert len((tmp_path / "links.txt").read_text(encoding="utf-8").splitlines()) == 5
+
+    import matplotlib.pyplot as plt
+
+    exec(compile(readme_block("Usage", "python"), "README.md", "exec"), {})   # noqa: S102
+    plt.close("all")

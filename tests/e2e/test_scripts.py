@@ -142,3 +142,33 @@ def test_results_table_pastes_val_and_test_scores_of_a_run(tmp_path):
         "test s per 1k sentences": "21.3", "machine": "2 cores Xeon, cpu",
         "date": "2026-11-22"}
     assert signatures == f"{run}: BLEU nrefs:1|case:mixed | chrF nrefs:1|nc:6"
+
+
+def test_device_check_dry_run_runs_every_step_on_cpu_and_prints_one_line(tmp_path):
+    """scripts/device_check.sh --dry-run: the GPU check's five steps with a tiny model on CPU
+    (what the lead runs on a lent GPU, step for step), its files under the output folder
+    (at most 8, at most 2 folders down: what a device run brings back) and the last line."""
+    write_corpus(tmp_path / "corpus", {"train": 200, "val": 20, "test_2016_flickr": 20})
+    out = tmp_path / "out"
+    proc = subprocess.run(
+        ["bash", str(REPO_ROOT / "scripts" / "device_check.sh"), "--dry-run", str(out)],
+        cwd=tmp_path, capture_output=True, text=True, timeout=600,
+        env={**os.environ, "OMP_NUM_THREADS": "1", "NMT_DATA_ROOT": str(tmp_path / "corpus"),
+             "NMT_CACHE_DIR": str(tmp_path / "cache"), "DEVICE_CHECK_WORK": str(tmp_path / "w"),
+             "DEVICE_CHECK_OVERRIDES": "data.tokenizer.vocab_size=120"})
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    last = proc.stdout.strip().splitlines()[-1]
+    assert last.startswith("device_check ")
+    line = dict(kv.split("=", 1) for kv in last.split()[1:])
+    assert line["failed"] == "none" and line["nccl"] == "ok" and line["dry_run"] == "1"
+    assert line["base_steps"] == "4" and line["static_steps"] == "4" and line["ddp_steps"] == "3"
+    for key in ("base_val_bleu", "base_test_bleu", "static_test_bleu", "decode_test_beam5_s",
+                "base_mfu", "static_mfu", "static_pad_pct", "bench_tgt_tokens_per_s", "bench_mfu",
+                "bench_pad_share"):
+        assert float(line[key]) >= 0, key
+    files = sorted(str(p.relative_to(out)) for p in out.rglob("*") if p.is_file())
+    assert files == ["base/summary.json", "base/train.log", "ddp/summary.json", "ddp/train.log",
+                     "device_check.log", "results.json", "static/summary.json",
+                     "static/train.log"]
+    assert json.loads((out / "results.json").read_text())["line"]["failed"] == "none"
+    assert "static batch shapes" in (out / "static" / "train.log").read_text()

@@ -1,7 +1,8 @@
-"""nmt-serve as a real uvicorn process on a loopback port (one per module): the page in headless
-Chromium (a sentence typed in through ``#text=...&go=1``, the heatmap's cells, a hovered
-weight, the word links), one log line per batch, and SIGTERM with a request in flight: the
-request completes, the exit status is 0."""
+"""nmt-serve as a real uvicorn process on a port the OS picks (``serve.port=0``; the server's
+log line names it): the page in headless Chromium (a sentence typed in through
+``#text=...&go=1``, the heatmap's cells, a hovered weight, the word links), one log line per
+batch, a 5 MB body answered with 413 (not a reset connection), and SIGTERM with a request in
+flight: the request completes, the exit status is 0."""
 
 from __future__ import annotations
 
@@ -12,14 +13,15 @@ import re
 import signal
 import subprocess
 import sys
-import time
+import threading
+import urllib.error
 import urllib.parse
 import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import pytest
-from conftest import REPO_ROOT, free_port
+from conftest import REPO_ROOT
 
 pytestmark = pytest.mark.slow
 pytest.importorskip("fastapi")
@@ -37,40 +39,55 @@ def _post(url: str, body: dict) -> tuple[int, dict]:
 
 
 def _health(url: str) -> dict:
-    with urllib.request.urlopen(url + "/health", timeout=5) as reply:
+    with urllib.request.urlopen(url + "/health", timeout=60) as reply:
         return json.loads(reply.read())
+
+
+class Server:
+    """``nmt-serve`` on the tiny checkpoint and port 0: ``url`` from its log line ``nmt-serve:
+    listening on URL`` (connections wait in its backlog until it is ready), ``log`` its
+    stderr lines so far."""
+
+    def __init__(self, *overrides: str) -> None:
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "nmt.cli.serve", f"checkpoint={CKPT}", "serve.port=0",
+             "max_len_a=0", "max_len_b=8", "device=cpu", *overrides],
+            cwd=REPO_ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+            env={**os.environ, "OMP_NUM_THREADS": "1"})
+        self.log: list[str] = []
+        for line in self.proc.stderr:
+            self.log.append(line)
+            if found := re.search(r"nmt-serve: listening on (http://\S+)/", line):
+                self.url = found.group(1)
+                break
+        else:
+            pytest.fail(f"nmt-serve did not start: {''.join(self.log)[-3000:]}")
+        self._reader = threading.Thread(target=lambda: self.log.extend(self.proc.stderr))
+        self._reader.start()
+
+    def wait(self) -> str:
+        """The exit status's wait, then the whole log."""
+        self.proc.wait(timeout=60)
+        self._reader.join(timeout=60)
+        return "".join(self.log)
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+        self.wait()
 
 
 @pytest.fixture(scope="module")
 def server():
-    """``(process, url)`` of ``nmt-serve`` on the tiny checkpoint; each request waits 250 ms
-    for others (``serve.max_wait_ms``), so one is surely in flight when the test signals."""
-    port = free_port()
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "nmt.cli.serve", f"checkpoint={CKPT}", f"serve.port={port}",
-         "serve.max_wait_ms=250", "max_len_a=0", "max_len_b=8", "device=cpu"],
-        cwd=REPO_ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-        env={**os.environ, "OMP_NUM_THREADS": "1"})
-    url, deadline = f"http://127.0.0.1:{port}", time.monotonic() + 120
-    while True:
-        try:
-            _health(url)
-            break
-        except OSError:
-            if proc.poll() is not None or time.monotonic() > deadline:
-                proc.kill()
-                pytest.fail(f"nmt-serve did not start: {proc.communicate()[1][-3000:]}")
-            time.sleep(0.1)
-    yield proc, url
-    if proc.poll() is None:
-        proc.kill()
-        proc.communicate()
+    started = Server()
+    yield started
+    started.kill()
 
 
 def test_page_translates_a_typed_sentence_and_draws_its_heatmap_in_chromium(server):
     from test_viewer import _chromium
 
-    _, url = server
+    url = server.url
     status, body = _post(url, {"text": [SENTENCE], "beam_size": 5, "alignment": True})
     view = body["translations"][0]["view"]   # what the page will fetch and draw
     cross = view["kinds"]["cross"]
@@ -94,17 +111,36 @@ def test_page_translates_a_typed_sentence_and_draws_its_heatmap_in_chromium(serv
     assert view["tgt"][1] in info and view["src"][2] in info
 
 
-def test_sigterm_finishes_the_request_in_flight_and_exits_0(server):
-    proc, url = server
-    with ThreadPoolExecutor(1) as pool:
-        reply = pool.submit(_post, url, {"text": [SENTENCE, "Zwei Mädchen ."], "beam_size": 2})
-        while not reply.done() and _health(url)["queued"] == 0:
-            time.sleep(0.01)
-        proc.send_signal(signal.SIGTERM)
-        status, body = reply.result(timeout=60)
+def test_a_body_of_5_mb_gets_413_not_a_reset_connection(server):
+    """urllib sends the whole body before it reads the answer: refused from its Content-Length
+    without reading it, the body met a closed connection (ConnectionResetError)."""
+    request = urllib.request.Request(server.url + "/v1/translate", b"x" * 5_000_000,
+                                     {"Content-Type": "application/json"})
+    with pytest.raises(urllib.error.HTTPError) as refused:
+        urllib.request.urlopen(request, timeout=60)
+    assert refused.value.code == 413
+    assert "serve.max_body_bytes" in json.loads(refused.value.read())["error"]
+    assert _health(server.url)["status"] == "ok"
+
+
+def test_sigterm_finishes_the_request_in_flight_and_exits_0():
+    """The request waits in a 10 s batch window (nothing else comes), so it is surely in
+    flight when the signal comes; the signal closes the window."""
+    server = Server("serve.max_wait_ms=10000")
+    try:
+        with ThreadPoolExecutor(1) as pool:
+            reply = pool.submit(_post, server.url, {"text": [SENTENCE, "Zwei Mädchen ."],
+                                                     "beam_size": 2})
+            while _health(server.url)["queued"] == 0:
+                assert not reply.done(), reply.result()
+                threading.Event().wait(0.01)
+            server.proc.send_signal(signal.SIGTERM)
+            status, body = reply.result(timeout=60)
+        log = server.wait()
+    finally:
+        server.kill()
     assert status == 200 and len(body["translations"]) == 2
-    _, log = proc.communicate(timeout=60)
-    assert proc.returncode == 0, log[-3000:]
-    batches = re.findall(r"INFO batch: (\d+) requests, (\d+) sentences, \d+ tokens, "
+    assert server.proc.returncode == 0, log[-3000:]
+    batches = re.findall(r"INFO batch: (\d+) requests, (\d+) sentences, work \d+, "
                          r"wait [\d.]+ ms, decode [\d.]+ ms", log)
-    assert ("1", "2") in batches and "Application shutdown complete" in log
+    assert batches == [("1", "2")], log[-3000:]

@@ -12,13 +12,14 @@ from pathlib import Path
 import pytest
 import torch
 from conftest import free_port, write_corpus
+from paused_train import kill_when_paused, popen
 
 from nmt.checkpoint import load_checkpoint
 from nmt.config import compose_config
 from nmt.data.batching import make_src_batch
 from nmt.data.vocab import BOS_ID
 from nmt.models import build_model
-from nmt.training.trainer import KILL_ENV, train
+from nmt.training.trainer import train
 
 REPO = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.slow
@@ -39,14 +40,18 @@ def _overrides(root: Path) -> list[str]:
             "data.test_split=test", "data.tokenizer.vocab_size=120"] + TINY
 
 
-def _torchrun(args: list[str], env: dict | None = None) -> subprocess.CompletedProcess:
+ENV = {**os.environ, "OMP_NUM_THREADS": "1", "CI": "1", "GLOO_SOCKET_IFNAME": "lo"}
+
+
+def _torchrun_cmd(*script: str) -> list[str]:
+    return [sys.executable, "-m", "torch.distributed.run", "--nnodes=1", "--nproc_per_node=2",
+            "--master_addr=127.0.0.1", f"--master_port={free_port()}", *script]
+
+
+def _torchrun(args: list[str]) -> subprocess.CompletedProcess:
     """``python -m torch.distributed.run --nproc_per_node=2 -m nmt.cli.train ARGS`` (gloo)."""
-    env = {**os.environ, **(env or {}), "OMP_NUM_THREADS": "1", "CI": "1",
-           "GLOO_SOCKET_IFNAME": "lo"}
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nnodes=1", "--nproc_per_node=2",
-           "--master_addr=127.0.0.1", f"--master_port={free_port()}", "-m", "nmt.cli.train",
-           *args]
-    return subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=180)
+    return subprocess.run(_torchrun_cmd("-m", "nmt.cli.train", *args), cwd=REPO, env=ENV,
+                          capture_output=True, text=True, timeout=180)
 
 
 def _assert_same_weights(got: dict, expected: dict, atol: float) -> None:
@@ -135,18 +140,20 @@ def test_two_processes_accumulating_2_match_one_process_accumulating_4(root):
 
 
 def test_killed_two_process_run_resumes_to_the_uninterrupted_weights(root):
-    """SIGKILL after step 3 (one step past the checkpoint of step 2), then the same command:
-    the resumed run redoes step 3, crosses the epoch end and ends where an uninterrupted run
-    ends. Dropout stays on, so each rank's own RNG state must be restored; R-Drop draws two
-    masks per pair from it (its sums split over ranks as over micro-batches: test_loss.py)."""
+    """SIGKILL from outside after step 3 (both ranks paused there, one step past the
+    checkpoint of step 2), then the same command: the resumed run redoes step 3, crosses the
+    epoch end and ends where an uninterrupted run ends. Dropout stays on, so each rank's own
+    RNG state must be restored; R-Drop draws two masks per pair from it (its sums split over
+    ranks as over micro-batches: test_consistency.py)."""
     args = _overrides(root) + ["train.accum_steps=2", "train.consistency=rdrop"]
     full_dir, killed_dir = root / "full", root / "killed"
     proc = _torchrun(args + [f"run_dir={full_dir}"])
     assert proc.returncode == 0, proc.stderr[-3000:]
 
     killed_args = args + [f"run_dir={killed_dir}"]
-    proc = _torchrun(killed_args, env={KILL_ENV: "3"})
-    assert proc.returncode != 0
+    proc = popen(_torchrun_cmd(str(REPO / "tests" / "e2e" / "paused_train.py"), *killed_args),
+                 3, root / "pause", ENV)
+    assert kill_when_paused(proc, root / "pause", ranks=2) != 0
     assert "train | step 3 " in (killed_dir / "train.log").read_text()
     assert load_checkpoint(killed_dir / "checkpoints" / "last.pt")["step"] == 2
 

@@ -15,12 +15,13 @@ import pytest
 import torch
 from conftest import REPO_ROOT, TINY_MODEL, TINY_TRAIN, free_port
 from omegaconf import OmegaConf
+from paused_train import kill_when_paused, popen
 
 from nmt.checkpoint import load_checkpoint
 from nmt.cli.train import main
 from nmt.config import compose_config
 from nmt.inference.translator import load_for_inference
-from nmt.training.trainer import KILL_ENV, train
+from nmt.training.trainer import train
 
 pytestmark = pytest.mark.slow
 
@@ -86,8 +87,8 @@ def test_end_to_end_cli_writes_every_artefact(overrides, tmp_path):
 def test_sigkill_between_checkpoints_then_resume_equals_uninterrupted_run(overrides, tmp_path,
                                                                           extra):
     # 200 pairs at 1024 tokens make 7 batches per epoch (8 with sampled segmentations): the
-    # resumed part crosses epochs. Killed after step 6, two steps past the checkpoint of step
-    # 4: the resumed run redoes steps 5 and 6 from that checkpoint. With a weight average and
+    # resumed part crosses epochs. SIGKILLed from outside after step 6 (paused there), two
+    # steps past the checkpoint of step 4: the resumed run redoes steps 5 and 6 from it. With a weight average and
     # subword sampling, the average and the second epoch's segmentation are exact too, and so
     # are SimCut's token cutoff and dropout masks (R-Drop's resume: test_torchrun.py).
     base = overrides[:-1] + TINY_MODEL + TINY_TRAIN + [
@@ -97,8 +98,10 @@ def test_sigkill_between_checkpoints_then_resume_equals_uninterrupted_run(overri
 
     train(compose_config(base + [f"run_dir={full_dir}"]))
 
-    proc = _run_cli(base + [f"run_dir={killed_dir}"], env={KILL_ENV: "6"})
-    assert proc.returncode == -signal.SIGKILL, proc.stderr
+    proc = popen([sys.executable, str(REPO_ROOT / "tests" / "e2e" / "paused_train.py"), *base,
+                  f"run_dir={killed_dir}"], 6, tmp_path / "pause",
+                 {**os.environ, "CI": "1", "OMP_NUM_THREADS": "1"})
+    assert kill_when_paused(proc, tmp_path / "pause") == -signal.SIGKILL
     assert "train | step 6 " in (killed_dir / "train.log").read_text()   # it got past step 4
     killed = load_checkpoint(killed_dir / "checkpoints" / "last.pt")
     assert (killed["step"], killed["epoch"]) == (4, 0)
