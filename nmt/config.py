@@ -14,8 +14,6 @@ from __future__ import annotations
 import copy
 import dataclasses
 import enum
-import functools
-import importlib.resources
 import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -281,6 +279,7 @@ class AlignConfig:
     shift: bool = MISSING
     layer: Any = MISSING                 # int (negative counts from the end) or "mean"
     head: Any = MISSING                  # int or "mean"
+    eos_unaligned: bool = MISSING
     reverse_checkpoint: str | None = MISSING
     symmetrize: str = MISSING
     gold: str | None = MISSING
@@ -430,25 +429,6 @@ def validate_decoding(settings: Mapping) -> dict:
             raise ConfigError(f"n_best={search.n_best} with decoding=mbr: MBR returns one "
                               "translation per sentence (mbr.num sets its candidates); drop n_best.")
     return {**to_plain(search), **to_plain(sampling), **to_plain(section)}
-
-
-def decoding_defaults() -> dict:
-    """The defaults of :class:`SearchSchema`, :class:`SamplingSchema` and :class:`DecodingSchema`
-    (``mbr`` a plain dict), read from configs/search/default.yaml, sampling.yaml and mbr.yaml:
-    the Python API's defaults are the command line's."""
-    return copy.deepcopy(_decoding_defaults())
-
-
-@functools.cache
-def _decoding_defaults() -> dict:
-    root = (importlib.resources.files(CONFIG_MODULE) if CONFIG_PATH.startswith("pkg://")
-            else Path(CONFIG_PATH))
-    out: dict = {}
-    for schema, name in ((SearchSchema, "search/default.yaml"), (SamplingSchema, "sampling.yaml"),
-                         (DecodingSchema, "mbr.yaml")):
-        out.update(to_plain(merge_typed(schema, OmegaConf.create(
-            root.joinpath(name).read_text(encoding="utf-8")), name)))
-    return out
 
 
 def config_diff(a: Any, b: Any, prefix: str = "") -> list[str]:

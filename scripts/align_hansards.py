@@ -56,6 +56,12 @@ def _settings(argv: list[str]) -> dict[str, str]:
     return out
 
 
+def _run_name(checkpoint: str) -> str:
+    """``runs/x/checkpoints/best.pt`` -> ``x/best.pt``: short row labels."""
+    path = Path(checkpoint)
+    return f"{path.parent.parent.name}/{path.name}" if path.parent.name == "checkpoints" else checkpoint
+
+
 def main(argv: list[str]) -> int:
     import torch
 
@@ -127,7 +133,7 @@ def main(argv: list[str]) -> int:
         return best
 
     for prefix, title in (("", "Transformer"), ("rnn_", "RNN")):
-        best = {d: extractions(f"{title} {d.replace('_', '->')} ({opts[prefix + d]})",
+        best = {d: extractions(f"{title} {d.replace('_', '->')} ({_run_name(opts[prefix + d])})",
                                opts[prefix + d], d == "fr_en")
                 for d in ("en_fr", "fr_en") if prefix + d in opts}
         if len(best) == 2:

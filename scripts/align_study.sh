@@ -7,7 +7,8 @@
 #   bash scripts/align_study.sh 3000 runs/align_study device=cuda
 #   MODELS=transformer PARALLEL=1 bash scripts/align_study.sh 3000 runs/align_gpu device=cuda
 #
-# Guided: train.alignment_loss_weight=0.05 (Garg et al. 2019), and for the Transformer one
+# Guided: train.alignment_loss_weight=$LAMBDA (default 0.05, Garg et al. 2019; 0.5 aligned better
+# in 2,000-step runs, docs/attention.md), and for the Transformer one
 # supervised head of the penultimate decoder layer (model.alignment_heads=1
 # model.alignment_layer=-2). nmt-train aligns the training split with eflomal first (cached;
 # pip install 'nmt[align]'), unless LINKS_EN_FR / LINKS_FR_EN name Pharaoh files to use.
@@ -28,7 +29,7 @@ train_one() {  # model direction mode
   local model=$1 dir=$2 mode=$3 n=$steps extra=()
   [ "$model" = rnn ] && n=${RNN_STEPS:-$steps}
   if [ "$mode" = guided ]; then
-    extra=(train.alignment_loss_weight=0.05)
+    extra=("train.alignment_loss_weight=${LAMBDA:-0.05}")
     [ "$model" = transformer ] && extra+=(model.alignment_heads=1 model.alignment_layer=-2)
     local links_var="LINKS_${dir^^}"
     [ -n "${!links_var:-}" ] && extra+=("data.alignments=${!links_var}")

@@ -15,7 +15,8 @@ without the ``serve.`` prefix also apply to the offline run. Options: ``--checkp
 ``--clients N`` (concurrent clients, default 32), ``--seconds S`` (timed seconds per server
 phase, default 60), ``--beam-size K`` (default 5), ``--sentences-per-request M`` (default 1),
 ``--split`` (default test_2016_flickr), ``--overload``, ``--server-pythonpath DIR`` (the
-server's code from DIR, e.g. an older commit's ``git archive``, for a before/after figure).
+server's code from DIR, e.g. an older commit's ``git archive``, for a before/after figure),
+``--server-log FILE`` (keep the ``--overload`` server's log there).
 
 The sentences are the Multi30k split's source side (``$NMT_DATA_ROOT`` or
 ``../shared/data/multi30k``, ``{split}.{src_lang}``). Three phases, one at a time:
@@ -153,7 +154,8 @@ def serve_phase(overrides: list[str], args, log_path: Path, run) -> dict:
     with open(log_path, "w", encoding="utf-8") as log_file:
         proc = subprocess.Popen([sys.executable, "-m", "nmt.cli.serve", *overrides,
                                  "serve.port=0", f"beam_size={args.beam_size}"],
-                                stdout=log_file, stderr=subprocess.STDOUT, env=env)
+                                stdout=log_file, stderr=subprocess.STDOUT, env=env,
+                                cwd=args.server_pythonpath)   # python -m puts the cwd first
         try:
             deadline = time.monotonic() + 300
             while True:   # ours, or uvicorn's line (code that predates ours)
@@ -262,6 +264,7 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--split", default="test_2016_flickr")
     parser.add_argument("--overload", action="store_true")
     parser.add_argument("--server-pythonpath", default=None)
+    parser.add_argument("--server-log", default=None)
     args = parser.parse_intermixed_args(argv)
     if min(args.clients, args.sentences_per_request, args.beam_size) < 1 or args.seconds <= 0:
         raise ConfigError("--clients, --sentences-per-request, --beam-size and --seconds must be > 0.")
@@ -270,7 +273,7 @@ def main(argv: list[str] | None = None) -> dict:
     if args.overload:
         sentences = read_sentences(args.split, load_translator(cfg).config.data.src_lang)
         with tempfile.TemporaryDirectory() as tmp:
-            result = serve_phase(overrides, args, Path(tmp) / "serve.log",
+            result = serve_phase(overrides, args, Path(args.server_log or Path(tmp) / "serve.log"),
                                  lambda url: overload(url, sentences, args))
         print("overload: " + " ".join(f"{k}={v}" if isinstance(v, int) else f"{k}={v:.3f}"
                                       for k, v in result.items()), flush=True)

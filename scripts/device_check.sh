@@ -9,6 +9,7 @@
 #              compiled (scripts/bench_model.py --compile, alternating step by step)
 #   4. decode  beam-5 decoding of test_2016_flickr (seconds, sentences/s), from step 1
 #   5. ddp     torchrun --nproc_per_node=1: nmt-train for 40 steps, and an NCCL all_reduce
+#   +  syncs   tests/test_throughput.py's host-sync test on the GPU (torch.cuda.set_sync_debug_mode)
 #
 #   bash scripts/device_check.sh [--dry-run] [OUT_DIR]      (OUT_DIR: default $OUT, else ./device_check)
 #
@@ -18,7 +19,7 @@
 # CPU with a tiny model and a few steps ($NMT_DATA_ROOT: a Multi30k-like corpus with train,
 # val and test_2016_flickr; DEVICE_CHECK_DRY_COMPILE=1 also compiles). Exit status: 0 if every
 # step passed. Extra Hydra overrides for every training and the bench: $DEVICE_CHECK_OVERRIDES;
-# a subset of the steps (a rerun): DEVICE_CHECK_STEPS=bench,static (default all five).
+# a subset of the steps (a rerun): DEVICE_CHECK_STEPS=bench,static (default all six).
 set -u -o pipefail
 
 DRY=0
@@ -26,7 +27,7 @@ OUT_DIR="${OUT:-device_check}"
 for arg in "$@"; do
   case "$arg" in
     --dry-run) DRY=1 ;;
-    -h|--help) sed -n '2,21p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,22p' "$0"; exit 0 ;;
     *) OUT_DIR="$arg" ;;
   esac
 done
@@ -44,7 +45,7 @@ cd "$REPO" || exit 2
 say() { echo "[device_check $(date +%T) +${SECONDS}s] $*" | tee -a "$LOG"; }
 
 FAILED=()
-STEPS=",${DEVICE_CHECK_STEPS:-base,bench,static,ddp,nccl},"
+STEPS=",${DEVICE_CHECK_STEPS:-base,bench,static,ddp,nccl,syncs},"
 # step NAME LIMIT_S CMD...: run CMD under `timeout`, at most LIMIT_S and never past the deadline.
 step() {
   local name=$1 limit=$2; shift 2
@@ -75,7 +76,12 @@ if ((DRY)); then
          train.precision=fp32 search.max_len_a=1.0 search.max_len_b=5)
   STATIC=(train.batch_tokens=1024 train.shape_buckets=4)
   BENCH=(model=transformer_base "${TINY[@]}" train.batch_tokens=512 train.shape_buckets=4)
-  EVAL=(max_len_a=1.0 max_len_b=5)
+  # Beam search of an untrained model runs to max_len: 50 sentences of each split will do.
+  mkdir -p "$WORK/evaldata"
+  for f in "${NMT_DATA_ROOT:-../shared/data/multi30k}"/{val,test_2016_flickr}.{de,en}; do
+    head -n 50 "$f" > "$WORK/evaldata/$(basename "$f")"
+  done
+  EVAL=(max_len_a=1.0 max_len_b=5 "data.root=$WORK/evaldata")
   DDP=("${TRAIN[@]}" train.max_steps=3 train.eval_every_steps=3)
   COMPILE=false; BENCH_COMPILE=()
   if [[ "${DEVICE_CHECK_DRY_COMPILE:-0}" == 1 ]]; then COMPILE=true; BENCH_COMPILE=(--compile); fi
@@ -146,12 +152,15 @@ print(f"{backend} all_reduce ok: world {dist.get_world_size()}, sum {x[0].item()
 dist.destroy_process_group()
 EOF
   step nccl 60 "$PY" -m torch.distributed.run --standalone --nproc_per_node=1 "$WORK/nccl_check.py"
+  step syncs 90 "$PY" -m pytest -q -n 0 -p no:cacheprovider --basetemp="$WORK/pytest" \
+    tests/test_throughput.py -k host_sync
 fi
 
 # The figures: OUT_DIR/results.json and the key=value line.
 FAILED_LIST="$(IFS=,; echo "${FAILED[*]:-}")"
 "$PY" - "$WORK" "$OUT_DIR" "$FAILED_LIST" "$SECONDS" "$DRY" <<'EOF' | tee -a "$LOG"
 import json
+import re
 import sys
 from pathlib import Path
 
@@ -205,12 +214,21 @@ for key in ("eager_tgt_tokens_per_s", "compiled_tgt_tokens_per_s", "eager_mfu", 
             "compile_speedup", "tgt_tokens_per_s", "mfu", "pad_share", "compile_s", "params",
             "peak_gflops"):
     line[f"bench_{key}"] = bench.get(key)
-nccl = (work / "logs" / "nccl.log")
+nccl, syncs = work / "logs" / "nccl.log", work / "logs" / "syncs.log"
 line["nccl"] = "ok" if nccl.is_file() and "all_reduce ok" in nccl.read_text() else "fail"
+line["syncs"] = "ok" if syncs.is_file() and re.search(r"\b1 passed", syncs.read_text()) else "fail"
 line["failed"] = failed or "none"
 line["seconds"] = seconds
 results["line"] = line
 (out / "results.json").write_text(json.dumps(results, indent=2) + "\n")
-print("device_check " + " ".join(f"{k}={str(v).replace(' ', '_')}" for k, v in line.items()))
+
+
+def show(v):   # 41.53, 0.3142, 76874: short enough to read on one line
+    if isinstance(v, float):
+        v = round(v) if abs(v) >= 1000 else float(f"{v:.4g}")
+    return str(v).replace(" ", "_")
+
+
+print("device_check " + " ".join(f"{k}={show(v)}" for k, v in line.items()))
 EOF
 [[ -z "$FAILED_LIST" ]]

@@ -61,7 +61,7 @@ def test_print_error_keeps_long_paths_whole(capsys):
 
 
 def test_decode_settings_are_the_schema_fields_with_the_yaml_defaults():
-    from nmt.config import decoding_defaults
+    from nmt.inference.translator import search_settings
 
     cfg = _evaluate_cfg("checkpoint=x.pt", "beam_size=3", "top_p=0.5")
     settings = decode_settings(cfg)
@@ -69,7 +69,7 @@ def test_decode_settings_are_the_schema_fields_with_the_yaml_defaults():
              for f in dataclasses.fields(schema)]
     assert list(settings) == names and settings["decoding"] == "search"
     assert settings["beam_size"] == 3 and settings["top_p"] == 0.5
-    defaults = decoding_defaults()                  # the Python API's: the same YAML files
+    defaults = search_settings()                    # the Python API's: the same YAML files
     assert dict(settings["mbr"]) == defaults["mbr"]
     assert {k: settings[k] for k in ("n_best", "seed", "temperature")} == \
         {k: defaults[k] for k in ("n_best", "seed", "temperature")}

@@ -199,9 +199,9 @@ def test_ctranslate2_export_carries_the_supervised_head(tmp_path):
     pytest.importorskip("ctranslate2")
     import json
 
-    import nmt
     from conftest import REPO_ROOT, make_pairs
 
+    import nmt
     from nmt.data.tokenizer import Tokenizer
     from nmt.extras.ctranslate2 import CTranslate2Translator, build_spec, export
 

@@ -167,11 +167,11 @@ def _run_batcher(jobs, max_wait_ms: float, fail_on: str | None = None, max_queue
     return calls, outcomes
 
 
-def test_request_work_is_beam_times_the_longest_outputs_with_eos():
-    # |x| with EOS: 3 and 1 -> floor(1.5 * 3 + 10) = 14 and floor(1.5 + 10) = 11 outputs, + EOS
+def test_request_work_is_beam_times_steps_times_positions_read():
+    # S (with EOS) 3 and 1 -> T = floor(1.5 * 3 + 10) + 1 = 15 and floor(1.5 + 10) + 1 = 12
     assert serve.request_work([[7, 8], []], beam_size=3, max_len_a=1.5, max_len_b=10) == \
-        3 * (15 + 12)
-    assert serve.request_work([[7] * 9], beam_size=1, max_len_a=0.0, max_len_b=0) == 1
+        3 * (15 * (3 + 15) + 12 * (1 + 12))
+    assert serve.request_work([[7] * 9], beam_size=1, max_len_a=0.0, max_len_b=0) == 1 * (10 + 1)
 
 
 def test_window_stays_open_while_requests_keep_coming_for_at_most_one_decode():
@@ -193,10 +193,10 @@ def test_a_batch_is_led_by_the_oldest_or_the_least_work_and_filled_least_work_fi
     def names(batch):
         return [j.sentences[0] for j in batch]
 
-    assert names(serve.pick_batch(waiting, True, 11)) == ["big", "two", "mid"]
+    assert names(serve.pick_batch(waiting, True, 11)) == ["big", "two", "mid"]   # mid2: 14
     assert names(serve.pick_batch(waiting, False, 11)) == ["one"]   # k2 has no other request
     assert names(serve.pick_batch(waiting[:2] + waiting[3:], False, 11)) == \
-        ["two", "mid", "mid2"]   # the least work leads; "big" does not fit; equals: the older
+        ["two", "mid", "big"]   # the least work leads, then the older of equals, the oldest
     assert names(serve.pick_batch(waiting, True, 0)) == ["big"]   # batching off
 
 
@@ -227,8 +227,10 @@ def test_a_one_word_request_overtakes_the_queue_and_the_oldest_is_not_starved():
 
 
 def test_the_queue_is_bounded_and_a_request_over_it_is_refused_at_once():
-    jobs = [(["b"] * 3, "k"), (["c"] * 2, "k"), (["d"], "k")]   # 5 + 3 queued: 2 more > 9
-    calls, outcomes = _run_batcher(jobs, max_wait_ms=0, max_queue=9)
+    """12 places: 5 queued leave 7, room for 3 sentences (and 2 more); 4 left are too few for
+    another 3 but take 1."""
+    jobs = [(["b"] * 3, "k"), (["c"] * 3, "k"), (["d"], "k")]
+    calls, outcomes = _run_batcher(jobs, max_wait_ms=0, max_queue=12)
     assert isinstance(outcomes[2], serve.Overloaded) and outcomes[2].retry_after == 1
     assert "serve.max_queue_sentences" in str(outcomes[2]) and outcomes[3] == ["D"]
     assert calls[1:] == [["d"], ["b"] * 3]   # the refused request was never queued
@@ -268,14 +270,17 @@ def test_concurrent_interleaved_requests_get_exactly_their_own_sentences(tiny, b
 def test_over_the_queue_503_with_retry_after_at_once_and_over_the_work_bound_413(tiny, base):
     hold = threading.Event()
     held = Recording(tiny, hold=hold)
-    with client(held, base, "serve.max_queue_sentences=2", "serve.max_sentences=2",
-                "serve.max_request_work=100") as c, ThreadPoolExecutor(1) as pool:
+    work = {beam: serve.request_work(tiny.tokenizer.encode_src_batch(text), beam, 0, 6)
+            for beam, text in ((5, ["Ein Hund .", "Ja ."]), (16, ["a"]))}
+    assert work[5] < work[16]
+    with client(held, base, "serve.max_queue_sentences=3", "serve.max_sentences=2",
+                f"serve.max_request_work={work[16] - 1}") as c, ThreadPoolExecutor(1) as pool:
         first = pool.submit(c.post, "/v1/translate", json={"text": ["Ein Hund .", "Ja ."]})
         assert held.held.wait(30)
-        busy = c.post("/v1/translate", json={"text": ["Hallo ."]})   # answered while held
+        busy = c.post("/v1/translate", json={"text": ["Hallo .", "Ja ."]})   # while held
         assert busy.status_code == 503 and int(busy.headers["retry-after"]) >= 1
         assert "serve.max_queue_sentences" in busy.json()["error"]
-        # work 16 x (floor(0 x |x| + 6) + 1) = 112 > 100: refused before the queue is asked
+        # over the work bound: refused before the queue is asked
         big = c.post("/v1/translate", json={"text": ["a"], "beam_size": 16})
         assert big.status_code == 413 and "serve.max_request_work" in big.json()["error"]
         assert c.get("/health").json() == {"status": "ok", "queued": 2}
@@ -382,7 +387,8 @@ def test_api_key_is_a_bearer_token_compared_in_constant_time(tiny, base, monkeyp
     (["serve.max_wait_ms=-1"], "serve.max_wait_ms=-1.0 must lie in [0, 10000]"),
     (["serve.max_sentences=0"], "serve.max_sentences=0 must be > 0"),
     (["serve.max_request_work=0"], "serve.max_request_work=0 must be > 0"),
-    (["serve.max_queue_sentences=10"], "serve.max_queue_sentences=10 must be >= serve.max_sentences"),
+    (["serve.max_queue_sentences=100"], "serve.max_queue_sentences=100 must be >= 2 x "
+                                         "serve.max_sentences - 1 = 127"),
     (["beam_size=20"], "beam_size=20 (the default of a request) must be <= serve.max_beam_size=16"),
     (["serve.host=0.0.0.0", "serve.api_key=long-enough"], None),
     (["serve.host=10.0.0.1", "serve.allow_unauthenticated=true"], None),

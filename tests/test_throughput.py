@@ -139,7 +139,7 @@ def test_no_host_sync_inside_a_step_or_between_log_steps(tiny_overrides, monkeyp
                 if device == "cuda":
                     torch.cuda.set_sync_debug_mode("default")
                 where["step"] = False
-                calls.extend((True, self.state.step, str(w.message)[:60]) for w in caught
+                calls.extend((True, self.state.step, f"{w.filename}:{w.lineno}") for w in caught
                              if "synchroniz" in str(w.message))
 
     monkeypatch.setattr(Trainer, "train_step", step)

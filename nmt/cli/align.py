@@ -72,7 +72,8 @@ def _run(cfg: DictConfig) -> None:
                               f"translate {tgt}->{src}, the reverse of checkpoint.")
         reverse = (rev_model, rev_tokenizer)
     items = wa.force_align(model, tokenizer, pairs, cfg.batch_sentences, device)
-    settings = {key: cfg[key] for key in ("method", "threshold", "shift", "layer", "head")}
+    settings = {key: cfg[key] for key in ("method", "threshold", "shift", "layer", "head",
+                                          "eos_unaligned")}
     links = wa.align_words(model, tokenizer, pairs, **settings, reverse=reverse,
                         symmetrization=cfg.symmetrize, batch_sentences=cfg.batch_sentences,
                         device=device, items=items)

@@ -19,8 +19,7 @@ output projection                  ``decoder.projection``
 ``self_attn.qkv_proj``/``out``     ``self_attention.linear[0]`` / ``[1]``
 ``cross_attn.q/kv/out_proj``       ``attention.linear[0]`` / ``[1]`` / ``[2]``
 ``resN.norm``, stack norms         ``layer_norm`` (eps 1e-5), ``pre_norm``
-``alignment_layer``, its heads     ``alignment_layer``, ``alignment_heads`` (the
-  (``alignment_heads``, 0 = all)   first k averaged: a guided model's supervised heads)
+``alignment_layer``, ``_heads``    ``alignment_layer``, ``alignment_heads`` (0: all)
 =================================  ==============================================
 
 :class:`CTranslate2Translator` decodes with our conventions (batches, scores, length penalty,

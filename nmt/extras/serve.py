@@ -21,19 +21,22 @@ Endpoints (the OpenAPI page ``/docs`` documents their fields):
                         also ``"queued"``: sentences not yet answered.
 ``GET /``               the attention viewer (``viewer.html``) with a text box.
 
-Load: a request's decoding *work* is ``beam_size`` x the sum over its sentences of their
-longest output plus EOS (``max_len_a`` x subwords + ``max_len_b``; :func:`request_work`): beam
-rows x decoder steps at most. Over ``serve.max_request_work`` it gets 413 at once. A request
-whose sentences would take the queue (sentences not yet answered) over
-``serve.max_queue_sentences`` gets 503 with ``Retry-After`` (the queued work over the latest
-batch's rate, 1-60 s) at once and is never held.
+Load: a request's decoding *work* bounds its beam search's cost: ``beam_size`` x the sum over
+its sentences of T x (S + T), T its longest output + EOS (``max_len_a`` x S + ``max_len_b``),
+S its source subwords + EOS (:func:`request_work`). Over ``serve.max_request_work`` it gets
+413 at once. A request whose sentences would take the queue (sentences not yet answered)
+over ``serve.max_queue_sentences`` (with room for n - 1 more behind its n, so that a queue full
+of large requests still takes a short one) gets 503 with ``Retry-After`` (the queued work
+over the latest batch's rate, 1-60 s) at once and is never held.
 
 Dynamic batching: one worker thread (so the event loop never decodes) decodes batches of
 requests with the same search settings, at most ``serve.max_batch_work`` of work each (a
 larger single request is one batch), with one ``translate`` call, and hands each request its
-own results. A batch is led alternately by the oldest waiting request (none waits forever)
-and by the one of least work (a one-word request waits about two batches, not the queue);
-the leader's settings select the requests, least work first. The batch is decoded when the
+own results. A batch is led alternately by the oldest waiting request and by the one of
+least work, whose settings select the batch; it takes, with those settings, the request of
+least work and then the others oldest first. So the oldest is in the next batch or the one
+after (none waits forever), and so is a one-word request, not at the back of the queue.
+The batch is decoded when the
 waiting work with its settings fills ``max_batch_work``, or when the window closes: it opens
 at the oldest request's arrival or the end of the previous batch (the later) and stays open
 while requests come less than ``serve.max_wait_ms`` apart, for at most the previous decode's
@@ -121,16 +124,16 @@ def window_end(opened: float, arrivals: Sequence[float], max_wait: float, longes
 
 def pick_batch(waiting: Sequence[_Job], lead_oldest: bool, max_work: int) -> list[_Job]:
     """The next batch of ``waiting`` (arrival order): its leader, the oldest request
-    (``lead_oldest``) or the one of least work (the older of equals), then the requests with
-    the leader's settings, least work first, while the batch's work stays <= ``max_work``."""
+    (``lead_oldest``) or the one of least work (the older of equals); then, of the requests
+    with the leader's settings, the one of least work and the others oldest first, each while
+    the batch's work stays <= ``max_work``."""
     leader = waiting[0] if lead_oldest else min(waiting, key=_least_work)
+    same = [j for j in waiting if j.key == leader.key and j is not leader]
     batch, work = [leader], leader.work
-    for job in sorted((j for j in waiting if j.key == leader.key and j is not leader),
-                      key=_least_work):
-        if work + job.work > max_work:
-            break
-        batch.append(job)
-        work += job.work
+    for job in sorted(same, key=_least_work)[:1] + same:
+        if job not in batch and work + job.work <= max_work:
+            batch.append(job)
+            work += job.work
     return batch
 
 
@@ -155,12 +158,13 @@ class Batcher:
 
     def submit(self, sentences: Sequence[str], key: Key, work: int) -> Future:
         """Queue a request of ``work`` (:func:`request_work`); its future gets the results.
-        Overloaded, at once, when its sentences would take the queue over
-        ``max_queue_sentences`` or the batcher is stopping."""
+        Overloaded, at once, when the batcher is stopping or the queue lacks room for the
+        request's n sentences and n - 1 more: a larger request is refused earlier, so that a
+        queue full of large requests still takes a short one."""
         with self._cond:
             if self._stopping:
                 raise Overloaded("the server is shutting down.", 1)
-            if self.queued + len(sentences) > self.max_queue:
+            if self.queued + 2 * len(sentences) - 1 > self.max_queue:
                 retry = min(60, max(1, math.ceil(self._queued_work / self._rate))) \
                     if self._rate else 1
                 raise Overloaded(f"the server is busy: {self.queued} sentences are queued and it "
@@ -268,12 +272,16 @@ class Batcher:
 
 def request_work(src_ids: Sequence[Sequence[int]], beam_size: int, max_len_a: float,
                  max_len_b: int) -> int:
-    """The most decoding a request may cost: beam rows x decoder steps, ``beam_size`` x the sum
-    over its sentences (subword ids, no EOS) of their longest output plus EOS
-    (:func:`~nmt.inference.search.max_output_lengths`); a finished sentence leaves the batch."""
-    lengths = torch.tensor([len(ids) + 1 for ids in src_ids])   # EOS included
-    mask = torch.arange(int(lengths.max())) < lengths[:, None]
-    return beam_size * int((max_output_lengths(mask, max_len_a, max_len_b) + 1).sum())
+    """An upper bound on a beam search's cost: ``beam_size`` x the sum over the sentences
+    (subword ids, no EOS) of T x (S + T), beam rows x decoder steps x the positions a step
+    reads (its cached source and output): S source subwords + EOS, T the longest output + EOS
+    (:func:`~nmt.inference.search.max_output_lengths`); a finished sentence leaves the batch.
+    Quadratic in length, as the time of one long sentence is (its steps copy and attend to
+    the growing cache)."""
+    src_len = torch.tensor([len(ids) + 1 for ids in src_ids])   # EOS included
+    mask = torch.arange(int(src_len.max())) < src_len[:, None]
+    steps = max_output_lengths(mask, max_len_a, max_len_b) + 1
+    return beam_size * int((steps * (src_len + steps)).sum())
 
 
 def pharaoh_links(result) -> set[tuple[int, int]]:
@@ -507,11 +515,11 @@ def create_app(translator, cfg: DictConfig) -> FastAPI:
     async def translate(request: TranslateRequest):
         """Translate ``text`` (a list of sentences); see the module docstring of
         nmt/extras/serve.py for the fields of each answer."""
-        work = request_work(translator.tokenizer.encode_src_batch(request.text),
-                            request.beam_size, cfg.max_len_a, cfg.max_len_b)
+        src_ids = await asyncio.to_thread(translator.tokenizer.encode_src_batch, request.text)
+        work = request_work(src_ids, request.beam_size, cfg.max_len_a, cfg.max_len_b)
         if work > limits.max_request_work:
-            return _error(413, f"this request's decoding work is {work} (beam_size x the "
-                               "sentences' longest outputs, max_len_a/max_len_b); this server "
+            return _error(413, f"this request's decoding work is {work} (beam_size x output "
+                               "steps x positions read, by max_len_a/max_len_b); this server "
                                f"takes at most {limits.max_request_work} per request "
                                "(serve.max_request_work): send fewer or shorter sentences or a "
                                "smaller beam_size.")

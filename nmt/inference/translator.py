@@ -14,8 +14,10 @@ the length-sorted batches of :func:`in_batches`.
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import functools
+import importlib.resources
 import math
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -29,7 +31,17 @@ from omegaconf import DictConfig, OmegaConf
 from tqdm.auto import tqdm
 
 from nmt.checkpoint import CheckpointError, load_checkpoint
-from nmt.config import ConfigError, decoding_defaults, validate_decoding
+from nmt.config import (
+    CONFIG_MODULE,
+    CONFIG_PATH,
+    ConfigError,
+    DecodingSchema,
+    SamplingSchema,
+    SearchSchema,
+    merge_typed,
+    to_plain,
+    validate_decoding,
+)
 from nmt.data.batching import make_src_batch, make_tgt_batch
 from nmt.data.tokenizer import Tokenizer
 from nmt.data.vocab import EOS_ID, PAD_ID
@@ -39,16 +51,29 @@ from nmt.models import Ensemble, build_model
 from nmt.models.base import Seq2Seq
 from nmt.runtime import progress_enabled
 
-_SETTING_KEYS = frozenset(decoding_defaults())   # translate's keyword arguments of settings
+
+def _yaml_defaults() -> dict:
+    """configs/search/default.yaml, sampling.yaml and mbr.yaml, typed by their schemas (``mbr``
+    a plain dict): the command line's defaults are the Python API's."""
+    root = (importlib.resources.files(CONFIG_MODULE) if CONFIG_PATH.startswith("pkg://")
+            else Path(CONFIG_PATH))
+    out: dict = {}
+    for schema, name in ((SearchSchema, "search/default.yaml"), (SamplingSchema, "sampling.yaml"),
+                         (DecodingSchema, "mbr.yaml")):
+        yaml = OmegaConf.create(root.joinpath(name).read_text(encoding="utf-8"))
+        out.update(to_plain(merge_typed(schema, yaml, name)))
+    return out
+
+
+_DEFAULTS = _yaml_defaults()   # translate's settings (keyword arguments) and their defaults
 
 
 def search_settings(**overrides: Any) -> dict:
-    """The defaults of configs/search/default.yaml, sampling.yaml and mbr.yaml
-    (:func:`nmt.config.decoding_defaults`; ``mbr``: a dict, given keys over its defaults) with
-    ``overrides`` (None keeps the default), checked by :func:`nmt.config.validate_decoding`:
-    ConfigError for an unknown key or an impossible value (``n_best > beam_size``, ``top_p``
-    outside (0, 1], ``mbr.num`` < 1, ...)."""
-    settings = decoding_defaults()
+    """The defaults of configs/search/default.yaml, sampling.yaml and mbr.yaml (``mbr``: a
+    dict, given keys over its defaults) with ``overrides`` (None keeps the default), checked
+    by :func:`nmt.config.validate_decoding`: ConfigError for an unknown key or an impossible
+    value (``n_best > beam_size``, ``top_p`` outside (0, 1], ``mbr.num`` < 1, ...)."""
+    settings = copy.deepcopy(_DEFAULTS)
     if unknown := set(overrides) - set(settings):
         raise ConfigError(f"unknown search setting(s) {', '.join(sorted(unknown))}: use "
                           f"{', '.join(settings)}.")
@@ -242,7 +267,7 @@ class TranslatorBase:
         ``return_attention`` fills ``Translation.attention`` by one more teacher-forced pass.
         ConfigError: a bad setting, or one the engine cannot serve (its capabilities)."""
         single = isinstance(sentences, str)
-        settings = search_settings(**{k: v for k, v in locals().items() if k in _SETTING_KEYS})
+        settings = search_settings(**{k: v for k, v in locals().items() if k in _DEFAULTS})
         mbr = settings["mbr"] if settings["decoding"] == "mbr" else None
         sampled = settings["sampling"] or (mbr is not None and mbr["candidates"] == "sample")
         for needed, able, what in (
@@ -317,7 +342,7 @@ class TranslatorBase:
                 middle = time.perf_counter()
                 choices = mbr_select([[self.tokenizer.decode_tgt(h.tokens) for h in hyps]
                                       for hyps in candidates], mbr["utility"])
-                shares = [(t / len(chunk)) for t in (middle - begin, time.perf_counter() - middle)]
+                shares = [t / len(chunk) for t in (middle - begin, time.perf_counter() - middle)]
                 for i, hyps, choice in zip(chunk, candidates, choices, strict=True):
                     found[i], utilities[i] = [hyps[k] for k in choice.order], choice.utility
                     costs[i] = MbrCost(1, len(hyps), len(choice.order), *shares)

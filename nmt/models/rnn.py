@@ -197,7 +197,8 @@ class BahdanauRNN(Seq2Seq):
                need_alignment: bool | str = True
                ) -> tuple[Tensor, Tensor | Attention | None, RNNState | None]:
         """As :meth:`Seq2Seq.decode`; the alignment is alpha [B,T,S] (``"all"``: the same as
-        one layer and head, [B,1,1,T,S])."""
+        one layer and head, [B,1,1,T,S]), which guided alignment supervises (supervised
+        attention, Liu et al. 2016: row i, the step that predicts y_i)."""
         everything = check_need_alignment(need_alignment)
         incremental = state is not None
         if not incremental:

@@ -295,7 +295,7 @@ class Transformer(Seq2Seq):
                ) -> tuple[Tensor, Tensor | Attention | None, TransformerState | None]:
         """As :meth:`Seq2Seq.decode`; the alignment [B,T,S] is ``alignment_layer``'s
         cross-attention averaged over its first ``alignment_heads`` heads (all by default): a
-        guided model's supervised heads (Garg et al. 2019, section 4.2: one head of the
+        guided model's supervised heads (Garg et al. 2019, multi-task learning: one head of the
         penultimate layer, row t the step that predicts target token t), which search, the
         evaluator, nmt-align and serving then read as the model's alignment."""
         everything = check_need_alignment(need_alignment)

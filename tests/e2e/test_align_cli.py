@@ -92,7 +92,7 @@ def test_cli_symmetrizes_with_a_reverse_checkpoint(tmp_path):
     (["input={d}/pairs.txt", "layer=4"], "layer=4"),
     (["input={d}/pairs.txt", "head=first"], "head"),
     (["input={d}/pairs.txt", "method=threshold"], "threshold"),
-    (["input={d}/pairs.txt", "threshold=0.3"], "threshold=0.3"),
+    (["input={d}/pairs.txt", "threshold=1.5"], "threshold=1.5"),   # argmax's least weight
     (["input={d}/pairs.txt", "gold={d}/test.en"], "gold_one_based"),
     (["input={d}/pairs.txt", "gold={d}/test.en", "gold_one_based=true"], "test.en"),
     (["input={d}/pairs.txt", "gold={d}/bad.txt", "gold_one_based=true"], "bad.txt, line 1"),
