@@ -215,8 +215,10 @@ for key in ("eager_tgt_tokens_per_s", "compiled_tgt_tokens_per_s", "eager_mfu", 
             "peak_gflops"):
     line[f"bench_{key}"] = bench.get(key)
 nccl, syncs = work / "logs" / "nccl.log", work / "logs" / "syncs.log"
-line["nccl"] = "ok" if nccl.is_file() and "all_reduce ok" in nccl.read_text() else "fail"
-line["syncs"] = "ok" if syncs.is_file() and re.search(r"\b1 passed", syncs.read_text()) else "fail"
+line["nccl"] = None if not nccl.is_file() else \
+    "ok" if "all_reduce ok" in nccl.read_text() else "fail"
+line["syncs"] = None if not syncs.is_file() else \
+    "ok" if re.search(r"\b1 passed", syncs.read_text()) else "fail"
 line["failed"] = failed or "none"
 line["seconds"] = seconds
 results["line"] = line
@@ -224,6 +226,8 @@ results["line"] = line
 
 
 def show(v):   # 41.53, 0.3142, 76874: short enough to read on one line
+    if isinstance(v, str) and re.fullmatch(r"-?\d+\.\d*(e-?\d+)?", v):
+        v = float(v)
     if isinstance(v, float):
         v = round(v) if abs(v) >= 1000 else float(f"{v:.4g}")
     return str(v).replace(" ", "_")

@@ -187,27 +187,34 @@ def _jobs(*spec):
     return [serve._Job([name], key, work, float(t)) for t, (name, key, work) in enumerate(spec)]
 
 
-def test_a_batch_is_led_by_the_oldest_or_the_least_work_and_filled_least_work_first():
+def test_the_oldest_leads_a_batch_unless_a_short_request_may():
     waiting = _jobs(("big", "k", 6), ("mid", "k", 3), ("one", "k2", 1), ("two", "k", 2),
                     ("mid2", "k", 3))
-    def names(batch):
-        return [j.sentences[0] for j in batch]
 
-    assert names(serve.pick_batch(waiting, True, 11)) == ["big", "two", "mid"]   # mid2: 14
-    assert names(serve.pick_batch(waiting, False, 11)) == ["one"]   # k2 has no other request
-    assert names(serve.pick_batch(waiting[:2] + waiting[3:], False, 11)) == \
-        ["two", "mid", "big"]   # the least work leads, then the older of equals, the oldest
-    assert names(serve.pick_batch(waiting, True, 0)) == ["big"]   # batching off
+    def names(picked):
+        return [j.sentences[0] for j in picked[0]], picked[1]
+
+    # the oldest leads, then its settings' requests oldest first while they fit: mid2 would
+    # make 14 > 11 (so the batch is full)
+    assert names(serve.pick_batch(waiting, False, 11)) == (["big", "mid", "two"], True)
+    # "one" (1 x 4 <= 6) is short: it leads, with the short requests of its settings (none)
+    assert names(serve.pick_batch(waiting, True, 11)) == (["one"], False)
+    # "two" (2 x 4 > 6) is not short; "tiny" is: it takes those of work <= 4, least first
+    assert names(serve.pick_batch(waiting[:2] + waiting[3:], True, 11)) == \
+        (["big", "mid", "two"], True)
+    tiny = _jobs(*[(j.sentences[0], j.key, j.work) for j in waiting if j.key == "k"],
+                 ("tiny", "k", 1))
+    assert names(serve.pick_batch(tiny, True, 11)) == (["tiny", "two", "mid", "mid2"], False)
+    assert names(serve.pick_batch(waiting, False, 0)) == (["big"], True)   # batching off
 
 
 def test_batcher_groups_by_settings_up_to_the_work_budget_and_answers_in_order():
     jobs = [(["b1", "b2"], "k1"), (["c1"], "k2"), (["d1", "d2"], "k1"), (["e1", "e2"], "k1")]
     calls, outcomes = _run_batcher(jobs, max_wait_ms=10_000)
-    # the least work (c1) leads the second batch, the oldest (b) the third, e the fourth
-    assert calls[1:] == [["c1"], ["b1", "b2", "d1", "d2"], ["e1", "e2"]]
+    assert calls[1:] == [["b1", "b2", "d1", "d2"], ["c1"], ["e1", "e2"]]   # none is short
     assert outcomes[1:] == [["B1", "B2"], ["C1"], ["D1", "D2"], ["E1", "E2"]]
     calls, _ = _run_batcher(jobs, max_wait_ms=0)   # no dynamic batching: a request per batch
-    assert calls[1:] == [["c1"], ["b1", "b2"], ["d1", "d2"], ["e1", "e2"]]
+    assert calls[1:] == [["b1", "b2"], ["c1"], ["d1", "d2"], ["e1", "e2"]]
     # an error in a batch of several requests: each alone, only the bad one fails
     calls, outcomes = _run_batcher([(["ok"], "k1"), (["bad"], "k1")], 10_000, fail_on="bad")
     assert calls[1:] == [["ok", "bad"], ["ok"], ["bad"]]
@@ -221,7 +228,7 @@ def test_a_one_word_request_overtakes_the_queue_and_the_oldest_is_not_starved():
     calls, outcomes = _run_batcher(jobs, max_wait_ms=10_000)
     assert calls[1] == ["word"] and outcomes[-1] == ["WORD"]
     assert [c[0] for c in calls[2:]] == [f"r{i}" for i in range(8)]
-    more = [(["x"], "k") for _ in range(4)]   # one-word requests keep coming: still every other
+    more = [(["x"], "k") for _ in range(4)]   # short requests keep coming: every other batch
     calls, _ = _run_batcher([(["r0"] * 4, "k"), (["r1"] * 4, "k"), *more], max_wait_ms=0)
     assert [c[0] for c in calls[1:]] == ["x", "r0", "x", "r1", "x", "x"]
 
@@ -233,7 +240,7 @@ def test_the_queue_is_bounded_and_a_request_over_it_is_refused_at_once():
     calls, outcomes = _run_batcher(jobs, max_wait_ms=0, max_queue=12)
     assert isinstance(outcomes[2], serve.Overloaded) and outcomes[2].retry_after == 1
     assert "serve.max_queue_sentences" in str(outcomes[2]) and outcomes[3] == ["D"]
-    assert calls[1:] == [["d"], ["b"] * 3]   # the refused request was never queued
+    assert calls[1:] == [["b"] * 3, ["d"]]   # the refused request was never queued
 
 
 def test_stop_turns_new_requests_away_and_closes_the_window():

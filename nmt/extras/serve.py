@@ -32,15 +32,15 @@ over the latest batch's rate, 1-60 s) at once and is never held.
 Dynamic batching: one worker thread (so the event loop never decodes) decodes batches of
 requests with the same search settings, at most ``serve.max_batch_work`` of work each (a
 larger single request is one batch), with one ``translate`` call, and hands each request its
-own results. A batch is led alternately by the oldest waiting request and by the one of
-least work, whose settings select the batch; it takes, with those settings, the request of
-least work and then the others oldest first. So the oldest is in the next batch or the one
-after (none waits forever), and so is a one-word request, not at the back of the queue.
-The batch is decoded when the
-waiting work with its settings fills ``max_batch_work``, or when the window closes: it opens
-at the oldest request's arrival or the end of the previous batch (the later) and stays open
-while requests come less than ``serve.max_wait_ms`` apart, for at most the previous decode's
-duration. An out-of-memory error (CUDA or CPU) fails that batch only (503); another error in
+own results. A batch is led by the oldest waiting request and takes the requests with its
+settings oldest first; but a short request, of at most a quarter of the oldest one's work,
+leads the next batch unless a short one led the previous: that batch takes only requests
+with its settings of at most 4 times its work, least work first, and is decoded quickly. So a
+one-word request waits for the batch in progress, not for the queue, and the oldest for at
+most one batch of short ones. The batch is decoded when the requests it may take fill
+``max_batch_work``, or when the window closes: it opens at the oldest request's arrival or
+the end of the previous batch (the later) and stays open while requests come less than
+``serve.max_wait_ms`` apart, for at most the previous decode's duration. An out-of-memory error (CUDA or CPU) fails that batch only (503); another error in
 a batch of several requests decodes them one by one, so only the bad one fails.
 Bad input is a 4xx with one line of JSON ``{"error": "..."}``; the server goes on serving.
 """
@@ -122,19 +122,27 @@ def window_end(opened: float, arrivals: Sequence[float], max_wait: float, longes
     return min(end, cap)
 
 
-def pick_batch(waiting: Sequence[_Job], lead_oldest: bool, max_work: int) -> list[_Job]:
-    """The next batch of ``waiting`` (arrival order): its leader, the oldest request
-    (``lead_oldest``) or the one of least work (the older of equals); then, of the requests
-    with the leader's settings, the one of least work and the others oldest first, each while
-    the batch's work stays <= ``max_work``."""
-    leader = waiting[0] if lead_oldest else min(waiting, key=_least_work)
-    same = [j for j in waiting if j.key == leader.key and j is not leader]
-    batch, work = [leader], leader.work
-    for job in sorted(same, key=_least_work)[:1] + same:
-        if job not in batch and work + job.work <= max_work:
+SHORT = 4   # a request of at most 1/SHORT of the oldest one's work is short (pick_batch)
+
+
+def pick_batch(waiting: Sequence[_Job], short_may_lead: bool, max_work: int
+               ) -> tuple[list[_Job], bool]:
+    """The next batch of ``waiting`` (arrival order), and whether it is full (the requests it
+    may take hold ``max_work`` or more). With ``short_may_lead``, a short request (the one of
+    least work, the older of equals, if at most 1/``SHORT`` of the oldest one's work) leads:
+    the batch takes the requests with its settings of at most ``SHORT`` x its work, least work
+    first. Otherwise the oldest leads: the batch takes the requests with its settings, oldest
+    first. Each while the batch's work stays <= ``max_work``."""
+    oldest, least = waiting[0], min(waiting, key=_least_work)
+    short = short_may_lead and least.work * SHORT <= oldest.work
+    leader = least if short else oldest
+    same = [j for j in waiting if j.key == leader.key and (not short or j.work <= SHORT * least.work)]
+    batch, work = [], 0
+    for job in sorted(same, key=_least_work) if short else same:
+        if not batch or work + job.work <= max_work:
             batch.append(job)
             work += job.work
-    return batch
+    return batch, sum(j.work for j in same) >= max_work
 
 
 class Batcher:
@@ -186,11 +194,11 @@ class Batcher:
         self.stop()
         self._thread.join()
 
-    def _next_batch(self, free_since: float, last_decode: float, lead_oldest: bool
-                    ) -> list[_Job] | None:
-        """Wait for a batch to decode (None: stopping, nothing left): at once when batching is
-        off, when stopping or when its settings' waiting work fills ``max_batch_work``, else
-        when the window (:func:`window_end`) closes."""
+    def _next_batch(self, free_since: float, last_decode: float, short_may_lead: bool
+                    ) -> tuple[list[_Job], bool] | None:
+        """Wait for a batch to decode (:func:`pick_batch`), and whether a short request leads
+        it (None: stopping, nothing left): at once when batching is off, when stopping or when
+        the batch is full, else when the window (:func:`window_end`) closes."""
         with self._cond:
             while True:
                 if not self._waiting:
@@ -198,10 +206,9 @@ class Batcher:
                         return None
                     self._cond.wait()
                     continue
-                batch = pick_batch(self._waiting, lead_oldest,
-                                   self.max_work if self.max_wait > 0 else 0)
-                if self.max_wait == 0 or self._stopping or self.max_work <= sum(
-                        j.work for j in self._waiting if j.key == batch[0].key):
+                batch, full = pick_batch(self._waiting, short_may_lead,
+                                         self.max_work if self.max_wait > 0 else 0)
+                if self.max_wait == 0 or self._stopping or full:
                     break
                 # The window opens when the oldest request arrives or the worker becomes free
                 # (the later) and stays open while requests keep coming less than max_wait
@@ -214,20 +221,22 @@ class Batcher:
                 if end <= self.clock():
                     break
                 self._cond.wait(end - self.clock())
+            short = batch[0] is not self._waiting[0]
             for job in batch:
                 self._waiting.remove(job)
-            return batch
+            return batch, short
 
     def _loop(self) -> None:
-        free_since, last_decode, lead_oldest = self.clock(), 0.0, True
-        while (batch := self._next_batch(free_since, last_decode, lead_oldest)) is not None:
+        free_since, last_decode, short = self.clock(), 0.0, False
+        while (picked := self._next_batch(free_since, last_decode, not short)) is not None:
+            batch, short = picked
             start = self.clock()
             for job in batch:
                 if not job.future.set_running_or_notify_cancel():
                     self._answered(job)
             self._run([j for j in batch if j.future.running()])
             free_since = self.clock()
-            last_decode, lead_oldest = free_since - start, not lead_oldest
+            last_decode = free_since - start
             if last_decode > 0:
                 self._rate = sum(j.work for j in batch) / last_decode
 
