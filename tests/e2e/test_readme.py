@@ -66,7 +66,8 @@ def readme_block(heading: str, lang: str) -> str:
 
 # The README sections whose code blocks a test runs (any other block would be untested).
 RUN_BY = {("Quick start", "bash"): "test_readme.py", ("Usage", "bash"): "test_readme.py",
-          ("Usage", "python"): "test_readme.py", ("Serving with CTranslate2", "bash"): "test_ctranslate2.py"}
+          ("Usage", "python"): "test_readme.py", ("Serving with CTranslate2", "bash"): "test_ctranslate2.py",
+          ("Alignments", "bash"): "test_readme.py"}
 
 
 def test_every_code_block_of_the_readme_is_run_by_a_test():
@@ -271,3 +272,24 @@ def test_usage_commands_run_one_after_the_other(tmp_path: Path, monkeypatch):
 
     exec(compile(readme_block("Usage", "python"), "README.md", "exec"), {})   # noqa: S102
     plt.close("all")
+
+
+def test_alignments_command_trains_a_guided_head(tmp_path: Path, monkeypatch):
+    """The README's guided-alignment command (after its install line) on a tiny en-fr corpus:
+    eflomal aligns the training text, then one supervised head trains."""
+    pytest.importorskip("eflomal")
+    corpus = write_corpus(tmp_path / "multi30k", {"train": 200, "val": 12, "test_2016_flickr": 12})
+    for path in corpus.glob("*.de"):       # the generated German side stands in for French
+        path.rename(path.with_suffix(".fr"))
+    block = readme_block("Alignments", "bash").replace("\\\n", " ")
+    commands = [words for line in block.splitlines() if (words := shlex.split(line, comments=True))]
+    assert [c[:2] for c in commands] == [["pip", "install"], ["nmt-train", "model=transformer"]]
+    monkeypatch.chdir(tmp_path)
+    model = [o.replace("decoder_layers=1", "decoder_layers=2") for o in TINY_MODEL]  # layer -2
+    shrink = [*model, *TINY_TRAIN, f"data.root={corpus}", f"data.cache_dir={tmp_path / 'cache'}",
+              "data.tokenizer.vocab_size=120", "train.max_steps=6", "device=cpu"]
+    assert _run_in_process(commands[1] + shrink) == 0
+    summary = json.loads((tmp_path / "runs/tf_en_fr_guided/summary.json").read_text())
+    assert summary["steps"] == 6
+    log = (tmp_path / "runs/tf_en_fr_guided/train.log").read_text(encoding="utf-8")
+    assert "| align " in log
