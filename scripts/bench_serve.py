@@ -10,7 +10,7 @@ Usage::
         --sentences-per-request 8 --beam-size 5 --seconds 60
 
 The other arguments, before, between or after the options, are Hydra overrides of
-configs/serve.yaml (``serve.max_batch_tokens=...``, ``device=...``, ``engine=...``); those
+configs/serve.yaml (``serve.max_batch_work=...``, ``device=...``, ``engine=...``); those
 without the ``serve.`` prefix also apply to the offline run. Options: ``--checkpoint``,
 ``--clients N`` (concurrent clients, default 32), ``--seconds S`` (timed seconds per server
 phase, default 60), ``--beam-size K`` (default 5), ``--sentences-per-request M`` (default 1),
@@ -26,7 +26,7 @@ The sentences are the Multi30k split's source side (``$NMT_DATA_ROOT`` or
    again in chunks of N x M sentences, the most that N clients of M sentences can have in
    flight at once, so the largest batch the server can form -> ``offline_clients_sents_per_s``
    (the ceiling of the server phases);
-2. dynamic batching: an ``nmt-serve`` process on a free loopback port with the config's
+2. dynamic batching: an ``nmt-serve`` process on a loopback port the OS picks with the config's
    ``serve.max_wait_ms``; N httpx async clients each send requests of M consecutive
    sentences, one after the other, for S seconds (after one untimed round);
 3. the same with batching off (``serve.max_wait_ms=0``: one request per decode batch).
@@ -34,8 +34,9 @@ The sentences are the Multi30k split's source side (``$NMT_DATA_ROOT`` or
 Each server is stopped (SIGTERM, then waited for) before the next starts; everything started
 here is stopped on exit. Per server phase: ``sents_per_s`` (sentences answered with 200 /
 wall time until the last answer), request latency percentiles ``p50_ms``, ``p95_ms``,
-``p99_ms``, ``errors`` (non-200 answers and failed connections), ``requests``, and
-``mean_batch`` (sentences per decode batch, from the server's log). The last line is
+``p99_ms``, ``errors`` (non-200 answers and failed connections), ``requests``,
+``mean_batch`` (sentences per decode batch, from the server's log) and ``peak_rss_mb`` (the
+server's VmHWM at the end). The last line is
 ``key=value`` pairs: the batching phase unprefixed, the other with ``nobatch_``, then
 ``offline_sents_per_s``, ``offline_clients_sents_per_s``, ``batching_speedup`` (sents_per_s /
 nobatch_sents_per_s), ``vs_offline`` (sents_per_s / offline_sents_per_s) and
@@ -48,7 +49,7 @@ sentences) one after the other with the same settings. The last line: ``requests
 ``rate_503`` (503 answers / requests), ``errors_other`` (answers other than 200 and 503, and
 failed connections), ``sents_per_s``, ``p50_ms`` / ``p99_ms`` (answered requests),
 ``probe_requests``, ``probe_503``, ``probe_p50_ms`` / ``probe_p99_ms`` (its answered
-requests), ``peak_rss_mb`` (the server's VmHWM at the end, after the last answer).
+requests), ``mean_batch`` and ``peak_rss_mb``.
 """
 
 from __future__ import annotations

@@ -7,6 +7,7 @@ real uvicorn process and the page in Chromium: tests/e2e/test_serve_cli.py."""
 from __future__ import annotations
 
 import base64
+import dataclasses
 import hmac
 import json
 import re
@@ -118,7 +119,7 @@ def test_links_and_marks_of_a_hand_made_alignment():
                           [0.2, 0.2, 0.2, 0.4]], np.float32)   # </s>
     result = Translation("A dog", ["▁A", "▁dog", "</s>"], ["▁Ein", "▁Hu", "nd", "</s>"], [5, 6],
                          -1.5, alignment)
-    result.hypotheses = [result]
+    result.hypotheses = [dataclasses.replace(result)]   # the n-best list: a copy, no cycle
     out = serve.translation_json(result, alignment=True)
     assert out["links"] == "0-0 1-1" and out["view"]["marks"] == [[0, 0], [1, 1], [1, 2]]
     assert out["alignment"][1] == [0.1, 0.2, 0.6, 0.1]
@@ -199,12 +200,15 @@ def test_the_oldest_leads_a_batch_unless_a_short_request_may():
     assert names(serve.pick_batch(waiting, False, 11)) == (["big", "mid", "two"], True)
     # "one" (1 x 4 <= 6) is short: it leads, with the short requests of its settings (none)
     assert names(serve.pick_batch(waiting, True, 11)) == (["one"], False)
-    # "two" (2 x 4 > 6) is not short; "tiny" is: it takes those of work <= 4, least first
+    # "two" (2 x 4 > 6) is not short; "tiny" is: with 15 > 11 waiting it takes those of work
+    # <= 4, least work first; when everything fits, everything
     assert names(serve.pick_batch(waiting[:2] + waiting[3:], True, 11)) == \
         (["big", "mid", "two"], True)
     tiny = _jobs(*[(j.sentences[0], j.key, j.work) for j in waiting if j.key == "k"],
                  ("tiny", "k", 1))
-    assert names(serve.pick_batch(tiny, True, 11)) == (["tiny", "two", "mid", "mid2"], False)
+    assert names(serve.pick_batch(tiny, True, 11)) == (["tiny", "two", "mid", "mid2"], True)
+    assert names(serve.pick_batch(tiny, True, 20)) == \
+        (["tiny", "two", "mid", "mid2", "big"], False)
     assert names(serve.pick_batch(waiting, False, 0)) == (["big"], True)   # batching off
 
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 import ipaddress
 import logging
 import signal
+import socket
 import sys
 
 import hydra
@@ -90,6 +91,10 @@ def _run(cfg: DictConfig) -> None:
     config = uvicorn.Config(app, host=cfg.serve.host, port=cfg.serve.port, log_level="info",
                             timeout_graceful_shutdown=None)
     sock = config.bind_socket()   # bound here, so that port 0 becomes a known port
+    # asyncio sets TCP_NODELAY only on sockets made with proto=IPPROTO_TCP, which this one is
+    # not; accepted connections inherit it from here (else Nagle's algorithm and delayed ACKs
+    # hold each answer ~40 ms)
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
     sock.listen(2048)             # connections wait in the backlog until the app is ready
     host, port = sock.getsockname()[:2]
     log.info("nmt-serve: listening on http://%s:%d/", f"[{host}]" if ":" in host else host, port)
