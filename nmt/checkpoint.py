@@ -1,4 +1,5 @@
-"""Checkpoint files: the format, atomic writes, safe reads, the step-file manager, averaging.
+"""Checkpoint files: the format, atomic writes, safe reads, the step-file manager (averaging:
+:mod:`nmt.cli.average`).
 
 A checkpoint is a ``torch.save`` dict of plain values (tensors, numbers, strings, bytes, lists,
 dicts), read with ``torch.load(weights_only=True)``: opening one never runs code from it.
@@ -38,7 +39,7 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from nmt.config import ConfigError, compose_config, config_at, config_diff, to_plain
+from nmt.config import ConfigError, compose_config, to_plain
 from nmt.runtime import atomic_path
 
 CHECKPOINT_VERSION = 1
@@ -61,7 +62,8 @@ MIGRATIONS: dict[int, Callable[[dict], dict]] = {1: _drop_data_name}
 # current default is on for some model (the Transformer recipe's train.ema_decay=0.999): an
 # older config that lacks them gets this value, not today's default, since the run had none.
 ABSENT_MEANS_OFF: dict[str, Any] = {"train.ema_decay": None, "data.tokenizer.sampling_alpha": None,
-                                     "train.cooldown": 0.0, "train.consistency": "none"}
+                                     "train.cooldown": 0.0, "train.consistency": "none",
+                                     "data.pairs": None}
 
 
 @functools.lru_cache(maxsize=8)
@@ -243,54 +245,3 @@ def set_rng_state(state: dict) -> None:
     torch.set_rng_state(state["torch"])
     if "cuda" in state and torch.cuda.is_available():
         torch.cuda.set_rng_state_all(state["cuda"])
-
-
-def average_checkpoints(paths: list[str | Path]) -> dict:
-    """The mean of two or more checkpoints' ``model`` weights (Vaswani et al. 2017, section 6.1:
-    "averaging the last 5 checkpoints"), accumulated in float64, stored in the input dtype;
-    integer tensors must be equal. Returns an inference checkpoint (no optimizer or RNG state)
-    with the newest input's metadata and ``averaged_from``.
-
-    Raises:
-        CheckpointError: fewer than two paths, or inputs of another model config, tokenizer or
-            weight shapes (naming both files).
-    """
-    if len(paths) < 2:
-        raise CheckpointError(f"averaging needs at least two checkpoints, got {len(paths)}: "
-                              f"{', '.join(map(str, paths)) or 'none'}.")
-    first_path = Path(paths[0])
-    first = load_checkpoint(first_path)
-    sums = {name: t.to(torch.float64).clone() if t.is_floating_point() else t
-            for name, t in first["model"].items()}
-    newest = first
-    for path in paths[1:]:
-        ckpt = load_checkpoint(path)
-        problems = config_diff(config_at(first.get("config") or {}, "model"),
-                         config_at(ckpt.get("config") or {}, "model"), "model")
-        if ckpt.get("tokenizer") != first.get("tokenizer"):
-            problems.append("the tokenizer (vocabulary) differs")
-        weights = ckpt["model"]
-        if set(weights) != set(sums):
-            problems.append(f"weight names differ ({sorted(set(weights) ^ set(sums))[:3]} ...)")
-        else:
-            problems += [f"weight {n}: shape {tuple(weights[n].shape)} vs {tuple(sums[n].shape)}"
-                         for n in sums if weights[n].shape != sums[n].shape][:3]
-        if problems:
-            raise CheckpointError(f"{path} cannot be averaged with {first_path}: "
-                                  f"{'; '.join(problems)}. Average checkpoints of one run only.")
-        for name, t in weights.items():
-            if t.is_floating_point():
-                sums[name] += t.to(torch.float64)
-            elif not torch.equal(t, sums[name]):
-                raise CheckpointError(f"{path} cannot be averaged with {first_path}: the integer "
-                                      f"tensor {name} differs (only float weights are averaged).")
-        if ckpt.get("step", 0) >= newest.get("step", 0):
-            newest = ckpt
-    dtypes = {name: t.dtype for name, t in first["model"].items()}
-    model = {name: (t / len(paths)).to(dtypes[name]) if t.is_floating_point() else t
-             for name, t in sums.items()}
-    return {"version": CHECKPOINT_VERSION, "config_version": CONFIG_VERSION,
-            "model": model, "config": newest["config"],
-            "tokenizer": newest["tokenizer"], "step": newest.get("step", 0),
-            "epoch": newest.get("epoch", 0), "batch_in_epoch": newest.get("batch_in_epoch", 0),
-            "averaged_from": [str(p) for p in paths]}

@@ -15,6 +15,7 @@ import copy
 import dataclasses
 import enum
 import math
+import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -64,18 +65,11 @@ Optimizer = _choice_type("Optimizer", "adam", "adamw")
 Schedule = _choice_type("Schedule", "inverse_sqrt", "constant", "plateau")
 Precision = _choice_type("Precision", "auto", "fp32", "bf16", "fp16")
 Resume = _choice_type("Resume", "auto", "force")
-Engine = _choice_type("Engine", "pytorch", "ctranslate2")
-Weights = _choice_type("Weights", "inference", "trained")
-AttentionStored = _choice_type("AttentionStored", "alignment", "all")
-PlotFormat = _choice_type("PlotFormat", "png", "html")
-AttentionKind = _choice_type("AttentionKind", "alignment", "cross", "encoder", "decoder")
-LinkMethod = _choice_type("LinkMethod", "argmax", "threshold")
-ExportFormat = _choice_type("ExportFormat", "ctranslate2")
-Quantization = _choice_type("Quantization", "float32", "int8")
 Decoding = _choice_type("Decoding", "search", "mbr")
 MbrCandidates = _choice_type("MbrCandidates", "beam", "sample")
 MbrUtility = _choice_type("MbrUtility", "chrf", "bleu")
 Consistency = _choice_type("Consistency", "none", "rdrop", "simcut")
+LangTag = _choice_type("LangTag", "source", "target")
 
 
 @dataclass
@@ -104,6 +98,9 @@ class DataSchema:
     max_len_ratio: float = MISSING
     cache_dir: str = MISSING
     alignments: str | None = MISSING
+    pairs: list[str] | None = MISSING
+    lang_tag: LangTag = MISSING
+    sampling_temperature: float = MISSING
     tokenizer: TokenizerSchema = field(default_factory=TokenizerSchema)
 
 
@@ -174,11 +171,6 @@ class TrainConfig:
 
 
 @dataclass
-class DataRootOverride:
-    root: str | None = MISSING
-
-
-@dataclass
 class SamplingSchema:
     """Sampling instead of search (nmt-evaluate, nmt-translate), e.g. for back-translation:
     ``nmt-translate checkpoint=... sampling=true top_p=0.9 seed=1 < mono.de > bt.en``.
@@ -214,123 +206,12 @@ class DecodingSchema:
     mbr: MbrSchema = field(default_factory=MbrSchema)
 
 
-@dataclass
-class EngineSchema:
-    engine: Engine = MISSING
-    model_dir: str | None = MISSING      # the nmt-export directory (engine=ctranslate2)
-    weights: Weights = MISSING           # engine=pytorch
-
-
-@dataclass
-class EvaluateConfig(EngineSchema, DecodingSchema, SamplingSchema, SearchSchema):
-    checkpoint: Any = MISSING            # a file, or a list of files (an ensemble)
-    split: str | None = MISSING
-    data: DataRootOverride = field(default_factory=DataRootOverride)
-    src_file: str | None = MISSING
-    ref_file: str | None = MISSING
-    out_dir: str | None = MISSING
-    save_alignments: bool = MISSING
-    attention: AttentionStored = MISSING
-    device: str = MISSING
-
-
-@dataclass
-class TranslateConfig(EngineSchema, DecodingSchema, SamplingSchema, SearchSchema):
-    checkpoint: Any = MISSING            # a file, or a list of files (an ensemble)
-    input: str | None = MISSING
-    output: str | None = MISSING
-    device: str = MISSING
-
-
-@dataclass
-class PlotConfig:
-    alignments: str = MISSING
-    index: Any = MISSING                 # int, "all" or "start:stop"
-    out: str = MISSING
-    format: PlotFormat = MISSING
-    kind: AttentionKind | None = MISSING
-    layer: Any = MISSING                 # None, int, "all" or "mean"
-    head: Any = MISSING                  # None, int, "all" or "mean"
-    gold: str | None = MISSING
-    gold_one_based: bool | None = MISSING
-    cmap: str = MISSING
-    dpi: int = MISSING
-
-
-@dataclass
-class AverageConfig:
-    run_dir: str | None = MISSING
-    last: int = MISSING
-    best: int | None = MISSING
-    checkpoints: list[str] | None = MISSING
-    out: str | None = MISSING
-
-
-@dataclass
-class AlignConfig:
-    checkpoint: str = MISSING
-    src_file: str | None = MISSING
-    tgt_file: str | None = MISSING
-    input: str | None = MISSING
-    out: str = MISSING
-    one_based: bool = MISSING
-    method: LinkMethod = MISSING
-    threshold: float | None = MISSING
-    shift: bool = MISSING
-    layer: Any = MISSING                 # int (negative counts from the end) or "mean"
-    head: Any = MISSING                  # int or "mean"
-    eos_unaligned: bool = MISSING
-    reverse_checkpoint: str | None = MISSING
-    symmetrize: str = MISSING
-    gold: str | None = MISSING
-    gold_one_based: bool | None = MISSING
-    attention_out: str | None = MISSING
-    batch_sentences: int = MISSING
-    device: str = MISSING
-
-
-@dataclass
-class ExportConfig:
-    checkpoint: str = MISSING
-    format: ExportFormat = MISSING
-    out_dir: str = MISSING
-    quantization: Quantization = MISSING
-    max_positions: int = MISSING
-
-
-@dataclass
-class ServeSchema:
-    host: str = MISSING
-    port: int = MISSING
-    max_batch_work: int = MISSING
-    max_wait_ms: float = MISSING
-    max_queue_sentences: int = MISSING
-    max_request_work: int = MISSING
-    max_sentences: int = MISSING
-    max_chars: int = MISSING
-    max_body_bytes: int = MISSING
-    max_beam_size: int = MISSING
-    api_key: str | None = MISSING
-    allow_unauthenticated: bool = MISSING
-    cors_origins: list[str] = MISSING
-
-
-@dataclass
-class ServeConfig(EngineSchema, SearchSchema):
-    checkpoint: Any = MISSING            # a file, or a list of files (an ensemble)
-    device: str = MISSING
-    serve: ServeSchema = field(default_factory=ServeSchema)
-
-
-TOOL_SCHEMAS: dict[str, type] = {"nmt_train": TrainConfig, "nmt_evaluate": EvaluateConfig,
-                                 "nmt_translate": TranslateConfig, "nmt_plot": PlotConfig,
-                                 "nmt_average": AverageConfig, "nmt_align": AlignConfig,
-                                 "nmt_export": ExportConfig, "nmt_serve": ServeConfig}
+TOOL_SCHEMAS: dict[str, type] = {"nmt_train": TrainConfig}   # the other tools': nmt/cli/schemas.py
 
 
 def register_configs() -> None:
-    """Put the tool schemas into Hydra's ConfigStore (idempotent; done when this module is
-    imported)."""
+    """Put the tool schemas of ``TOOL_SCHEMAS`` into Hydra's ConfigStore (idempotent; done
+    when this module, or ``nmt.cli.schemas`` which adds the other tools', is imported)."""
     from hydra.core.config_store import ConfigStore
 
     store = ConfigStore.instance()
@@ -384,6 +265,56 @@ def _check_guided(cfg: DictConfig) -> None:
     if weight > 0 and cfg.data.tokenizer.sampling_alpha:
         raise ConfigError("data.tokenizer.sampling_alpha resegments the training split each epoch, "
                           "which guided alignment's subword links cannot follow: drop one of them.")
+
+
+_PAIR = re.compile(r"^([A-Za-z0-9_]+)-([A-Za-z0-9_]+)$")
+
+
+def parse_pairs(pairs: Any) -> list[tuple[str, str]]:
+    """``["de-en", "fr-en"]`` -> ``[("de", "en"), ("fr", "en")]``, in the given order (the
+    directions of ``data.pairs``; :mod:`nmt.data.languages` re-exports it). ConfigError naming
+    the entry: not ``src-tgt`` (e.g. ``de_en``), a language into itself (``de-de``), a
+    direction listed twice, or none at all."""
+    out: list[tuple[str, str]] = []
+    for item in pairs:
+        match = _PAIR.match(str(item))
+        if not match:
+            raise ConfigError(f"data.pairs: {item!r} is not a direction; write src-tgt, e.g. de-en.")
+        if match[1] == match[2] or match.groups() in out:
+            raise ConfigError(f"data.pairs: {item!r} " + ("translates a language into itself."
+                                                         if match[1] == match[2] else "is listed twice."))
+        out.append(match.groups())
+    if not out:
+        raise ConfigError("data.pairs=[] lists no direction: give src-tgt entries, or null.")
+    return out
+
+
+def _run_name(pairs: Any, src_lang: str, tgt_lang: str) -> str:
+    """``${nmt.run_name:...}`` in configs/config.yaml's ``run_dir``: ``de_en``, or with several
+    ``data.pairs`` the directions joined, ``de-en+fr-en``."""
+    return "+".join(map(str, pairs)) if pairs and len(pairs) > 1 else f"{src_lang}_{tgt_lang}"
+
+
+OmegaConf.register_new_resolver("nmt.run_name", _run_name, replace=True)
+
+
+def _check_pairs(data: DictConfig, guided: bool) -> None:
+    """``data.pairs``: valid directions that include the default one (``data.src_lang`` ->
+    ``data.tgt_lang``); with two or more (language tags), a joint tokenizer, and neither
+    guided alignment nor subword sampling (not supported yet)."""
+    if data.pairs is None:
+        return
+    pairs = parse_pairs(data.pairs)
+    if (data.src_lang, data.tgt_lang) not in pairs:
+        raise ConfigError(f"data.src_lang-data.tgt_lang={data.src_lang}-{data.tgt_lang} (the default "
+                          f"direction) must be one of data.pairs={list(data.pairs)}.")
+    if len(pairs) > 1 and not data.tokenizer.joint:
+        raise ConfigError("data.pairs with several directions needs data.tokenizer.joint=true (the "
+                          "language tags are pieces of one joint model).")
+    for key, on in (("guided alignment (train.alignment_loss_weight, data.alignments)", guided),
+                    ("data.tokenizer.sampling_alpha", data.tokenizer.sampling_alpha)):
+        if len(pairs) > 1 and on:
+            raise ConfigError(f"{key} does not support several data.pairs yet: drop one of them.")
 
 
 def validate_search(section: Any, prefix: str = "") -> DictConfig:
@@ -491,6 +422,8 @@ def validate(cfg: DictConfig) -> DictConfig:
             raise ConfigError(f"train.{key}={train[key]} must lie in (0, 1).")
     _check_sampling(data.tokenizer)
     _check_guided(out)
+    check_positive(out, "data.sampling_temperature")
+    _check_pairs(data, train.alignment_loss_weight > 0 or data.alignments is not None)
     if train.init_from and data.tokenizer.model:
         raise ConfigError("data.tokenizer.model must be null with train.init_from (a fine-tuning "
                           "run uses its checkpoint's tokenizer).")

@@ -5,7 +5,6 @@ MFU, and atomic file writes."""
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import functools
 import json
 import os
@@ -21,27 +20,6 @@ from pathlib import Path
 from typing import Any
 
 from nmt.config import ConfigError
-
-_M_TRIM_THRESHOLD = -1
-_M_MMAP_MAX = -4
-
-
-def tune_malloc() -> bool:
-    """Keep freed memory in the process heap (glibc ``mallopt``); True if applied.
-
-    glibc gives large allocations fresh ``mmap`` pages and unmaps them on free, so the
-    [tokens, vocab] logits and their gradient (~130 MB each) were page-faulted in again every
-    training step: ~1,350 -> ~2,300 target tokens/s for the Transformer with this. The price:
-    freed memory is not handed back to the OS. A no-op (False) off glibc.
-    """
-    if not sys.platform.startswith("linux"):
-        return False
-    try:
-        libc = ctypes.CDLL("libc.so.6")
-    except OSError:
-        return False
-    return bool(libc.mallopt(_M_MMAP_MAX, 0)) and bool(libc.mallopt(_M_TRIM_THRESHOLD, 2**31 - 1))
-
 
 ONEDNN_CACHE_CAPACITY = 16  # oneDNN primitives kept (bf16 matmuls on CPU: one per shape)
 

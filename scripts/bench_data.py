@@ -103,7 +103,8 @@ def phase_prepare(overrides: list[str]) -> dict[str, str]:
 def phase_iterate(overrides: list[str], batch_tokens: int) -> dict[str, str]:
     """Open the cached splits and collate every batch of one epoch into tensors."""
     from nmt.config import compose_config
-    from nmt.data.batching import TokenBatchSampler, prepare_data
+    from nmt.data.batching import prepare_data
+    from nmt.data.sampler import TokenBatchSampler
 
     cfg = compose_config(overrides)
     rss_before = _peak_rss_mb()

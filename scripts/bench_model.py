@@ -13,7 +13,7 @@ The other arguments, before, between or after the options, are Hydra overrides o
 3), ``--steps N`` (timed steps, default 10), ``--threads N`` (torch threads, default 2),
 ``--precision fp32|bf16`` (autocast dtype of the forward, as ``train.precision``; default
 fp32), ``--device cpu|cuda|cuda:N`` (default cpu), ``--profile`` (print the top ops of a
-torch.profiler run after timing), ``--no-malloc-tune`` (keep glibc's default malloc, see :func:`nmt.runtime.tune_malloc`), and
+torch.profiler run after timing), ``--no-malloc-tune`` (keep glibc's default malloc, see :func:`nmt.cli.common.tune_malloc`), and
 three A/B comparisons, each in one process, alternating A and B step by step over the same
 batches (the host's speed drifts: only ratios measured side by side are compared; the
 speedup is the median of the per-pair ratios):
@@ -80,8 +80,10 @@ from omegaconf import OmegaConf
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from nmt.cli.common import tune_malloc  # noqa: E402
 from nmt.config import ConfigError, compose_config  # noqa: E402
-from nmt.data.batching import BatchShapes, TokenBatchSampler, prepare_data  # noqa: E402
+from nmt.data.batching import prepare_data  # noqa: E402
+from nmt.data.sampler import BatchShapes, TokenBatchSampler  # noqa: E402
 from nmt.models import build_model  # noqa: E402
 from nmt.runtime import (  # noqa: E402
     bound_onednn_cache,
@@ -91,7 +93,6 @@ from nmt.runtime import (  # noqa: E402
     resolve_device,
     train_flops,
     tune_cuda,
-    tune_malloc,
 )
 from nmt.training.consistency import add_token_cutoff, forward_loss  # noqa: E402
 from nmt.training.ema import WeightAverage  # noqa: E402

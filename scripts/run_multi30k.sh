@@ -13,6 +13,12 @@
 # The split names come from the data config (data.valid_split, data.test_split), so the
 # Hugging Face route works too (data/README.md). Everything goes under the run directory
 # (runs/<model>_<src>_<tgt> unless run_dir=...). Works from any directory, with nmt installed.
+#
+# A multilingual data preset (data=multi30k_multi, data=multi30k_x_en: several data.pairs)
+# picks the length penalty on the default direction's validation split (data.src_lang ->
+# data.tgt_lang), then evaluates every direction of both splits with beam 5
+# (nmt-evaluate directions=all: supervised and zero-shot, BLEU, chrF, off-target rate; one
+# table, eval/<split>/directions.md) and plots the default direction's test alignments.
 set -euo pipefail
 
 model="${1:?usage: bash scripts/run_multi30k.sh transformer|rnn [nmt-train overrides ...]}"
@@ -21,8 +27,12 @@ overrides=("model=${model}" "train.max_minutes=60" "$@")
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 
 # The run directory and split names as nmt-train resolves them (a bad override stops here).
-values="$(python -m nmt.cli.resolve run_dir data.valid_split data.test_split -- "${overrides[@]}")"
-{ read -r run_dir; read -r valid_split; read -r test_split; } <<< "${values}"
+values="$(python -m nmt.cli.resolve run_dir data.valid_split data.test_split data.src_lang \
+  data.tgt_lang data.pairs -- "${overrides[@]}")"
+{ read -r run_dir; read -r valid_split; read -r test_split; read -r src; read -r tgt; read -r pairs; } \
+  <<< "${values}"
+multilingual=false
+[[ "${pairs}" == *,* ]] && multilingual=true   # two or more directions
 ckpt="${run_dir}/checkpoints/best.pt"
 
 echo "== train: nmt-train ${overrides[*]}"
@@ -36,6 +46,20 @@ nmt-evaluate -m checkpoint="${ckpt}" split="${valid_split}" beam_size=5 save_ali
   length_penalty="$(IFS=,; echo "${alphas[*]}")" "out_dir=${lp_dir}/\${length_penalty}" \
   hydra.sweep.dir="${lp_dir}" "hydra.sweep.subdir=\${length_penalty}"   # one directory per alpha
 alpha="$(python "${here}/best_length_penalty.py" "${lp_dir}")"
+
+if [[ "${multilingual}" == true ]]; then
+  for split in "${valid_split}" "${test_split}"; do
+    echo "== evaluate ${split}: every direction, beam 5 (length penalty ${alpha})"
+    nmt-evaluate checkpoint="${ckpt}" split="${split}" beam_size=5 length_penalty="${alpha}" \
+      directions=all out_dir="${run_dir}/eval/${split}"
+  done
+  echo "== plot: alignments of the first five ${src}-${tgt} test sentences"
+  nmt-plot alignments="${run_dir}/eval/${test_split}/${src}-${tgt}/alignments.npz" index=0:5 \
+    out="${run_dir}/eval/heatmaps"
+  echo "== results (${test_split}, beam 5)"
+  cat "${run_dir}/eval/${test_split}/directions.md"
+  exit 0
+fi
 
 for split in "${valid_split}" "${test_split}"; do
   echo "== evaluate ${split}: beam 5 (length penalty ${alpha}) and greedy"

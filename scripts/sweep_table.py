@@ -13,8 +13,8 @@ from __future__ import annotations
 import sys
 
 from nmt.cli.common import exit_on_user_error
+from nmt.cli.sweep import sweep_table
 from nmt.config import ConfigError
-from nmt.training.run import sweep_table
 
 
 def main(argv: list[str]) -> int:

@@ -84,6 +84,20 @@ def write_corpus(root: Path, sizes: dict[str, int] | None = None) -> Path:
     return root
 
 
+def write_multilingual_corpus(root: Path, sizes: dict[str, int] | None = None,
+                              fr_every: int = 1) -> Path:
+    """:func:`write_corpus` plus a line-aligned ``{split}.fr`` (the English words in reverse
+    order, a stand-in language): de, en and fr, 3-way parallel. ``fr_every`` = k keeps every
+    k-th French line, the others blank (dropped from training: an unbalanced en-fr)."""
+    write_corpus(root, sizes)
+    for split in (sizes or {"train": 200, "val": 20, "test": 20}):
+        lines = (root / f"{split}.en").read_text(encoding="utf-8").splitlines()
+        fr = [" ".join(reversed(line.split())) if i % fr_every == 0 or split != "train" else ""
+              for i, line in enumerate(lines)]
+        (root / f"{split}.fr").write_text("".join(f + "\n" for f in fr), encoding="utf-8")
+    return root
+
+
 def train_tokenizer(tok_cfg, pairs: list[tuple[str, str]], cache_dir: Path):
     """The (de, en) tokenizer of ``data.tokenizer`` settings ``tok_cfg`` (a dict or a config)
     trained on ``pairs``, cached under ``cache_dir`` by a hash of the pairs."""

@@ -8,13 +8,9 @@ import pytest
 import torch
 from conftest import tiny_transformer
 
-from nmt.checkpoint import (
-    CheckpointError,
-    average_checkpoints,
-    load_checkpoint,
-    save_atomic,
-)
+from nmt.checkpoint import CheckpointError, load_checkpoint, save_atomic
 from nmt.cli import average as cli_average
+from nmt.cli.average import average_checkpoints
 from nmt.config import to_plain
 from nmt.inference.translator import load_for_inference
 

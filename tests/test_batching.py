@@ -12,8 +12,6 @@ import torch
 from nmt.config import ConfigError, compose_config
 from nmt.data import batching
 from nmt.data.batching import (
-    BatchShapes,
-    TokenBatchSampler,
     TokenizedSplit,
     make_src_batch,
     prepare_data,
@@ -21,6 +19,7 @@ from nmt.data.batching import (
     write_pairs,
 )
 from nmt.data.corpus import CorpusError
+from nmt.data.sampler import BatchShapes, TokenBatchSampler
 from nmt.data.vocab import BOS_ID, EOS_ID, PAD_ID
 
 

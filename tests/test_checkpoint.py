@@ -131,11 +131,13 @@ def test_checkpoint_with_code_is_never_unpickled(tmp_path):
 
 
 def test_checkpoint_of_2026_11_22_loads_and_translates():
+    from nmt.data.languages import directions
     from nmt.inference.translator import decode
 
     expected = json.loads(GOLDEN.with_suffix(".json").read_text(encoding="utf-8"))
     model, tok, cfg = load_for_inference(GOLDEN)
     assert cfg.model.d_model == 32 and cfg.train.resume == "auto"   # a key added since: defaulted
+    assert cfg.data.pairs is None and directions(cfg.data) == [("de", "en")]   # bilingual: no tags
     for name, beam in (("greedy", 1), ("beam3", 3)):
         search = {"beam_size": beam, "length_penalty": 1.0, "max_len_a": 1.5, "max_len_b": 10,
                   "batch_sentences": 10, "batch_tokens": 0, "n_best": 1}

@@ -25,6 +25,18 @@ def test_every_multi30k_direction_composes(direction):
     assert cfg.data.test_split == "test_2016_flickr"
 
 
+@pytest.mark.parametrize(("preset", "pairs", "run_dir"), [
+    ("multi30k_multi", ["de-en", "fr-en", "cs-en", "en-de", "en-fr", "en-cs"],
+     "runs/transformer_de-en+fr-en+cs-en+en-de+en-fr+en-cs"),
+    ("multi30k_x_en", ["de-en", "fr-en", "cs-en"], "runs/transformer_de-en+fr-en+cs-en")])
+def test_multilingual_presets(preset, pairs, run_dir):
+    cfg = compose_config([f"data={preset}"])
+    assert list(cfg.data.pairs) == pairs and (cfg.data.src_lang, cfg.data.tgt_lang) == ("de", "en")
+    assert (cfg.data.lang_tag, cfg.data.sampling_temperature, cfg.run_dir) == ("source", 5.0, run_dir)
+    assert compose_config([]).data.pairs is None                 # bilingual by default
+    assert compose_config(["data.pairs=[de-en]"]).run_dir == "runs/transformer_de_en"
+
+
 def test_data_root_comes_from_the_environment(monkeypatch):
     monkeypatch.setenv("NMT_DATA_ROOT", "/some/where")
     assert compose_config([]).data.root == "/some/where"
@@ -54,6 +66,19 @@ def test_data_root_comes_from_the_environment(monkeypatch):
         (["data.tokenizer.nbest_size=1"], "data.tokenizer.nbest_size"),
         (["data.src_lang=en"], "data.src_lang"),
         (["device=tpu"], "device"),
+        (["data.pairs=[de_en]"], "data.pairs"),
+        (["data.pairs=[de-de]"], "data.pairs"),
+        (["data.pairs=[de-en,fr-en,de-en]"], "data.pairs"),
+        (["data.pairs=[]"], "data.pairs"),
+        (["data.pairs=[fr-en,cs-en]"], "data.pairs"),            # no default direction de-en
+        (["data.pairs=[de-en,fr-en]", "data.tokenizer.joint=false", "model.tie_embeddings=false"],
+         "data.tokenizer.joint"),
+        (["data.pairs=[de-en,fr-en]", "data.alignments=links.txt", "train.alignment_loss_weight=0.1",
+          "model.alignment_heads=1"], "guided alignment"),
+        (["data.pairs=[de-en,fr-en]", "data.tokenizer.sampling_alpha=0.1"],
+         "data.tokenizer.sampling_alpha"),
+        (["data.lang_tag=middle"], "data.lang_tag"),
+        (["data.sampling_temperature=0"], "data.sampling_temperature"),
     ],
 )
 def test_bad_values_are_one_line_naming_the_key(overrides, key):

@@ -161,10 +161,13 @@ def test_state_reorder(name, overrides):
     with torch.no_grad():
         state = model.init_state(model.encode(src, src_mask))
         _, _, state = model.decode(tgt_in[:, :2], None, state)
+        twice = state.reorder(torch.tensor([1, 0])).reorder(torch.tensor([0, 1, 0]))  # = index
+        lg_twice, _, _ = model.decode(tgt_in[index, 2:3], None, twice)
         lg, al, state = model.decode(tgt_in[index, 2:3], None, state.reorder(index))
         full_lg, full_al = model(src[index], src_mask[index], tgt_in[index, :3])
         enc_r = model.encode(src, src_mask).reorder(index)
         lg2, al2, _ = model.decode(tgt_in[index, :3], enc_r)
+    assert torch.equal(lg_twice, lg)
     assert lg.shape == (3, 1, V_TGT)
     assert torch.allclose(lg[:, 0], full_lg[:, 2], atol=1e-5)
     assert torch.allclose(al[:, 0], full_al[:, 2], atol=1e-5)

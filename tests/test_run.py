@@ -16,15 +16,14 @@ from conftest import TINY_MODEL, write_corpus
 from omegaconf import OmegaConf
 
 from nmt.checkpoint import CheckpointError, load_checkpoint, save_atomic
+from nmt.cli.sweep import job_dirname, sweep_table
 from nmt.cli.train import main
 from nmt.config import ConfigError, compose_config, to_plain
 from nmt.training.run import (
     BATCH_ORDER_KEYS,
     check_compatible,
     config_changes,
-    job_dirname,
     load_init_from,
-    sweep_table,
 )
 
 TINY = [*TINY_MODEL, "train.batch_tokens=256", "train.log_every_steps=2",

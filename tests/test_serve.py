@@ -438,7 +438,9 @@ def test_model_health_page_and_openapi(tiny, base, tmp_path):
         assert info["limits"]["max_request_work"] == base.serve.max_request_work
         assert c.get("/health").json() == {"status": "ok", "queued": 0}
         page = c.get("/").text
-        assert '"serve":{"beam_size":5,"key":false}' in page and '"sentences":[]' in page
+        assert ('"serve":{"beam_size":5,"key":false,"tgt_lang":"en","targets":["en"]}' in page
+                and '"sentences":[]' in page)
+        assert (info["languages"], info["directions"]) == (["de", "en"], ["de-en"])
         assert "http://" not in page and "https://" not in page   # loads nothing from the network
         schema = c.get("/openapi.json").json()
         request = schema["paths"]["/v1/translate"]["post"]["requestBody"]["content"]

@@ -266,7 +266,7 @@ def test_subword_sampling_draws_each_training_epoch_and_leaves_validation_alone(
             assert max(widths) <= cfg.train.batch_tokens
         assert sum(epochs[0].src_ids(i) != epochs[1].src_ids(i) for i in range(n)) > n // 2
         # Validation (and test) keep the best segmentation.
-        for split in (trainer.valid_split, load_split(cfg.data, "test", tok)):
+        for split in (trainer.valid_sets[0].split, load_split(cfg.data, "test", tok)):
             assert [split.src_ids(i) for i in range(len(split))] == \
                 tok.encode_src_batch(split.src_texts())
     finally:

@@ -14,6 +14,7 @@ import pytest
 from conftest import REPO_ROOT
 
 import nmt
+import nmt.cli.schemas  # noqa: F401 - registers nmt-translate's schema for compose_config
 from nmt.config import ConfigError, compose_config
 from nmt.inference.mbr import mbr_select
 from nmt.inference.search import length_penalty_factor

@@ -5,11 +5,15 @@
     nmt-align checkpoint=guided.pt input=pairs.txt out=links.txt threshold=0.5   # may leave words unaligned
     nmt-align checkpoint=fr_en.pt reverse_checkpoint=en_fr.pt symmetrize=grow-diag-final \\
         input=pairs.txt out=links.txt gold=gold.txt gold_one_based=true
+    nmt-align checkpoint=multi.pt src_lang=de tgt_lang=fr input=pairs.txt out=links.txt \
+        reverse_checkpoint=multi.pt     # a multilingual model, both directions
 
 The model reads each given target sentence as its decoder input (forced decoding); ``out`` gets
 one Pharaoh line of word links ``i-j`` per pair (words: whitespace tokens). With ``gold`` the
 last line printed is ``aer=... precision=... recall=...`` (Och and Ney 2003), also written to
-``aer.json`` beside ``out``. Options: configs/align.yaml (``nmt-align --help``).
+``aer.json`` beside ``out``. A multilingual model reads the pairs as ``src_lang`` ->
+``tgt_lang`` (default: its ``data.*_lang``) with its language tag, a piece of no word that
+``attention_out`` shows. Options: configs/align.yaml (``nmt-align --help``).
 """
 
 from __future__ import annotations
@@ -45,7 +49,7 @@ def _check(cfg: DictConfig) -> DictConfig:
 
 def _run(cfg: DictConfig) -> None:
     from nmt.extras import word_alignment as wa
-    from nmt.inference.translator import load_for_inference
+    from nmt.inference.translator import direction_tags, load_for_inference
 
     pairs = (wa.read_pair_file(cfg.input) if cfg.input else
              list(iter_text_pair(cfg.src_file, cfg.tgt_file)))
@@ -62,16 +66,19 @@ def _run(cfg: DictConfig) -> None:
                          tgt_lengths=[len(t.split()) for _, t in pairs])
     device = resolve_device(cfg.device)
     model, tokenizer, train_cfg = load_for_inference(cfg.checkpoint, device)
+    src = cfg.src_lang or train_cfg.data.src_lang
+    tgt = cfg.tgt_lang or train_cfg.data.tgt_lang
+    tags = direction_tags(train_cfg, tokenizer, src, tgt)
     reverse = None
     if cfg.reverse_checkpoint:
         rev_model, rev_tokenizer, rev_cfg = load_for_inference(cfg.reverse_checkpoint, device)
-        src, tgt = train_cfg.data.src_lang, train_cfg.data.tgt_lang
-        if (rev_cfg.data.src_lang, rev_cfg.data.tgt_lang) != (tgt, src):
+        if rev_cfg.data.get("pairs") is None and \
+                (rev_cfg.data.src_lang, rev_cfg.data.tgt_lang) != (tgt, src):
             raise ConfigError(f"reverse_checkpoint={cfg.reverse_checkpoint} translates "
                               f"{rev_cfg.data.src_lang}->{rev_cfg.data.tgt_lang}: it must "
                               f"translate {tgt}->{src}, the reverse of checkpoint.")
-        reverse = (rev_model, rev_tokenizer)
-    items = wa.force_align(model, tokenizer, pairs, cfg.batch_sentences, device)
+        reverse = (rev_model, rev_tokenizer, direction_tags(rev_cfg, rev_tokenizer, tgt, src))
+    items = wa.force_align(model, tokenizer, pairs, cfg.batch_sentences, device, tags)
     settings = {key: cfg[key] for key in ("method", "threshold", "shift", "layer", "head",
                                           "eos_unaligned")}
     links = wa.align_words(model, tokenizer, pairs, **settings, reverse=reverse,

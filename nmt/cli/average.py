@@ -17,12 +17,68 @@ import hydra
 from omegaconf import DictConfig
 
 from nmt.cli.common import require, run_app, run_task
-from nmt.config import CONFIG_PATH, ConfigError
+from nmt.config import CONFIG_PATH, ConfigError, config_at, config_diff
 from nmt.runtime import ensure_writable_dir
 
 
+def average_checkpoints(paths: list[str | Path]) -> dict:
+    """The mean of two or more checkpoints' ``model`` weights (Vaswani et al. 2017, section 6.1:
+    "averaging the last 5 checkpoints"), accumulated in float64, stored in the input dtype;
+    integer tensors must be equal. Returns an inference checkpoint (no optimizer or RNG state)
+    with the newest input's metadata and ``averaged_from``.
+
+    Raises:
+        CheckpointError: fewer than two paths, or inputs of another model config, tokenizer or
+            weight shapes (naming both files).
+    """
+    import torch
+
+    from nmt.checkpoint import CHECKPOINT_VERSION, CONFIG_VERSION, CheckpointError, load_checkpoint
+
+    if len(paths) < 2:
+        raise CheckpointError(f"averaging needs at least two checkpoints, got {len(paths)}: "
+                              f"{', '.join(map(str, paths)) or 'none'}.")
+    first_path = Path(paths[0])
+    first = load_checkpoint(first_path)
+    sums = {name: t.to(torch.float64).clone() if t.is_floating_point() else t
+            for name, t in first["model"].items()}
+    newest = first
+    for path in paths[1:]:
+        ckpt = load_checkpoint(path)
+        problems = config_diff(config_at(first.get("config") or {}, "model"),
+                               config_at(ckpt.get("config") or {}, "model"), "model")
+        if ckpt.get("tokenizer") != first.get("tokenizer"):
+            problems.append("the tokenizer (vocabulary) differs")
+        weights = ckpt["model"]
+        if set(weights) != set(sums):
+            problems.append(f"weight names differ ({sorted(set(weights) ^ set(sums))[:3]} ...)")
+        else:
+            problems += [f"weight {n}: shape {tuple(weights[n].shape)} vs {tuple(sums[n].shape)}"
+                         for n in sums if weights[n].shape != sums[n].shape][:3]
+        if problems:
+            raise CheckpointError(f"{path} cannot be averaged with {first_path}: "
+                                  f"{'; '.join(problems)}. Average checkpoints of one run only.")
+        for name, t in weights.items():
+            if t.is_floating_point():
+                sums[name] += t.to(torch.float64)
+            elif not torch.equal(t, sums[name]):
+                raise CheckpointError(f"{path} cannot be averaged with {first_path}: the integer "
+                                      f"tensor {name} differs (only float weights are averaged).")
+        if ckpt.get("step", 0) >= newest.get("step", 0):
+            newest = ckpt
+    dtypes = {name: t.dtype for name, t in first["model"].items()}
+    model = {name: (t / len(paths)).to(dtypes[name]) if t.is_floating_point() else t
+             for name, t in sums.items()}
+    return {"version": CHECKPOINT_VERSION, "config_version": CONFIG_VERSION,
+            "model": model, "config": newest["config"],
+            "tokenizer": newest["tokenizer"], "step": newest.get("step", 0),
+            "epoch": newest.get("epoch", 0), "batch_in_epoch": newest.get("batch_in_epoch", 0),
+            "averaged_from": [str(p) for p in paths]}
+
+
+
 def _run(cfg: DictConfig) -> None:
-    from nmt.checkpoint import CheckpointManager, average_checkpoints, load_checkpoint, save_atomic
+    from nmt.checkpoint import CheckpointManager, load_checkpoint, save_atomic
 
     if (cfg.run_dir is None) == (cfg.checkpoints is None):
         raise ConfigError("give either run_dir=DIR or checkpoints='[A.pt,B.pt]', not both or neither.")

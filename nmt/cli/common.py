@@ -9,6 +9,7 @@ exit status 2, never a traceback; any other exception is a bug and keeps its tra
 
 from __future__ import annotations
 
+import ctypes
 import dataclasses
 import os
 import shlex
@@ -19,6 +20,7 @@ from collections.abc import Callable, Sequence
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
 
+import nmt.cli.schemas  # noqa: F401 - registers the tools' schemas with Hydra
 from nmt.config import (
     ConfigError,
     DecodingSchema,
@@ -29,9 +31,27 @@ from nmt.config import (
     validate_decoding,
 )
 from nmt.data.corpus import CorpusError
-from nmt.runtime import bound_onednn_cache, resolve_device, tune_malloc
+from nmt.runtime import bound_onednn_cache, resolve_device
 
 EXIT_USER_ERROR = 2
+_M_TRIM_THRESHOLD, _M_MMAP_MAX = -1, -4   # glibc mallopt parameters
+
+
+def tune_malloc() -> bool:
+    """Keep freed memory in the process heap (glibc ``mallopt``); True if applied.
+
+    glibc gives large allocations fresh ``mmap`` pages and unmaps them on free, so the
+    [tokens, vocab] logits and their gradient (~130 MB each) were page-faulted in again every
+    training step: ~1,350 -> ~2,300 target tokens/s for the Transformer with this. The price:
+    freed memory is not handed back to the OS. A no-op (False) off glibc.
+    """
+    if not sys.platform.startswith("linux"):
+        return False
+    try:
+        libc = ctypes.CDLL("libc.so.6")
+    except OSError:
+        return False
+    return bool(libc.mallopt(_M_MMAP_MAX, 0)) and bool(libc.mallopt(_M_TRIM_THRESHOLD, 2**31 - 1))
 Validator = Callable[[DictConfig], DictConfig] | None
 
 

@@ -4,13 +4,18 @@
     nmt-evaluate checkpoint=... src_file=test.de ref_file=test.en beam_size=1
     nmt-evaluate engine=ctranslate2 model_dir=runs/tf/ct2 beam_size=5   # an nmt-export directory
     nmt-evaluate checkpoint=... split=val decoding=mbr mbr.num=16 mbr.utility=chrf   # MBR
+    nmt-evaluate checkpoint=multi.pt src_lang=de tgt_lang=fr             # one direction (zero-shot)
+    nmt-evaluate checkpoint=multi.pt directions=all beam_size=5          # every direction, one table
+    nmt-evaluate checkpoint=multi.pt directions=all pivot=en             # through English
 
 The split is read with the checkpoint's data config; every sentence is translated (nothing
 filtered or truncated). ``out_dir`` (default ``<checkpoint dir>/eval_<split>_beam<k>``, with
 ``decoding=mbr`` ``eval_<split>_mbr_<candidates><num>_<utility>``) gets the files of
-:mod:`nmt.evaluation.evaluate`. With ``decoding=mbr mbr.compare_beam=true`` the split is also
+:mod:`nmt.extras.evaluate`. With ``decoding=mbr mbr.compare_beam=true`` the split is also
 translated by the search without MBR (``beam_size``, ...), and both are printed side by side:
-BLEU, chrF, ms/sentence.
+BLEU, chrF, ms/sentence. A multilingual model (or ``src_lang``/``tgt_lang``/``pivot``) also
+gets the off-target rate, and ``directions=all`` scores every direction of the split
+(:mod:`nmt.extras.multilingual`): ``out_dir/<src>-<tgt>/`` each, ``directions.{md,json}``.
 Options: configs/evaluate.yaml (``nmt-evaluate --help``).
 """
 
@@ -41,6 +46,9 @@ def _check(cfg: DictConfig) -> DictConfig:
         raise ConfigError("src_file and ref_file go together: give both, or neither to read split=...")
     if cfg.src_file and cfg.split:
         raise ConfigError("give either split=... or src_file=... ref_file=..., not both.")
+    if cfg.directions == "all" and (cfg.src_file or cfg.src_lang or cfg.tgt_lang):
+        raise ConfigError("directions=all reads every direction of split=...: drop src_file/"
+                          "ref_file and src_lang/tgt_lang (or drop directions=all).")
     if cfg.attention == "all":
         if not cfg.save_alignments:
             raise ConfigError("attention=all is stored in alignments.npz: drop save_alignments=false.")
@@ -52,25 +60,54 @@ def _check(cfg: DictConfig) -> DictConfig:
     return check_decoding(cfg)
 
 
+def direction(cfg: DictConfig, train_cfg: DictConfig) -> tuple[str, str]:
+    """``(src_lang, tgt_lang)``: the command line's, else the checkpoint's ``data.*_lang``."""
+    return (cfg.src_lang or train_cfg.data.src_lang, cfg.tgt_lang or train_cfg.data.tgt_lang)
+
+
 def load_texts(cfg: DictConfig, train_cfg: DictConfig) -> tuple[str, list[str], list[str]]:
     """``(name, sources, references)`` of ``src_file``/``ref_file``, else of ``split`` (default:
-    the checkpoint's test split) read with the checkpoint's data config and ``data.root``."""
+    the checkpoint's test split) read with the checkpoint's data config and ``data.root``, in
+    the direction :func:`direction` names."""
     if cfg.src_file:
         name, pairs = Path(cfg.src_file).name, iter_text_pair(cfg.src_file, cfg.ref_file)
     else:
         data = OmegaConf.create(OmegaConf.to_container(train_cfg.data, resolve=True))
         data.root = str(cfg.data.root or data.root)
         name = cfg.split or data.test_split
-        pairs = iter_parallel(data, name)
+        pairs = iter_parallel(data, name, direction(cfg, train_cfg))
     pairs = list(pairs)
     return name, [s for s, _ in pairs], [r for _, r in pairs]
 
 
 def _run(cfg: DictConfig) -> None:
-    from nmt.evaluation.evaluate import evaluate_split, write_outputs
+    from nmt.extras import multilingual
+    from nmt.extras.evaluate import evaluate_split, write_outputs
 
     translator = load_translator(cfg)
+    if cfg.directions == "all":
+        return _run_all(cfg, translator)
+    src_lang, tgt_lang = direction(cfg, translator.config)
+    multilingual.check_direction(translator, src_lang, tgt_lang, cfg.pivot)  # before reading
     name, src, ref = load_texts(cfg, translator.config)
+    named = f"_{src_lang}-{tgt_lang}" if cfg.src_lang or cfg.tgt_lang else ""
+    out_dir, source = _out_dir(cfg, translator, name + named)
+    search = {**decode_settings(cfg), "return_attention": cfg.attention == "all"}
+    if len(translator.directions) > 1 or cfg.src_lang or cfg.tgt_lang or cfg.pivot:
+        evaluation = multilingual.evaluate_direction(translator, src, ref, src_lang, tgt_lang,
+                                                     search, cfg.pivot)
+    else:
+        evaluation = evaluate_split(translator, src, ref, search)
+    scores = evaluation.scores
+    scores.update(**source, weights=cfg.weights, split=name)
+    written = write_outputs(out_dir, evaluation, save_alignments_npz=bool(cfg.save_alignments))
+    _print(name, scores)
+    print(f"wrote {out_dir}/{{{','.join(written)}}}")
+
+
+def _out_dir(cfg: DictConfig, translator, name: str) -> tuple[Path, dict]:
+    """``out_dir`` (default ``<checkpoint dir>/eval_<name>_<search>[_ctranslate2][_pivot-xx]``),
+    checked writable before anything is translated, and what scores.json names as evaluated."""
     if cfg.engine == "ctranslate2":
         where, suffix = Path(cfg.model_dir).resolve().parent, "_ctranslate2"
         source = {"checkpoint": translator.info["checkpoint"], "engine": "ctranslate2",
@@ -81,13 +118,29 @@ def _run(cfg: DictConfig) -> None:
         source = {"checkpoint": paths}
     how = (f"mbr_{cfg.mbr.candidates}{cfg.mbr.num}_{cfg.mbr.utility}" if cfg.decoding == "mbr"
            else f"beam{cfg.beam_size}")
+    suffix += f"_pivot-{cfg.pivot}" if cfg.pivot else ""
     out_dir = Path(cfg.out_dir or where / f"eval_{name}_{how}{suffix}")
     ensure_writable_dir(out_dir, "out_dir")  # before translating: nothing is lost
-    evaluation = evaluate_split(translator, src, ref, {**decode_settings(cfg),
-                                                       "return_attention": cfg.attention == "all"})
-    scores = evaluation.scores
-    scores.update(**source, weights=cfg.weights, split=name)
-    written = write_outputs(out_dir, evaluation, save_alignments_npz=bool(cfg.save_alignments))
+    return out_dir, source
+
+
+def _run_all(cfg: DictConfig, translator) -> None:
+    """``directions=all``: every direction of the split, each in its directory, one table."""
+    from nmt.extras.multilingual import directions_table, evaluate_directions
+
+    name = cfg.split or translator.config.data.test_split
+    out_dir, source = _out_dir(cfg, translator, f"{name}_all")
+    rows = evaluate_directions(translator, translator.config.data, name, out_dir,
+                               {**decode_settings(cfg), "return_attention": cfg.attention == "all"},
+                               cfg.pivot, cfg.data.root, bool(cfg.save_alignments),
+                               extra={**source, "weights": cfg.weights})
+    print(directions_table(rows), end="")
+    print(f"wrote {out_dir}/directions.{{md,json}} and {len(rows)} directions' files "
+          f"({', '.join(r['src'] + '-' + r['tgt'] for r in rows)})")
+
+
+def _print(name: str, scores: dict) -> None:
+    """The summary lines of one evaluation."""
     mbr = scores.get("mbr")
     how = ("sampling" if scores["sampling"] else f"beam_size={scores['beam_size']}" if not mbr
            else f"MBR ({mbr['candidates']} x{mbr['num']}, {mbr['utility']})")
@@ -108,7 +161,10 @@ def _run(cfg: DictConfig) -> None:
         print(f"MBR cost: candidates {mbr['generation_seconds']:.1f} s, selection "
               f"{mbr['selection_seconds']:.1f} s, {mbr['candidates_per_s']:.0f} candidates/s, "
               f"{mbr['distinct_per_sentence']:.1f} distinct of {mbr['num']} per sentence")
-    print(f"wrote {out_dir}/{{{','.join(written)}}}")
+    if scores.get("off_target_rate") is not None:
+        print(f"{scores['src_lang']}-{scores['tgt_lang']} ({scores['direction']}"
+              f"{', pivot ' + scores['pivot'] if scores['pivot'] else ''}): off-target "
+              f"{scores['off_target_rate']:.1f}% ({scores['off_target']} of {scores['n_sentences']})")
 
 
 @hydra.main(version_base="1.3", config_path=CONFIG_PATH, config_name="evaluate")

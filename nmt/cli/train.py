@@ -13,7 +13,6 @@ split with eflomal, once (:mod:`nmt.extras.eflomal_links`; rank 0 under torchrun
 
 from __future__ import annotations
 
-import importlib
 import os
 import sys
 from pathlib import Path
@@ -24,13 +23,12 @@ from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf, open_dict
 
 from nmt.cli.common import hydra_record, run_app, run_task
+from nmt.cli.sweep import job_dirname
 from nmt.config import CONFIG_PATH, ConfigError, validate
 from nmt.data.corpus import CorpusError
 from nmt.runtime import ensure_writable_dir
 
-# ${nmt.dirname:...} names sweep jobs; nmt.training.run (torch) loads when used, not for --help.
-OmegaConf.register_new_resolver("nmt.dirname", lambda task: importlib.import_module(
-    "nmt.training.run").job_dirname(task), replace=True)
+OmegaConf.register_new_resolver("nmt.dirname", job_dirname, replace=True)   # names sweep jobs
 
 
 def _validate(cfg: DictConfig) -> DictConfig:

@@ -3,6 +3,8 @@
     nmt-translate checkpoint=runs/tf/checkpoints/best.pt < input.de > output.en
     nmt-translate checkpoint=... input=input.de output=output.en beam_size=5
     nmt-translate engine=ctranslate2 model_dir=runs/tf/ct2 < input.de > output.en   # nmt-export
+    nmt-translate checkpoint=runs/multi/checkpoints/best.pt tgt_lang=fr < input.de > output.fr
+    nmt-translate checkpoint=runs/multi/checkpoints/best.pt src_lang=de tgt_lang=fr pivot=en < input.de
 
 Lines are read in chunks of ``batch_sentences``; each chunk is translated as one sorted batch
 and written (and flushed) in input order before the next is read, so output starts early.
@@ -10,7 +12,9 @@ The input (``input=FILE`` or stdin) must be UTF-8; only ``\\n`` ends a line (a `
 is dropped, a lone ``\\r`` stays), so output line i belongs to input line i as ``wc -l`` counts
 them, and an empty line gives an empty line. With ``n_best=N`` (N > 1) each input line gives
 N lines ``i ||| translation ||| score`` (Moses n-best format: ``i`` the 0-based input line,
-best first, score = length-penalised log-probability).
+best first, score = length-penalised log-probability). A multilingual model translates into
+``tgt_lang`` (default: its ``data.tgt_lang``; ``src_lang`` is checked), through ``pivot``
+if given (:class:`nmt.extras.multilingual.Pivot`).
 Options: configs/translate.yaml (``nmt-translate --help``).
 """
 
@@ -76,6 +80,13 @@ def translate_stream(translator, lines: Iterable[str], out: TextIO, settings: di
 
 def _run(cfg: DictConfig) -> None:
     translator = load_translator(cfg)
+    data = translator.config.data
+    if cfg.src_lang or cfg.tgt_lang or cfg.pivot:   # checked before any input is read
+        from nmt.extras.multilingual import Pivot, check_direction
+
+        check_direction(translator, cfg.src_lang or data.src_lang,
+                        cfg.tgt_lang or data.tgt_lang, cfg.pivot)
+        translator = Pivot(translator, cfg.pivot) if cfg.pivot else translator
     with ExitStack() as stack:
         lines = stdin_lines()
         if cfg.input:  # iter_lines refuses an empty file: here it gives an empty output
@@ -90,7 +101,9 @@ def _run(cfg: DictConfig) -> None:
             out = io.TextIOWrapper(sys.stdout.buffer, encoding="utf-8", newline="\n")
             stack.callback(out.detach)
         try:
-            translate_stream(translator, lines, out, decode_settings(cfg))
+            translate_stream(translator, lines, out, {**decode_settings(cfg),
+                                                      "src_lang": cfg.src_lang,
+                                                      "tgt_lang": cfg.tgt_lang})
         except BrokenPipeError:  # e.g. `nmt-translate ... | head`
             sys.stderr.close()
 

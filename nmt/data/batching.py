@@ -1,18 +1,19 @@
-"""Tokenized, memory-mapped splits and length-bucketed token batches.
+"""Tokenized, memory-mapped splits and padded batches.
 
 :func:`prepare_data` gives the tokenizer and the tokenized training and validation splits.
 A split is an Arrow IPC file under ``{cache_dir}/tokenized/`` named by a hash of the corpus
 bytes, the tokenizer and the filters (a second run skips tokenization, any change makes a
-new file), memory-mapped: only two length arrays per split live in Python memory.
-
-:class:`TokenBatchSampler` cuts an epoch into batches of at most ``batch_tokens`` padded
-positions, grouping pairs of similar length (Vaswani et al. 2017, section 5.1: "sentence
-pairs were batched together by approximate sequence length"). :func:`sample_split` gives
-an epoch's split with sampled segmentations (subword regularisation, Kudo 2018).
+new file), memory-mapped: only two length arrays per split live in Python memory. With
+several directions (``data.pairs``) the training split holds every direction, each pair's
+language tag at the id level (:func:`nmt.data.languages.add_tag`) and its direction (column
+``direction``), the texts untagged; validation is one split per direction. Which rows form
+a batch: :mod:`nmt.data.sampler`. :func:`sample_split` gives an epoch's split with sampled
+segmentations (subword regularisation, Kudo 2018).
 """
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import itertools
 import json
@@ -26,9 +27,17 @@ import numpy as np
 import pyarrow as pa
 import torch
 
-from nmt.config import ConfigError
 from nmt.data.corpus import CorpusError, iter_nonempty_pairs, iter_parallel, split_fingerprint
+from nmt.data.languages import (
+    add_tag,
+    directions,
+    is_multilingual,
+    lang_tag,
+    languages,
+    target_languages,
+)
 from nmt.data.links import links_fingerprint, piece_links, with_links
+from nmt.data.sampler import BatchShapes
 from nmt.data.tokenizer import Tokenizer, tokenizer_from_pairs
 from nmt.data.vocab import BOS_ID, EOS_ID, PAD_ID
 from nmt.runtime import atomic_path
@@ -42,6 +51,8 @@ _SCHEMA = pa.schema([("src_ids", pa.list_(pa.int32())), ("tgt_ids", pa.list_(pa.
                      ("src_text", pa.large_string()), ("tgt_text", pa.large_string())])
 # With data.alignments: per pair its subword links, flattened (target pos, source pos) pairs
 _SCHEMA_LINKS = _SCHEMA.append(pa.field("links", pa.list_(pa.int32())))
+_SCHEMA_DIRECTIONS = _SCHEMA.append(pa.field("direction", pa.int16()))   # index in data.pairs
+Tags = Sequence[tuple[int | None, int | None]]   # per direction: (source tag id, target tag id)
 
 
 @dataclass
@@ -104,59 +115,6 @@ def make_tgt_batch(tgt_ids: Sequence[Sequence[int]], device: torch.device | str 
     return tgt_in, _padded([[*t, EOS_ID] for t in tgt_ids], device)[0], mask
 
 
-@dataclass(frozen=True)
-class BatchShapes:
-    """Static batch shapes (``train.shape_buckets``), so that a compiled model and its CUDA
-    graphs see a few shapes, not one per batch: a batch whose longer side is ``w`` positions
-    (EOS included) is padded on both sides to ``L``, the first of ``lengths`` >= ``w``, and to
-    ``batch_tokens // L`` rows. :class:`TokenBatchSampler` cuts batches that fit."""
-
-    lengths: tuple[int, ...]   # ascending; the last >= the longest pair
-    batch_tokens: int
-
-    @classmethod
-    def fit(cls, src_lens: np.ndarray, tgt_lens: np.ndarray, buckets: int,
-            batch_tokens: int) -> BatchShapes:
-        """The ``buckets`` lengths (fewer if the pairs have fewer distinct widths) that pad
-        the pairs' longer sides least in total, ``sum_rows (L(w) - w)``: exact dynamic
-        programming over the distinct widths v_0 < ... < v_{n-1}, O(buckets * n^2)."""
-        vals, counts = np.unique(np.maximum(src_lens, tgt_lens), return_counts=True)
-        c, s = (np.concatenate(([0], np.cumsum(x))) for x in (counts, counts * vals))
-        # best[j]: least padding of the rows of widths v_0..v_j in m buckets, the last v_j;
-        # a bucket of v_i..v_j pads v_j * rows - sum of widths.
-        best, choices = vals * c[1:] - s[1:], []
-        for m in range(2, min(buckets, len(vals)) + 1):
-            new, choice = np.full(len(vals), np.inf), np.zeros(len(vals), np.int64)
-            for j in range(m - 1, len(vals)):
-                i = np.arange(m - 1, j + 1)      # the last bucket starts at v_i
-                total = best[i - 1] + vals[j] * (c[j + 1] - c[i]) - (s[j + 1] - s[i])
-                choice[j] = i[np.argmin(total)]
-                new[j] = total.min()
-            best = new
-            choices.append(choice)
-        j, lengths = len(vals) - 1, [int(vals[-1])]
-        for choice in reversed(choices):
-            j = int(choice[j]) - 1
-            lengths.append(int(vals[j]))
-        shapes = cls(tuple(sorted(lengths)), int(batch_tokens))
-        log.info("static batch shapes (rows x positions): %s",
-                 ", ".join(f"{r}x{n}" for r, n in map(shapes.shape, lengths)))
-        return shapes
-
-    def length(self, width: np.ndarray) -> np.ndarray:
-        """The padded length of batches whose longer side is ``width`` (int64 array)."""
-        k = np.searchsorted(self.lengths, width)
-        if np.any(k >= len(self.lengths)):
-            raise ValueError(f"a pair of {int(np.max(width))} positions is longer than the "
-                             f"longest static shape ({self.lengths[-1]})")
-        return np.asarray(self.lengths, dtype=np.int64)[k]
-
-    def shape(self, width: int) -> tuple[int, int]:
-        """``(rows, length)`` of a batch whose longer side is ``width`` positions."""
-        length = int(self.length(np.asarray(width)))
-        return self.batch_tokens // length, length
-
-
 def _pad_batch(batch: Batch, rows: int) -> Batch:
     """``batch`` grown to ``rows`` rows: PAD ids, targets PAD (no loss), the first source
     position unmasked (no attention row without keys, whose softmax would be NaN)."""
@@ -200,6 +158,9 @@ class TokenizedSplit:
         self.src_lens, self.tgt_lens = np.empty(n, np.int64), np.empty(n, np.int64)
         self._chunks: list[tuple[np.ndarray, ...]] = []
         self._links = [] if "links" in self._reader.schema.names else None  # (values, offsets)
+        self.directions = np.concatenate(   # [N] int64: each row's direction, or None
+            [rb.column("direction").to_numpy() for rb in batches]).astype(np.int64) \
+            if "direction" in self._reader.schema.names else None
         for rb, a, b in zip(batches, self._starts[:-1], self._starts[1:], strict=True):
             src, tgt = rb.column("src_ids"), rb.column("tgt_ids")
             s_off, t_off = src.offsets.to_numpy(), tgt.offsets.to_numpy()  # int32, zero-copy
@@ -298,23 +259,35 @@ def _list_array(ids: list[list[int]], keep: np.ndarray) -> pa.ListArray:
 
 def _record_batch(src_ids: list[list[int]], tgt_ids: list[list[int]], src_texts: Sequence[str],
                   tgt_texts: Sequence[str], keep: np.ndarray | None = None,
-                  links: list[list[int]] | None = None) -> pa.RecordBatch:
+                  links: list[list[int]] | None = None, dirs: np.ndarray | None = None
+                  ) -> pa.RecordBatch:
     """The pairs where ``keep`` (bool [N]; default all) is true, as an Arrow record batch
-    (with ``links``, flattened subword links per pair, the ``links`` column)."""
+    (with ``links``, flattened subword links per pair, the ``links`` column; with ``dirs``
+    [N], the ``direction`` column)."""
     keep = np.ones(len(src_ids), bool) if keep is None else keep
     columns = [_list_array(ids, keep) for ids in (src_ids, tgt_ids)]
     for texts in (src_texts, tgt_texts):
         columns.append(pa.array(list(texts), pa.large_string()).filter(pa.array(keep)))
     if links is not None:
         columns.append(_list_array(links, keep))
-    return pa.record_batch(columns, schema=_SCHEMA if links is None else _SCHEMA_LINKS)
+    if dirs is not None:
+        columns.append(pa.array(dirs[keep].astype(np.int16)))
+    schema = _SCHEMA_LINKS if links is not None else _SCHEMA if dirs is None else _SCHEMA_DIRECTIONS
+    return pa.record_batch(columns, schema=schema)
 
 
 def _tokenize_piece(piece: list[tuple], tokenizer: Tokenizer, max_len: int | None,
-                    max_len_ratio: float | None, stats: dict[str, int]) -> pa.RecordBatch:
-    """The pairs tokenized and filtered (:func:`write_pairs`); adds the counts to ``stats``."""
+                    max_len_ratio: float | None, stats: dict[str, int], tags: Tags | None = None
+                    ) -> pa.RecordBatch:
+    """The pairs tokenized, tagged and filtered (:func:`write_pairs`); adds the counts to
+    ``stats``."""
     src_t, tgt_t, *word_links = zip(*piece, strict=True)
     s_ids, t_ids = tokenizer.encode_src_batch(src_t), tokenizer.encode_tgt_batch(tgt_t)
+    dirs = None if tags is None else np.asarray(word_links.pop(), np.int64)
+    if dirs is not None:   # the tags join the lengths the filters see
+        s_ids, t_ids = ([ids if tags[d][side] is None else add_tag(ids, tags[d][side])
+                         for ids, d in zip(side_ids, dirs, strict=True)]
+                        for side, side_ids in enumerate((s_ids, t_ids)))
     ls, lt = _lengths(s_ids), _lengths(t_ids)
     keep = np.ones(len(ls), bool)
     if max_len is not None:
@@ -334,27 +307,29 @@ def _tokenize_piece(piece: list[tuple], tokenizer: Tokenizer, max_len: int | Non
                                               strict=True)]
         stats["unmatched"] = stats.get("unmatched", 0) + sum(x is None for x in links)
         links = [[] if x is None else x.ravel().tolist() for x in links]
-    return _record_batch(s_ids, t_ids, src_t, tgt_t, keep, links)
+    return _record_batch(s_ids, t_ids, src_t, tgt_t, keep, links, dirs)
 
 
 def write_pairs(path: str | Path, pairs: Iterable[tuple], tokenizer: Tokenizer,
                 max_len: int | None = None, max_len_ratio: float | None = None,
-                links: bool = False) -> dict[str, int]:
+                links: bool = False, tags: Tags | None = None) -> dict[str, int]:
     """Tokenize a stream of ``(source, target)`` texts into the Arrow file ``path`` (written
     only if the stream ends without error); returns ``{"pairs": kept, "too_long": n,
     "bad_ratio": n}``. Dropped (subwords, no EOS): a side longer than ``max_len``, or
     ``max(len) / max(min(len), 1) > max_len_ratio`` (None: no filter). Memory stays within
     one record batch of 100,000 pairs, tokenized 10,000 at a time. With ``links`` the stream
     holds ``(source, target, word links)`` (:func:`~nmt.data.links.with_links`) and the file
-    the subword links (``"unmatched"``: pairs whose words could not be matched, no links)."""
+    the subword links (``"unmatched"``: pairs whose words could not be matched, no links).
+    With ``tags`` (per direction its tag ids, :func:`tag_ids`) the stream holds
+    ``(source, target, direction)`` and the file the tagged ids and a ``direction`` column."""
     stats = {"pairs": 0, "too_long": 0, "bad_ratio": 0}
     stream, chunk_rows = iter(pairs), _CHUNK_ROWS
-    schema = _SCHEMA_LINKS if links else _SCHEMA
+    schema = _SCHEMA_LINKS if links else _SCHEMA if tags is None else _SCHEMA_DIRECTIONS
     with atomic_path(path) as tmp, pa.OSFile(str(tmp), "wb") as sink, \
             pa.ipc.new_file(sink, schema) as writer:
         pending = schema.empty_table()  # tokenized pairs not yet written
         for piece in iter(lambda: list(itertools.islice(stream, min(chunk_rows, _ENCODE_ROWS))), []):
-            kept = _tokenize_piece(piece, tokenizer, max_len, max_len_ratio, stats)
+            kept = _tokenize_piece(piece, tokenizer, max_len, max_len_ratio, stats, tags)
             pending = pa.concat_tables([pending, pa.Table.from_batches([kept])])
             while pending.num_rows >= chunk_rows:
                 writer.write_table(pending.slice(0, chunk_rows).combine_chunks())
@@ -396,76 +371,15 @@ def sample_split(split: TokenizedSplit, tokenizer: Tokenizer, alpha: float, nbes
     return TokenizedSplit(path)
 
 
-class TokenBatchSampler:
-    """Length-bucketed token batches, every row once per epoch: rows sorted by (source
-    length, target length) with random tie-breaking, cut greedily into batches with
-    ``B * max(S, T) <= batch_tokens`` (lengths with EOS), in shuffled order; all randomness
-    from ``np.random.default_rng((seed, epoch))``. ``shuffle=False``: sorted (validation).
-    With ``shapes`` rows are sorted by their static length first and a pair's width counts as
-    that length (``B * L <= batch_tokens``: every batch fits its :meth:`BatchShapes.shape`).
-    ConfigError when ``batch_tokens`` is smaller than the longest pair."""
-
-    def __init__(self, src_lens: np.ndarray, tgt_lens: np.ndarray, batch_tokens: int,
-                 shuffle: bool = True, seed: int = 0, shapes: BatchShapes | None = None):
-        self.src_lens = np.asarray(src_lens, dtype=np.int64)
-        self.tgt_lens = np.asarray(tgt_lens, dtype=np.int64)
-        self.batch_tokens, self.shuffle, self.seed = int(batch_tokens), bool(shuffle), int(seed)
-        self.shapes = shapes
-        longest = int(np.maximum(self.src_lens, self.tgt_lens).max(initial=0))
-        if longest > self.batch_tokens:
-            raise ConfigError(f"train.batch_tokens={self.batch_tokens} is smaller than the longest "
-                              f"pair ({longest} tokens): raise it or lower data.max_len.")
-
-    def batches(self, epoch: int = 0) -> list[np.ndarray]:
-        """The batches of ``epoch``: int64 row-index arrays."""
-        n = len(self.src_lens)
-        if n == 0:
-            return []
-        width = np.maximum(self.src_lens, self.tgt_lens)
-        keys = (self.tgt_lens, self.src_lens)
-        if self.shapes is not None:     # sorted by static length first: batches of one shape
-            width = self.shapes.length(width)
-            keys += (width,)
-        if self.shuffle:
-            rng = np.random.default_rng((self.seed, int(epoch)))
-            keys = (rng.random(n), *keys)
-        order = np.lexsort(keys)
-        width = width[order].tolist()
-        cuts, start, cur, limit = [], 0, 0, self.batch_tokens
-        for i, w in enumerate(width):
-            m = cur if cur > w else w
-            if (i - start + 1) * m > limit:
-                cuts.append(i)
-                start, cur = i, w
-            else:
-                cur = m
-        out = np.split(order.astype(np.int64), cuts)
-        if self.shuffle:
-            out = [out[k] for k in rng.permutation(len(out))]
-            log.info("epoch %d: %d batches, %.1f%% of their positions padding", epoch, len(out),
-                     100 * self.padding(out))
-        return out
-
-    def padding(self, batches: Sequence[np.ndarray]) -> float:
-        """The share of padding among the positions of ``batches`` as collated, both sides:
-        ``B * (max S + max T)`` per batch, with ``shapes`` ``2 * rows * L``."""
-        real = padded = 0
-        for idx in batches:
-            s, t = self.src_lens[idx], self.tgt_lens[idx]
-            real += int(s.sum()) + int(t.sum())
-            if self.shapes is None:
-                padded += len(idx) * (int(s.max()) + int(t.max()))
-            else:
-                rows, length = self.shapes.shape(max(int(s.max()), int(t.max())))
-                padded += 2 * rows * length
-        return 1.0 - real / max(padded, 1)
-
-
 @dataclass
 class PreparedData:
     tokenizer: Tokenizer
     train: TokenizedSplit
-    valid: TokenizedSplit
+    valids: dict[str, TokenizedSplit]   # per direction "src-tgt", in data.pairs order
+
+    @property
+    def valid(self) -> TokenizedSplit:   # the first direction's (a bilingual run's only one)
+        return next(iter(self.valids.values()))
 
 
 def _key(*parts: Any) -> str:
@@ -473,32 +387,62 @@ def _key(*parts: Any) -> str:
                                      default=str).encode()).hexdigest()[:24]
 
 
-def load_split(data_cfg: Any, split: str, tokenizer: Tokenizer) -> TokenizedSplit:
-    """A split tokenized without filtering (validation, test), cached like training."""
-    path = Path(str(data_cfg.cache_dir)) / "tokenized" / \
-        f"{split}-{_key(split_fingerprint(data_cfg, split), tokenizer.fingerprint)}.arrow"
+def tag_ids(data_cfg: Any, tokenizer: Tokenizer) -> list[tuple[int | None, int | None]
+                                                                  ] | None:
+    """Per direction of ``data_cfg`` (:func:`~nmt.data.languages.directions`) the ids of its
+    ``(source-side, target-side)`` tag by ``data.lang_tag``, one of them None; None for a
+    bilingual model. ConfigError: a tag missing from the tokenizer (``Tokenizer.tag_id``)."""
+    if not is_multilingual(data_cfg):
+        return None
+    side = int(data_cfg.lang_tag == "target")
+    return [tuple(tokenizer.tag_id(tgt) if k == side else None for k in (0, 1))
+            for _, tgt in directions(data_cfg)]
+
+
+def load_split(data_cfg: Any, split: str, tokenizer: Tokenizer, direction: int = 0
+               ) -> TokenizedSplit:
+    """A split tokenized without filtering (validation, test), cached like training; of a
+    multilingual config, its ``direction``-th direction, tagged."""
+    tags, pair = tag_ids(data_cfg, tokenizer), directions(data_cfg)[direction]
+    fingerprint = [split_fingerprint(data_cfg, split, pair), tokenizer.fingerprint]
+    fingerprint += [] if tags is None else [str(data_cfg.lang_tag)]
+    path = Path(str(data_cfg.cache_dir)) / "tokenized" / f"{split}-{_key(*fingerprint)}.arrow"
     if path.is_file():
         log.info("%s: token cache hit %s", split, path)
     else:
-        stats = write_pairs(path, iter_parallel(data_cfg, split), tokenizer)
-        log.info("%s: tokenized %d pairs -> %s", split, stats["pairs"], path)
+        pairs = iter_parallel(data_cfg, split, pair)
+        pairs = pairs if tags is None else ((s, t, direction) for s, t in pairs)
+        stats = write_pairs(path, pairs, tokenizer, tags=tags)
+        log.info("%s %s: tokenized %d pairs -> %s", split, "-".join(pair), stats["pairs"], path)
     return TokenizedSplit(path)
 
 
-def training_pairs(data_cfg: Any, report: bool = True, links: str | None = None
-                   ) -> Iterator[tuple]:
-    """The first ``data.max_train_pairs`` pairs of ``data.train_split`` but the empty ones
-    (their number logged when ``report``). The rest is still read, so a broken corpus is a
-    :class:`CorpusError` whatever the cap. With ``links`` (a Pharaoh file, one line per pair,
-    the first ``max_train_pairs`` lines read) ``(source, target, word links)`` triples."""
-    pairs = iter_parallel(data_cfg, str(data_cfg.train_split))
+def training_pairs(data_cfg: Any, report: bool = True, links: str | None = None,
+                   direction: tuple[str, str] | None = None) -> Iterator[tuple]:
+    """The first ``data.max_train_pairs`` pairs of ``data.train_split`` (in ``direction``,
+    default the config's) but the empty ones (their number logged when ``report``). The rest
+    is still read, so a broken corpus is a :class:`CorpusError` whatever the cap. With
+    ``links`` (a Pharaoh file, one line per pair, the first ``max_train_pairs`` lines read)
+    ``(source, target, word links)`` triples."""
+    pairs = iter_parallel(data_cfg, str(data_cfg.train_split), direction)
     if data_cfg.max_train_pairs is not None:
         head = itertools.islice(pairs, int(data_cfg.max_train_pairs))
         pairs = itertools.chain(head if links is None else with_links(head, links, whole=False),
                                 filter(lambda _: False, pairs))
     elif links is not None:
         pairs = with_links(pairs, links)
-    return iter_nonempty_pairs(pairs, where=str(data_cfg.train_split), report=report)
+    where = str(data_cfg.train_split) + ("" if direction is None else " " + "-".join(direction))
+    return iter_nonempty_pairs(pairs, where=where, report=report)
+
+
+def _language_texts(data_cfg: Any) -> dict[str, Callable[[], Iterator[str]]]:
+    """Per language, a function streaming its training sentences from every direction."""
+    def texts(lang: str) -> Iterator[str]:
+        for pair in directions(data_cfg):
+            if lang in pair:
+                side = pair.index(lang)
+                yield from (p[side] for p in training_pairs(data_cfg, False, direction=pair))
+    return {lang: functools.partial(texts, lang) for lang in languages(data_cfg)}
 
 
 def prepare_data(data_cfg: Any, tokenizer: Tokenizer | None = None) -> PreparedData:
@@ -506,23 +450,35 @@ def prepare_data(data_cfg: Any, tokenizer: Tokenizer | None = None) -> PreparedD
     ``tokenizer`` (fine-tuning's, or ``data.tokenizer.model``'s) is used as it is; else one is
     trained on :func:`training_pairs` (or found in the cache). Only training pairs are length
     filtered. The corpus is streamed: one pass hashes its bytes (the cache key, all a cache
-    hit reads), one samples the tokenizer's sentences, one tokenizes it into the cache."""
-    cache, split = Path(str(data_cfg.cache_dir)), str(data_cfg.train_split)
-    train_id = _key(split_fingerprint(data_cfg, split), data_cfg.max_train_pairs)
+    hit reads), one samples the tokenizer's sentences, one tokenizes it into the cache. With
+    several directions, the tokenizer is multilingual (a sample balanced across languages,
+    the target languages' tags) and the training split holds every direction, in turn."""
+    cache, split, pairs = Path(str(data_cfg.cache_dir)), str(data_cfg.train_split), \
+        directions(data_cfg)
+    fingerprints = [split_fingerprint(data_cfg, split, pair) for pair in pairs]
+    train_id = _key(fingerprints[0] if len(pairs) == 1 else fingerprints, data_cfg.max_train_pairs)
+    multi = len(pairs) > 1
     if tokenizer is None:
         tokenizer = tokenizer_from_pairs(
             data_cfg.tokenizer, str(data_cfg.src_lang), str(data_cfg.tgt_lang),
-            lambda: training_pairs(data_cfg, report=False), cache, train_id)
+            lambda: training_pairs(data_cfg, report=False), cache, train_id,
+            _language_texts(data_cfg) if multi else None,
+            [lang_tag(lang) for lang in target_languages(data_cfg)])
     max_len, ratio = int(data_cfg.max_len), float(data_cfg.max_len_ratio)
     links = data_cfg.get("alignments")  # guided alignment's word links: key and column
     linked = [] if links is None else [links_fingerprint(links)]
+    linked += [str(data_cfg.lang_tag)] if multi else []
     key = _key(train_id, tokenizer.fingerprint, max_len, ratio, *linked)
     path = cache / "tokenized" / f"{split}-{key}.arrow"
+    tags = tag_ids(data_cfg, tokenizer)
     if path.is_file():
         log.info("%s: token cache hit %s", split, path)
     else:
-        stats = write_pairs(path, training_pairs(data_cfg, links=links), tokenizer, max_len,
-                            ratio, links=links is not None)
+        stream = training_pairs(data_cfg, links=links) if not multi else itertools.chain.from_iterable(
+            ((s, t, k) for s, t in training_pairs(data_cfg, direction=pair))
+            for k, pair in enumerate(pairs))
+        stats = write_pairs(path, stream, tokenizer, max_len, ratio, links=links is not None,
+                            tags=tags)
         log.info("%s: %d pairs kept; dropped %d longer than max_len=%d and %d with length ratio "
                  "> %g -> %s", split, stats["pairs"], stats["too_long"], max_len,
                  stats["bad_ratio"], ratio, path)
@@ -533,5 +489,6 @@ def prepare_data(data_cfg: Any, tokenizer: Tokenizer | None = None) -> PreparedD
             path.unlink()
             raise CorpusError(f"{split}: no training pair is left after the length filters "
                               f"(data.max_len={max_len}, data.max_len_ratio={ratio}).")
-    valid = load_split(data_cfg, str(data_cfg.valid_split), tokenizer)
-    return PreparedData(tokenizer, TokenizedSplit(path), valid)
+    valids = {"-".join(pair): load_split(data_cfg, str(data_cfg.valid_split), tokenizer, k)
+              for k, pair in enumerate(pairs)}
+    return PreparedData(tokenizer, TokenizedSplit(path), valids)

@@ -1,6 +1,6 @@
 """Reading parallel corpora (``data.format``): line-aligned files ``{root}/{split}.{lang}``
 (``text``, Multi30k's layout), ``{root}/{split}.tsv`` of ``source<TAB>target`` lines
-(``tsv``), or a Hugging Face ``DatasetDict`` (``hf``: a ``save_to_disk`` directory or a hub
+(``tsv``; with several ``data.pairs`` one ``{split}.{src}-{tgt}.tsv`` per direction), or a Hugging Face ``DatasetDict`` (``hf``: a ``save_to_disk`` directory or a hub
 name) with a ``translation: {lang: text}`` column or one column per language.
 
 Every reader streams raw text, so memory does not grow with the corpus. Bad input raises
@@ -142,11 +142,19 @@ def iter_hf(root: str, split: str, src_lang: str, tgt_lang: str,
             yield s, t
 
 
-def split_paths(data_cfg: Any, split: str) -> list[Path]:
-    """The files a ``text`` or ``tsv`` split is read from ([] for ``hf``), checked to exist."""
-    root = Path(str(data_cfg.root))
-    paths = {"text": [root / f"{split}.{data_cfg.src_lang}", root / f"{split}.{data_cfg.tgt_lang}"],
-             "tsv": [root / f"{split}.tsv"]}.get(data_cfg.format, [])
+def _direction(data_cfg: Any, direction: tuple[str, str] | None) -> tuple[str, str]:
+    return direction or (str(data_cfg.src_lang), str(data_cfg.tgt_lang))
+
+
+def split_paths(data_cfg: Any, split: str, direction: tuple[str, str] | None = None) -> list[Path]:
+    """The files a ``text`` or ``tsv`` split is read from ([] for ``hf``), checked to exist:
+    ``{split}.{src}`` and ``{split}.{tgt}``, or ``{split}.tsv``; with several ``data.pairs``
+    one TSV per direction, ``{split}.{src}-{tgt}.tsv``. ``direction``: (src, tgt), default
+    ``data.src_lang``, ``data.tgt_lang``."""
+    root, (src, tgt) = Path(str(data_cfg.root)), _direction(data_cfg, direction)
+    tsv = f"{split}.{src}-{tgt}.tsv" if len(data_cfg.get("pairs") or ()) > 1 else f"{split}.tsv"
+    paths = {"text": [root / f"{split}.{src}", root / f"{split}.{tgt}"],
+             "tsv": [root / tsv]}.get(data_cfg.format, [])
     for path in paths:
         if not path.exists():
             raise CorpusError(f"{path}: file not found (split {split!r}, data.root={root}): "
@@ -156,22 +164,25 @@ def split_paths(data_cfg: Any, split: str) -> list[Path]:
     return paths
 
 
-def iter_parallel(data_cfg: Any, split: str) -> Iterator[tuple[str, str]]:
-    """``(source, target)`` of each pair of split ``split``, raw; a missing file raises
-    :class:`CorpusError` at the call, other errors when read."""
+def iter_parallel(data_cfg: Any, split: str, direction: tuple[str, str] | None = None
+                  ) -> Iterator[tuple[str, str]]:
+    """``(source, target)`` of each pair of split ``split`` in ``direction`` (default
+    ``data.src_lang`` -> ``data.tgt_lang``), raw; a missing file raises :class:`CorpusError`
+    at the call, other errors when read."""
     if data_cfg.format == "hf":
-        return iter_hf(str(data_cfg.root), split, data_cfg.src_lang, data_cfg.tgt_lang)
-    return (iter_text_pair if data_cfg.format == "text" else iter_tsv)(*split_paths(data_cfg, split))
+        return iter_hf(str(data_cfg.root), split, *_direction(data_cfg, direction))
+    return (iter_text_pair if data_cfg.format == "text" else iter_tsv)(
+        *split_paths(data_cfg, split, direction))
 
 
-def split_fingerprint(data_cfg: Any, split: str) -> str:
-    """sha256 of a split's content, the key of its caches: its files' bytes (``text``,
-    ``tsv``) or the dataset's own fingerprint (``hf``)."""
-    h = hashlib.sha256(f"{data_cfg.format}|{split}|{data_cfg.src_lang}|{data_cfg.tgt_lang}".encode())
+def split_fingerprint(data_cfg: Any, split: str, direction: tuple[str, str] | None = None) -> str:
+    """sha256 of a split's content in ``direction`` (as :func:`iter_parallel`), the key of its
+    caches: its files' bytes (``text``, ``tsv``) or the dataset's own fingerprint (``hf``)."""
+    h = hashlib.sha256("|".join([data_cfg.format, split, *_direction(data_cfg, direction)]).encode())
     if data_cfg.format == "hf":
         h.update(str(getattr(_load_hf(str(data_cfg.root), split), "_fingerprint", "")).encode())
         return h.hexdigest()
-    for path in split_paths(data_cfg, split):
+    for path in split_paths(data_cfg, split, direction):
         try:
             with open(path, "rb") as f:
                 while chunk := f.read(1 << 20):

@@ -20,7 +20,7 @@ import random
 import re
 import sys
 import threading
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +30,7 @@ import sentencepiece as spm
 from nmt.checkpoint import CheckpointError
 from nmt.config import ConfigError
 from nmt.data.corpus import CorpusError
+from nmt.data.languages import lang_tag
 from nmt.data.vocab import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 from nmt.runtime import atomic_path
 
@@ -104,6 +105,17 @@ class Tokenizer:
         if "error" in out:
             raise out["error"]
         return out["src"], out["tgt"]
+
+    def tag_id(self, lang: str) -> int:
+        """The id of target-language tag ``<2lang>`` (a user-defined symbol of the joint
+        model, :mod:`nmt.data.languages`); ConfigError naming the tags it has otherwise."""
+        piece, index = lang_tag(lang), self._src.piece_to_id(lang_tag(lang))
+        if index == UNK_ID or self._src.id_to_piece(index) != piece:
+            tags = [p for p in map(self._src.id_to_piece, range(self.src_vocab_size))
+                    if p.startswith("<2") and p.endswith(">")]
+            raise ConfigError(f"the tokenizer has no {piece} tag; it has "
+                              f"{', '.join(tags) or 'none (a bilingual model)'}.")
+        return index
 
     def decode_tgt(self, ids: Iterable[int]) -> str:
         """Target ids -> detokenised text; PAD and BOS are skipped, the first EOS ends it."""
@@ -195,17 +207,36 @@ def sample_pairs(pairs: Iterable[tuple[str, str]], k: int, seed: int = SAMPLE_SE
     return [pair for pair, _ in reservoir], next(counter)
 
 
+def sample_languages(streams: Mapping[str, Callable[[], Iterable[str]]], k: int) -> list[str]:
+    """A sample balanced across languages: per language (sorted) a seeded uniform sample
+    (:func:`sample_pairs`) of ``k`` of its distinct sentences (a language on the side of
+    several directions, e.g. Multi30k's English, counts each sentence once; 8 bytes of memory
+    per distinct sentence), concatenated. ``streams``: language -> a function streaming its
+    sentences."""
+    out: list[str] = []
+    for lang in sorted(streams):
+        seen: set[bytes] = set()
+        keyed = ((t, hashlib.blake2b(t.encode(), digest_size=8).digest()) for t in streams[lang]())
+        distinct = (t for t, key in keyed if key not in seen and not seen.add(key))  # add: None
+        sample, total = sample_pairs(distinct, k)
+        log.info("tokenizer: %d of %d distinct %s sentences", len(sample), total, lang)
+        out += sample
+    return out
+
+
 def train_sentencepiece(texts: Sequence[str], model_type: str, vocab_size: int,
-                        character_coverage: float) -> bytes:
+                        character_coverage: float, symbols: Sequence[str] = ()) -> bytes:
     """The bytes of a SentencePiece model trained on all of ``texts``, in order (about 1.4 KB
-    of memory per sentence). ``vocab_size`` is a soft limit: a small corpus gives a smaller
-    vocabulary (logged). ConfigError when SentencePiece rejects the settings, e.g. a
-    ``vocab_size`` below the number of characters (names the smallest that works)."""
+    of memory per sentence), ``symbols`` (language tags) as user-defined pieces that are never
+    split. ``vocab_size`` is a soft limit: a small corpus gives a smaller vocabulary (logged).
+    ConfigError when SentencePiece rejects the settings, e.g. a ``vocab_size`` below the
+    number of characters (names the smallest that works)."""
     if not any(t.strip() for t in texts):
         raise CorpusError("cannot train a tokenizer: the training texts are all empty.")
     out = io.BytesIO()
+    extra = {"user_defined_symbols": list(symbols)} if symbols else {}
     try:
-        spm.SentencePieceTrainer.train(
+        spm.SentencePieceTrainer.train(**extra,
             sentence_iterator=iter(texts), model_writer=out, model_type=model_type,
             vocab_size=vocab_size, character_coverage=character_coverage,
             pad_id=PAD_ID, unk_id=UNK_ID, bos_id=BOS_ID, eos_id=EOS_ID,
@@ -238,18 +269,24 @@ def train_sentencepiece(texts: Sequence[str], model_type: str, vocab_size: int,
 
 def tokenizer_from_pairs(tok_cfg: Any, src_lang: str, tgt_lang: str,
                          pairs: Callable[[], Iterable[tuple[str, str]]], cache_dir: str | Path,
-                         data_hash: str) -> Tokenizer:
+                         data_hash: str, languages: Mapping[str, Callable[[], Iterable[str]]]
+                         | None = None, tags: Sequence[str] = ()) -> Tokenizer:
     """The tokenizer of the ``data.tokenizer`` settings ``tok_cfg`` for the training pairs
     that ``pairs()`` streams and ``data_hash`` identifies: from
     ``{cache_dir}/tokenizers/{sha256(settings, data_hash)}/``, else trained and cached.
 
     Training reads the stream once and keeps a seeded sample (:func:`sample_pairs`) of
     ``input_sentence_size`` pairs, half as many for a joint model (both sides of each), so
-    each model trains on at most ``input_sentence_size`` sentences."""
+    each model trains on at most ``input_sentence_size`` sentences. A multilingual model
+    (``languages``: language -> its sentences; a joint ``tok_cfg``) trains instead on
+    :func:`sample_languages`, ``input_sentence_size`` sentences in all, with the language
+    ``tags`` (Johnson et al. 2017, sec. 3) as user-defined symbols; both join the key."""
     settings = {"type": str(tok_cfg.type), "vocab_size": int(tok_cfg.vocab_size),
                 "character_coverage": float(tok_cfg.character_coverage),
                 "joint": bool(tok_cfg.joint), "input_sentence_size": int(tok_cfg.input_sentence_size),
                 "src_lang": src_lang, "tgt_lang": tgt_lang}
+    if languages:
+        settings.update(languages=sorted(languages), tags=list(tags))
     key = hashlib.sha256(json.dumps({"v": TOKENIZER_VERSION, "settings": settings,
                                      "data": data_hash}, sort_keys=True).encode()).hexdigest()[:24]
     final = Path(cache_dir) / "tokenizers" / key
@@ -258,18 +295,20 @@ def tokenizer_from_pairs(tok_cfg: Any, src_lang: str, tgt_lang: str,
         return Tokenizer.load(final)
 
     size = settings["input_sentence_size"]
-    sample, total = sample_pairs(pairs(), max(1, size // 2) if settings["joint"] else size)
-    src_texts, tgt_texts = [s for s, _ in sample], [t for _, t in sample]
-    del sample
-    if len(src_texts) < total:
-        log.info("tokenizer: training on a sample of %d of %d pairs "
-                 "(data.tokenizer.input_sentence_size=%d)", len(src_texts), total, size)
     args = (settings["type"], settings["vocab_size"], settings["character_coverage"])
-    if settings["joint"]:
-        tokenizer = Tokenizer(train_sentencepiece(src_texts + tgt_texts, *args), None, settings)
+    if languages:
+        texts = sample_languages(languages, max(1, size // len(languages)))
+        tokenizer = Tokenizer(train_sentencepiece(texts, *args, symbols=tags), None, settings)
     else:
-        tokenizer = Tokenizer(train_sentencepiece(src_texts, *args),
-                              train_sentencepiece(tgt_texts, *args), settings)
+        sample, total = sample_pairs(pairs(), max(1, size // 2) if settings["joint"] else size)
+        src_texts, tgt_texts = [s for s, _ in sample], [t for _, t in sample]
+        del sample
+        if len(src_texts) < total:
+            log.info("tokenizer: training on a sample of %d of %d pairs "
+                     "(data.tokenizer.input_sentence_size=%d)", len(src_texts), total, size)
+        tokenizer = Tokenizer(train_sentencepiece(src_texts + tgt_texts, *args), None, settings) \
+            if settings["joint"] else Tokenizer(train_sentencepiece(src_texts, *args),
+                                                train_sentencepiece(tgt_texts, *args), settings)
     try:
         with atomic_path(final, directory=True) as tmp:
             tokenizer.save(tmp)

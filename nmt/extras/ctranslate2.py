@@ -25,6 +25,8 @@ output projection                  ``decoder.projection``
 :class:`CTranslate2Translator` decodes with our conventions (batches, scores, length penalty,
 per-sentence maximum length; PAD and BOS never produced), so its best translation is the
 PyTorch engine's: ``docs/ctranslate2.md`` shows why, and where n-best lists and samples differ.
+A multilingual model's source-side language tag is one more source piece, a target-side one
+(``data.lang_tag=target``) CTranslate2's ``target_prefix``: ``tgt_lang`` works as in PyTorch.
 """
 
 from __future__ import annotations
@@ -254,12 +256,16 @@ class CTranslate2Translator(TranslatorBase):
     def _search(self, engine, batch: list[list[int]], settings: dict, sampling: dict | None
                 ) -> list[list[Hypothesis]]:
         """One length-sorted batch (source ids, no EOS, none empty) -> hypotheses per sentence;
-        ``engine``: a ``ctranslate2.Translator``."""
-        limits = self._max_lengths(batch, settings)
+        ``engine``: a ``ctranslate2.Translator``. A target-side tag (``settings["first_token"]``)
+        is CTranslate2's ``target_prefix``, rescored with the output and cut as in ours."""
+        first = settings.get("first_token")
+        prefix = [] if first is None else [self._tgt_pieces[first]]
+        limits = [n + len(prefix) for n in self._max_lengths(batch, settings)]
         k, alpha = int(settings["beam_size"]), float(settings["length_penalty"])
         options: dict[str, Any] = dict(
             max_decoding_length=min(max(limits) + 1, self.max_positions), min_decoding_length=0,
-            max_input_length=0, return_scores=True, return_end_token=True, return_attention=True)
+            max_input_length=0, return_scores=True, return_end_token=True, return_attention=True,
+            **({"target_prefix": [prefix] * len(batch)} if prefix else {}))
         if sampling is not None:
             greedy = sampling["temperature"] == 0
             options.update(beam_size=1, length_penalty=0,
@@ -310,18 +316,19 @@ class CTranslate2Translator(TranslatorBase):
                     continue
                 ended = bool(tokens) and tokens[-1] == "</s>"
                 n = len(tokens) - ended
-                exact = ended and n <= limit and not (rescore_all or b in again)
+                exact = ended and n <= limit and not (rescore_all or b in again or prefix)
                 n = min(n, limit)   # longer than this sentence allows: cut, EOS forced
-                ids = [self._tgt_ids[t] for t in tokens[:n]]
-                align = np.asarray(attention[: n + 1], dtype=np.float32)[:, :s_len]
-                if first_rows is not None:
+                ids = [self._tgt_ids[t] for t in tokens[len(prefix):n]]
+                align = np.asarray(attention[len(prefix): n + 1], dtype=np.float32)[:, :s_len]
+                if first_rows is not None and not prefix:
                     align[0] = first_rows[b][:s_len]
                 hyps.append([ids, float(score) if exact else None, np.ascontiguousarray(align)])
                 if not exact:
                     pending.append((b, len(hyps) - 1))
             raw.append(hyps)
         forced = engine.score_batch([sources[b] for b, _ in pending],
-                                    [[self._tgt_pieces[i] for i in raw[b][h][0]] for b, h in pending],
+                                    [prefix + [self._tgt_pieces[i] for i in raw[b][h][0]]
+                                     for b, h in pending],
                                     max_input_length=0)
         for (b, h), f in zip(pending, forced, strict=True):
             raw[b][h][1] = float(sum(f.log_probs))
@@ -329,7 +336,7 @@ class CTranslate2Translator(TranslatorBase):
         for hyps in raw:
             unique: dict[tuple, Hypothesis] = {}    # of equal outputs, the first
             for ids, logprob, align in hyps:
-                score = logprob / length_penalty_factor(float(len(ids) + 1), alpha)
+                score = logprob / length_penalty_factor(float(len(ids) + 1 + len(prefix)), alpha)
                 unique.setdefault(tuple(ids), Hypothesis(tokens=ids, score=score, alignment=align))
             # sorted is stable: CTranslate2's order on ties
             out.append(sorted(unique.values(), key=lambda h: -h.score)[:n_keep])

@@ -5,7 +5,8 @@
 
 Endpoints (the OpenAPI page ``/docs`` documents their fields):
 
-``POST /v1/translate``  ``{"text": [...], "beam_size", "n_best", "length_penalty", "alignment"}``
+``POST /v1/translate``  ``{"text": [...], "beam_size", "n_best", "length_penalty", "alignment",
+                        "tgt_lang"}`` (``tgt_lang``: a multilingual model's target language)
                         -> ``{"translations": [...]}``, per sentence in order its
                         ``translation``, ``score``, ``tokens`` (subwords, ``</s>`` last) and
                         ``n_best``; with ``alignment`` also ``src_tokens``, ``alignment`` (the
@@ -14,7 +15,7 @@ Endpoints (the OpenAPI page ``/docs`` documents their fields):
                         argmax over the alignment) and ``view`` (the viewer's record,
                         :func:`nmt.extras.viewer.page_data`, every layer and head where the
                         engine gives them, plus ``marks``: the heatmap cells of the links).
-``GET /v1/model``       languages, model config, parameters, tokenizer (no file paths), and
+``GET /v1/model``       languages and ``directions``, model config, parameters, tokenizer (no file paths), and
                         ``scores.json`` if one lies beside the checkpoint (or in the export
                         directory).
 ``GET /health``         ``{"status": "ok"}``; with the API key (or on a server without one)
@@ -74,12 +75,13 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from nmt.config import ConfigError, to_plain
 from nmt.evaluation.alignments import Alignment
 from nmt.extras.viewer import attention_page, page_data
-from nmt.extras.word_alignment import ForcedAlignment, word_ids, word_link_cells, word_links
+from nmt.extras.word_alignment import ForcedAlignment, piece_words, word_link_cells, word_links
 from nmt.inference.search import max_output_lengths
+from nmt.inference.translator import direction_tags
 from nmt.models import build_model
 
 log = logging.getLogger("nmt.serve")
-Key = tuple  # (beam_size, n_best, length_penalty, alignment): requests batched together share it
+Key = tuple  # (beam_size, n_best, length_penalty, alignment, tgt_lang): a batch shares it
 
 
 def is_out_of_memory(err: BaseException) -> bool:
@@ -303,7 +305,7 @@ def pharaoh_links(result) -> set[tuple[int, int]]:
     :func:`~nmt.extras.word_alignment.word_links` (argmax, no shift) of its alignment
     [len(tokens), len(src_tokens)]."""
     src, tgt = result.src_tokens[:-1], result.tokens[:-1]
-    src_words, tgt_words = word_ids(src), word_ids(tgt)
+    src_words, tgt_words = piece_words(src), piece_words(tgt)
     item = ForcedAlignment(src, tgt, src_words, tgt_words, len(set(src_words)),
                            len(set(tgt_words)), np.asarray(result.alignment)[None, None])
     return word_links(item)
@@ -341,7 +343,8 @@ def model_info(translator, cfg: DictConfig) -> dict:
     except (OSError, ValueError):
         scores = None
     data = train_cfg.data
-    return {"src_lang": data.src_lang, "tgt_lang": data.tgt_lang, "engine": str(cfg.engine),
+    return {"src_lang": data.src_lang, "tgt_lang": data.tgt_lang, "languages": translator.languages,
+            "directions": [f"{s}-{t}" for s, t in translator.directions], "engine": str(cfg.engine),
             "model": to_plain(train_cfg.model),
             "parameters": sum(p.numel() for p in {id(p): p for p in model.parameters()}.values()),
             "tokenizer": {**{k: v for k, v in to_plain(data.tokenizer).items() if k != "model"},
@@ -439,6 +442,7 @@ def create_app(translator, cfg: DictConfig) -> FastAPI:
         n_best: Annotated[int, Field(ge=1)] = int(cfg.n_best)
         length_penalty: Annotated[float, Field(ge=0, allow_inf_nan=False)] = float(cfg.length_penalty)
         alignment: bool = False
+        tgt_lang: str = str(translator.config.data.tgt_lang)
 
         @model_validator(mode="after")
         def _check(self):
@@ -462,9 +466,9 @@ def create_app(translator, cfg: DictConfig) -> FastAPI:
         translations: list[Sentence]
 
     def decode(sentences: list[str], key: Key) -> list[str]:   # JSON made here, off the loop
-        beam_size, n_best, length_penalty, alignment = key
+        beam_size, n_best, length_penalty, alignment, tgt_lang = key
         results = translator.translate(sentences, beam_size=beam_size, n_best=n_best,
-                                       length_penalty=length_penalty, **search,
+                                       length_penalty=length_penalty, **search, tgt_lang=tgt_lang,
                                        return_attention=alignment and translator.all_attention)
         return [json.dumps(translation_json(r, alignment), ensure_ascii=False, allow_nan=False)
                 for r in results]
@@ -495,7 +499,7 @@ def create_app(translator, cfg: DictConfig) -> FastAPI:
               **({401: "missing or wrong API key (Authorization: Bearer <key>)"} if keyed else {}),
               413: "the body is over serve.max_body_bytes, or the request's decoding work over "
                    "serve.max_request_work",
-              422: "a field is missing, mistyped or out of range",
+              422: "a field is missing, mistyped or out of range (a tgt_lang the model lacks)",
               500: "an internal error (see the server log)",
               503: "the queue is full (serve.max_queue_sentences), the server is stopping, or "
                    "it ran out of memory: retry after Retry-After seconds"}
@@ -539,7 +543,12 @@ def create_app(translator, cfg: DictConfig) -> FastAPI:
                                f"takes at most {limits.max_request_work} per request "
                                "(serve.max_request_work): send fewer or shorter sentences or a "
                                "smaller beam_size.")
-        key = (request.beam_size, request.n_best, request.length_penalty, request.alignment)
+        try:
+            direction_tags(translator.config, translator.tokenizer, None, request.tgt_lang)
+        except ConfigError as err:
+            return _error(422, f"tgt_lang: {err}")
+        key = (request.beam_size, request.n_best, request.length_penalty, request.alignment,
+               request.tgt_lang)
         try:
             future = app.state.batcher.submit(request.text, key, work)
         except Overloaded as err:
@@ -570,7 +579,8 @@ def create_app(translator, cfg: DictConfig) -> FastAPI:
                                    if batcher is not None and key_ok(credentials) else {})}
 
     page = attention_page([], f"nmt-serve: {info['src_lang']} \u2192 {info['tgt_lang']}",
-                          serve={"beam_size": int(cfg.beam_size), "key": keyed})
+                          serve={"beam_size": int(cfg.beam_size), "key": keyed, "tgt_lang":
+                                 info["tgt_lang"], "targets": sorted({t for _, t in translator.directions})})
 
     @app.get("/", response_class=HTMLResponse, include_in_schema=False)
     async def index() -> HTMLResponse:

@@ -54,7 +54,8 @@ def page_data(items: Sequence[tuple[int, Alignment]]) -> list[dict]:
 def attention_page(items: Sequence[tuple[int, Alignment]], title: str = "attention",
                    serve: dict | None = None) -> str:
     """The whole HTML page for ``items`` (sentence number, :class:`Alignment`), at least one;
-    with ``serve`` (``{"beam_size": default, "key": whether /v1 needs an API key}``) the
+    with ``serve`` (``{"beam_size": default, "key": whether /v1 needs an API key,
+    "tgt_lang": default, "targets": the model's target languages}``) the
     ``nmt-serve`` page instead: a text box whose translations (``POST /v1/translate`` with
     ``alignment``, records as :func:`page_data`'s plus ``translation``, ``links`` and
     ``marks``) are added to the sentences; ``#text=...&go=1`` fills in and submits it."""

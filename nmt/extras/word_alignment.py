@@ -14,11 +14,14 @@ their subwords are; two directions combine by Koehn's heuristics, scored by AER:
 
 A link is ``(src, tgt)``, 0-based, source first whatever the model's direction; an
 alignment is a set of links. Pharaoh format: a line of links ``i-j`` per sentence pair
-(gold files mark possible links ``ipj``); words are the text's whitespace tokens.
+(gold files mark possible links ``ipj``); words are the text's whitespace tokens. A
+multilingual model's language tag (``force_align(..., tags=...)``) is a piece of no word:
+it shows in the attention and links nothing.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,6 +31,7 @@ import torch
 
 from nmt.config import ConfigError
 from nmt.data.corpus import CorpusError, iter_lines
+from nmt.data.languages import LANG_TAG
 from nmt.data.links import AlignmentFormatError, Link, parse_links, word_ids
 from nmt.evaluation.alignments import attention_panel, panel_choices
 from nmt.inference.translator import capture_attention
@@ -89,13 +93,20 @@ def read_pair_file(path: str | Path, separator: str = "|||") -> list[tuple[str, 
     return pairs
 
 
+def piece_words(pieces: Sequence[str]) -> list[int]:
+    """:func:`~nmt.data.links.word_ids` of ``pieces`` (no ``</s>``), with -1 (no word) for a
+    leading language tag ``<2xx>``."""
+    tag = int(bool(pieces) and re.fullmatch(LANG_TAG.format(".+"), pieces[0]) is not None)
+    return [-1] * tag + word_ids(list(pieces[tag:]))
+
+
 def word_link_cells(links: Iterable[Link], src: Sequence[str], tgt: Sequence[str]) -> set[Link]:
     """Heatmap cells (target subword row, source subword column) of every subword pair of
-    each linked word pair; ``src`` and ``tgt`` are the labels, ``</s>`` last (never marked).
-    ValueError for a link to a word the labels do not have."""
+    each linked word pair; ``src`` and ``tgt`` are the labels, ``</s>`` last (never marked; a
+    leading language tag neither). ValueError for a link to a word the labels do not have."""
     def pieces_of(labels: Sequence[str]) -> dict[int, list[int]]:
         words: dict[int, list[int]] = {}
-        for k, w in enumerate(word_ids(list(labels)[:-1])):
+        for k, w in enumerate(piece_words(list(labels)[:-1])):
             words.setdefault(w, []).append(k)
         return words
 
@@ -141,8 +152,8 @@ def extract_links(attention: np.ndarray, method: str = "argmax", threshold: floa
 
 @dataclass
 class ForcedAlignment:
-    """One teacher-forced pair: its S source and T target pieces (no ``</s>``), each
-    piece's word index, the words per side (a word may have no pieces if normalisation
+    """One teacher-forced pair: its S source and T target pieces (no ``</s>``; a language
+    tag first where the model reads one), each piece's word index (-1: a tag), the words per side (a word may have no pieces if normalisation
     removes it), ``cross`` float32 [L,H,T+1,S+1], every layer's and head's weights, and
     ``alignment`` [T+1,S+1], the model's own (a guided model's supervised heads; None:
     ``cross``'s mean over the heads of its last layer)."""
@@ -170,12 +181,19 @@ def _encode_words(encode_batch, text: str) -> tuple[list[int], list[int], int]:
 
 
 def force_align(model, tokenizer, pairs: Sequence[tuple[str, str]], batch_sentences: int = 32,
-                device: str | torch.device = "cpu") -> list[ForcedAlignment]:
+                device: str | torch.device = "cpu",
+                tags: tuple[int | None, int | None] = (None, None)) -> list[ForcedAlignment]:
     """Teacher-force every (source, target) pair (``batch_sentences`` per length-sorted
     batch) and keep its cross-attention (:func:`~nmt.inference.translator.capture_attention`)
-    and the model's alignment (see :class:`~nmt.models.base.Seq2Seq`)."""
-    src = [_encode_words(tokenizer.encode_src_batch, s) for s, _ in pairs]
-    tgt = [_encode_words(tokenizer.encode_tgt_batch, t) for _, t in pairs]
+    and the model's alignment (see :class:`~nmt.models.base.Seq2Seq`). ``tags``: the
+    direction's (source, target) tag ids, each put first on its side as a piece of no word
+    (:func:`~nmt.inference.translator.direction_tags`; None: none)."""
+    def tagged(encoded: tuple[list[int], list[int], int], tag: int | None) -> tuple:
+        ids, words, n = encoded
+        return (ids, words, n) if tag is None else ([tag, *ids], [-1, *words], n)
+
+    src = [tagged(_encode_words(tokenizer.encode_src_batch, s), tags[0]) for s, _ in pairs]
+    tgt = [tagged(_encode_words(tokenizer.encode_tgt_batch, t), tags[1]) for _, t in pairs]
     captured = capture_attention(model, [s[0] for s in src], [t[0] for t in tgt], device,
                                  batch_sentences)
     layer, heads = model.alignment_layer, model.alignment_heads
@@ -210,17 +228,19 @@ def word_links(item: ForcedAlignment, *, method: str = "argmax", threshold: floa
                head: int | str | None = None, eos_unaligned: bool = False) -> set[Link]:
     """(src word, tgt word) links of one pair: words linked when any of their subwords are.
     Subword links by :func:`extract_links` of :func:`item_attention`'s matrix [T+1, S+1]
-    without the source ``</s>`` column (an ``argmax`` row mostly on ``</s>`` links to its best
+    without the source ``</s>`` column and a tag's (an ``argmax`` row mostly on ``</s>`` links to its best
     real subword, as fairseq's ``extract_hard_alignment``; with ``eos_unaligned`` such a row,
     whose largest weight is on ``</s>``, links nothing: ``</s>`` as IBM models' NULL word):
     target t from row t or, with ``shift``, row t + 1 (suits the Transformer: the Bahdanau
-    query s_{i-1} has not read the input token yet)."""
+    query s_{i-1} has not read the input token yet); a target tag's row links nothing."""
     matrix = item_attention(item, layer, head)
     if eos_unaligned:  # rows whose largest weight is on </s>: zero, so nothing links
         matrix = np.where((matrix.argmax(1) == matrix.shape[1] - 1)[:, None], 0.0, matrix)
-    source = matrix[:, :-1]  # [T+1, S]: without </s>
+    cols = [k for k, w in enumerate(item.src_words) if w >= 0]
+    source = matrix[:, cols]  # [T+1, S']: without </s> and a language tag
     links = extract_links(source if shift else source[:-1], method, threshold, shift)
-    return {(item.src_words[s], item.tgt_words[t]) for s, t in links}
+    return {(item.src_words[cols[s]], item.tgt_words[t]) for s, t in links
+            if item.tgt_words[t] >= 0}
 
 
 def align_words(model, tokenizer, pairs: Sequence[tuple[str, str]], *, method: str = "argmax",
@@ -232,7 +252,8 @@ def align_words(model, tokenizer, pairs: Sequence[tuple[str, str]], *, method: s
                 items: Sequence[ForcedAlignment] | None = None) -> list[set[Link]]:
     """Word links of each pair by :func:`word_links`; with ``reverse`` (a target->source
     ``(model, tokenizer)``) symmetrised with its flipped links (same settings) by
-    :func:`symmetrize`. ``items``: ``force_align(model, tokenizer, pairs)`` if computed."""
+    :func:`symmetrize`. ``items``: ``force_align(model, tokenizer, pairs)`` if computed.
+    ``reverse`` may hold a third item, its direction's ``tags`` (:func:`force_align`)."""
     settings = dict(method=method, threshold=threshold, shift=shift, layer=layer, head=head,
                     eos_unaligned=eos_unaligned)
     if items is None:
@@ -240,7 +261,9 @@ def align_words(model, tokenizer, pairs: Sequence[tuple[str, str]], *, method: s
     links = [word_links(item, **settings) for item in items]
     if reverse is None:
         return links
-    back = force_align(*reverse, [(t, s) for s, t in pairs], batch_sentences, device)
+    rev_model, rev_tokenizer, *rev_tags = reverse
+    back = force_align(rev_model, rev_tokenizer, [(t, s) for s, t in pairs], batch_sentences,
+                       device, *rev_tags)
     return [symmetrize(fwd, flip_links(word_links(b, **settings)), symmetrization,
                        src_len=item.n_src_words, tgt_len=item.n_tgt_words)
             for fwd, b, item in zip(links, back, items, strict=True)]

@@ -9,8 +9,8 @@ Transformer and an ensemble of them (:class:`nmt.models.ensemble.Ensemble`). Des
   ``j`` of active sentence ``b``. Each step is one ``decode`` call on the newest tokens
   (cached incremental decoding), one ``log_softmax`` and one ``topk`` over ``k * V``
   candidates per sentence.
-* Every row carries its hypothesis: its tokens [N, t] and alignment rows [N, t + 1, S],
-  gathered by parent row at each step (an O(t) copy, small next to the decoder step).
+* Hypotheses are not copied from step to step: each step keeps its rows' alignments, tokens
+  and parent rows, and the returned hypotheses are rebuilt from these backpointers once.
 * Finished sentences leave the active batch: one ``state.reorder(index)`` per step both
   selects the surviving beams and drops finished sentences, so tensors shrink as the batch
   is translated.
@@ -100,13 +100,6 @@ def _step_log_probs(model: Seq2Seq, last: Tensor, state) -> tuple[Tensor, Tensor
     return logp, (None if align is None else align[:, -1]), state
 
 
-def _add_alignment(aligns: Tensor, align: Tensor | None) -> Tensor:
-    """Rows' alignments so far [N, t, S] and the step's [N, S] (None: zeros) -> [N, t + 1, S]."""
-    if align is None:
-        align = aligns.new_zeros(aligns.size(0), aligns.size(2))
-    return torch.cat([aligns, align.float().unsqueeze(1)], 1)
-
-
 def _force_eos(logp: Tensor, forced: Tensor) -> None:
     """In place: rows ``forced`` [N] bool may only produce EOS (its log-prob is kept)."""
     if bool(forced.any()):
@@ -115,47 +108,68 @@ def _force_eos(logp: Tensor, forced: Tensor) -> None:
         logp[:, EOS_ID] = eos
 
 
-def _collect(src_mask: Tensor, fins: list[tuple[Tensor, Tensor, Tensor, Tensor]],
-             n_best: int) -> list[list[Hypothesis]]:
-    """The ``n_best`` best finished hypotheses of every sentence, best first. ``fins`` holds
-    per step (sentence [M], score [M], tokens [M, t], alignment [M, t + 1, S])."""
-    sent = torch.cat([f[0] for f in fins]).cpu().numpy()
-    score = torch.cat([f[1] for f in fins]).cpu().numpy()
-    tokens = [row for f in fins for row in f[2].cpu().numpy()]
-    align = [rows for f in fins for rows in f[3].cpu().numpy()]
+def _force_first(logp: Tensor, first_token: Tensor | None) -> None:
+    """In place: row i may only produce ``first_token[i]`` ([N] int64; None: no change), its
+    log-prob kept: a target-side language tag at step 0 (``data.lang_tag=target``)."""
+    if first_token is not None:
+        kept = logp.gather(1, first_token.unsqueeze(1))
+        logp.fill_(-torch.inf).scatter_(1, first_token.unsqueeze(1), kept)
+
+
+def _collect(src_mask: Tensor, aligns: list[Tensor | None], links: list[tuple[Tensor, Tensor]],
+             fins: list[tuple[Tensor, ...]], n_best: int, skip: int = 0) -> list[list[Hypothesis]]:
+    """The ``n_best`` best finished hypotheses of every sentence, best first, rebuilt once from
+    backpointers. The rows of step t chose their token with alignment ``aligns[t]`` [N_t, S]
+    (None: zeros); ``links[t]`` = (token, parent row at step t) of each row of step t + 1.
+    ``fins`` holds per step (sentence [M], score [M], step t [M], row [M]): that row's tokens,
+    then EOS. ``skip`` forced first tokens are cut from each one's tokens and alignment rows."""
+    sent, score, step, row = (torch.cat(x).cpu().numpy() for x in zip(*fins, strict=True))
     order = np.lexsort((-score, sent))  # by sentence, then best score first
     first = np.searchsorted(sent[order], np.arange(src_mask.size(0)))
+    keep = order[np.arange(len(order)) - first[sent[order]] < n_best]
+    sent, score, step, cur = sent[keep], score[keep], step[keep], row[keep]
+    top = int(step.max())
+    tokens = np.zeros((len(keep), top), np.int64)
+    align = np.zeros((len(keep), top + 1, src_mask.size(1)), np.float32)
+    for t in range(top, -1, -1):  # walk every hypothesis back from its last step
+        act = np.nonzero(step >= t)[0]
+        if aligns[t] is not None:
+            align[act, t] = aligns[t].float().cpu().numpy()[cur[act]]
+        if t > 0:
+            token, parent = (x.cpu().numpy() for x in links[t - 1])
+            tokens[act, t - 1], cur[act] = token[cur[act]], parent[cur[act]]
     real = src_mask.cpu().numpy()
     out: list[list[Hypothesis]] = [[] for _ in range(src_mask.size(0))]
-    for rank, h in enumerate(order):
-        b = int(sent[h])
-        if rank - first[b] < n_best:
-            out[b].append(Hypothesis(tokens=tokens[h].tolist(), score=float(score[h]),
-                                     alignment=np.ascontiguousarray(align[h][:, real[b]])))
+    for h, (b, n) in enumerate(zip(sent, step, strict=True)):
+        out[b].append(Hypothesis(tokens=tokens[h, skip:n].tolist(), score=float(score[h]),
+                                 alignment=np.ascontiguousarray(align[h, skip:n + 1][:, real[b]])))
     return out
 
 
 @torch.inference_mode()
 def greedy_search(model: Seq2Seq, src: Tensor, src_mask: Tensor, max_len_a: float,
-                  max_len_b: int, length_penalty: float = 1.0) -> list[list[Hypothesis]]:
+                  max_len_b: int, length_penalty: float = 1.0,
+                  first_token: Tensor | None = None) -> list[list[Hypothesis]]:
     """Greedy decoding of a batch: at every step the most probable token.
 
     ``src`` [B, S] int64 holds source ids (subwords + EOS, PAD-padded), ``src_mask`` [B, S]
     bool is True at real positions (at least one per row). The model runs in eval mode for
-    the call. ``length_penalty`` only scales the reported score. Returns per sentence a list
-    with one :class:`Hypothesis`.
+    the call. ``length_penalty`` only scales the reported score. ``first_token`` [B] int64
+    (None: free): each sentence's forced first output token, a target-side language tag; it
+    counts in the score and the length (not in the maximum) and is cut from the
+    hypothesis' tokens and alignment. Returns per sentence a list with one :class:`Hypothesis`.
     """
     with _eval_mode(model):
         return _single_path_search(model, src, src_mask, max_len_a, max_len_b, length_penalty,
-                                   _most_probable)
+                                   _most_probable, first_token)
 
 
 @torch.inference_mode()
 def sample_search(model: Seq2Seq, src: Tensor, src_mask: Tensor, max_len_a: float,
                   max_len_b: int, *, temperature: float = 1.0, top_k: int = 0,
                   top_p: float = 1.0, epsilon: float = 0.0,
-                  generator: torch.Generator | None = None,
-                  length_penalty: float = 0.0) -> list[list[Hypothesis]]:
+                  generator: torch.Generator | None = None, length_penalty: float = 0.0,
+                  first_token: Tensor | None = None) -> list[list[Hypothesis]]:
     """Ancestral sampling of one translation per sentence (back-translation; the candidates
     of MBR decoding, :mod:`nmt.inference.mbr`, as rows repeated ``num`` times).
 
@@ -170,7 +184,7 @@ def sample_search(model: Seq2Seq, src: Tensor, src_mask: Tensor, max_len_a: floa
     model (the model log-likelihood, comparable with greedy and beam scores), divided by the
     length penalty with ``alpha = length_penalty``. ``generator`` lives on ``src.device``
     (None: a fresh one seeded with 0; the global RNG is never used); a row's draws depend on
-    the whole batch. Tensors as :func:`greedy_search`.
+    the whole batch. Tensors and ``first_token`` as :func:`greedy_search`.
     """
     if generator is None:
         generator = torch.Generator(device=src.device).manual_seed(0)
@@ -182,7 +196,7 @@ def sample_search(model: Seq2Seq, src: Tensor, src_mask: Tensor, max_len_a: floa
     choose = _most_probable if temperature == 0 else draw
     with _eval_mode(model):
         return _single_path_search(model, src, src_mask, max_len_a, max_len_b, length_penalty,
-                                   choose)
+                                   choose, first_token)
 
 
 def filter_logits(logits: Tensor, top_k: int = 0, top_p: float = 1.0,
@@ -221,81 +235,83 @@ def _most_probable(logp: Tensor) -> Tensor:
 
 def _single_path_search(model: Seq2Seq, src: Tensor, src_mask: Tensor, max_len_a: float,
                         max_len_b: int, length_penalty: float,
-                        choose: Callable[[Tensor], Tensor]) -> list[list[Hypothesis]]:
+                        choose: Callable[[Tensor], Tensor],
+                        first_token: Tensor | None = None) -> list[list[Hypothesis]]:
     """One hypothesis per sentence, one token per step: ``choose(logp [N, V]) -> [N]`` picks
     each row's next token from the step's log-probs (PAD, BOS and forced EOS applied). The
     score adds ``logp`` of the chosen tokens. Shared by greedy and sampling search."""
     batch, device = src.size(0), src.device
-    max_lens = max_output_lengths(src_mask, max_len_a, max_len_b)
+    max_lens = max_output_lengths(src_mask, max_len_a, max_len_b) + (first_token is not None)
     state = model.init_state(model.encode(src, src_mask))
     active = torch.arange(batch, device=device)      # sentence id of each row
-    tokens = torch.zeros(batch, 0, dtype=torch.long, device=device)   # each row's output so far
-    aligns = torch.zeros(batch, 0, src.size(1), device=device)        # and its alignment rows
     last = torch.full((batch,), BOS_ID, dtype=torch.long, device=device)
     scores = torch.zeros(batch, device=device)
     fins: list[tuple[Tensor, ...]] = []
+    aligns, links = [], []                           # backpointers (_collect)
     t = 0
     while True:
         logp, align, state = _step_log_probs(model, last, state)
-        aligns = _add_alignment(aligns, align)
+        aligns.append(align)
         _force_eos(logp, max_lens[active] <= t)
+        _force_first(logp, first_token if t == 0 else None)
         token = choose(logp)
         scores = scores + logp.gather(1, token.unsqueeze(1)).squeeze(1)
         done = token == EOS_ID
         if bool(done.any()):
             rows = done.nonzero().squeeze(1)
             lp = length_penalty_factor(float(t + 1), length_penalty)
-            fins.append((active[rows], scores[rows] / lp, tokens[rows], aligns[rows]))
+            fins.append((active[rows], scores[rows] / lp, torch.full_like(rows, t), rows))
             keep = (~done).nonzero().squeeze(1)
             if keep.numel() == 0:
                 break
             state = state.reorder(keep)
-            active, scores, token, tokens, aligns = (
-                x[keep] for x in (active, scores, token, tokens, aligns))
-        tokens = torch.cat([tokens, token.unsqueeze(1)], 1)
+            active, scores, token = active[keep], scores[keep], token[keep]
+        else:
+            keep = torch.arange(token.size(0), device=device)
+        links.append((token, keep))
         last = token
         t += 1
-    return _collect(src_mask, fins, n_best=1)
+    return _collect(src_mask, aligns, links, fins, n_best=1, skip=int(first_token is not None))
 
 
 @torch.inference_mode()
 def beam_search(model: Seq2Seq, src: Tensor, src_mask: Tensor, beam_size: int,
                 length_penalty: float, max_len_a: float, max_len_b: int,
-                n_best: int = 1) -> list[list[Hypothesis]]:
+                n_best: int = 1, first_token: Tensor | None = None) -> list[list[Hypothesis]]:
     """Batched beam search (all beams of all sentences are rows of one tensor) with the
     length penalty ``((5 + |y|) / 6) ** alpha`` (Wu et al. 2016, eq. 14; alpha 0 = none).
 
-    Tensors as :func:`greedy_search`; ``1 <= n_best <= beam_size``. Returns per sentence its
-    ``n_best`` hypotheses (fewer only if fewer ended), best first.
+    Tensors and ``first_token`` as :func:`greedy_search`; ``1 <= n_best <= beam_size``.
+    Returns per sentence its ``n_best`` hypotheses (fewer only if fewer ended), best first.
     """
     with _eval_mode(model):
         return _beam_search(model, src, src_mask, beam_size, length_penalty, max_len_a,
-                            max_len_b, n_best)
+                            max_len_b, n_best, first_token)
 
 
-def _beam_search(model, src, src_mask, k, alpha, max_len_a, max_len_b, n_best):
+def _beam_search(model, src, src_mask, k, alpha, max_len_a, max_len_b, n_best, first_token=None):
     batch, device = src.size(0), src.device
-    max_lens = max_output_lengths(src_mask, max_len_a, max_len_b)
+    max_lens = max_output_lengths(src_mask, max_len_a, max_len_b) + (first_token is not None)
     # Largest length penalty a hypothesis of each sentence can still reach (alpha >= 0:
     # at maximum length; alpha < 0: at the next step) -- bounds the alive scores.
     state = model.init_state(model.encode(src, src_mask))
     active = torch.arange(batch, device=device)          # sentence id of each active sentence
-    tokens = torch.zeros(batch, 0, dtype=torch.long, device=device)   # [rows, t] output so far
-    aligns = torch.zeros(batch, 0, src.size(1), device=device)        # [rows, t + 1, S] after the step
     last = torch.full((batch,), BOS_ID, dtype=torch.long, device=device)
     scores = torch.zeros(batch, device=device)             # [rows] raw log-prob sums
     n_fin = torch.zeros(batch, dtype=torch.long, device=device)
     best_fin = torch.full((batch,), -torch.inf, device=device)
     fins: list[tuple[Tensor, ...]] = []
+    aligns, links = [], []                                 # backpointers (_collect)
     per = 1                                                # rows per active sentence
     t = 0
     while True:
         logp, align, state = _step_log_probs(model, last, state)
-        aligns = _add_alignment(aligns, align)
+        aligns.append(align)
         n_act, vocab = active.size(0), logp.size(1)
         row_max = max_lens[active].repeat_interleave(per)
         _force_eos(logp, row_max <= t)
-        cand = (scores.unsqueeze(1) + logp).view(n_act, per * vocab)
+        _force_first(logp, first_token if t == 0 else None)
+        cand = logp.add_(scores.unsqueeze(1)).view(n_act, per * vocab)   # in place: no 2nd [N, V]
         top_scores, top_idx = cand.topk(min(2 * k, per * vocab), dim=1)   # [n_act, 2k]
         top_rows = torch.div(top_idx, vocab, rounding_mode="floor") + per * torch.arange(
             n_act, device=device).unsqueeze(1)                                # current rows
@@ -308,8 +324,7 @@ def _beam_search(model, src, src_mask, k, alpha, max_len_a, max_len_b, n_best):
             b_idx, c_idx = ended.nonzero(as_tuple=True)
             sent = active[b_idx]
             final = top_scores[b_idx, c_idx] / length_penalty_factor(float(t + 1), alpha)
-            rows = top_rows[b_idx, c_idx]
-            fins.append((sent, final, tokens[rows], aligns[rows]))
+            fins.append((sent, final, torch.full_like(sent, t), top_rows[b_idx, c_idx]))
             n_fin.index_add_(0, sent, torch.ones_like(sent))
             best_fin.scatter_reduce_(0, sent, final, reduce="amax")
         # The k best candidates that continue (at least k of the 2k are not EOS).
@@ -337,8 +352,7 @@ def _beam_search(model, src, src_mask, k, alpha, max_len_a, max_len_b, n_best):
         parents = next_rows.reshape(-1)
         state = state.reorder(parents)
         scores, last = next_scores.reshape(-1), next_tok.reshape(-1)
-        tokens = torch.cat([tokens[parents], last.unsqueeze(1)], 1)
-        aligns = aligns[parents]
+        links.append((last, parents))
         per = k
         t += 1
-    return _collect(src_mask, fins, n_best=n_best)
+    return _collect(src_mask, aligns, links, fins, n_best=n_best, skip=int(first_token is not None))

@@ -6,6 +6,7 @@
     result.attention["cross"].shape                            # [layers, heads, T, S]
     translator.score(["Ein Hund ."], ["A dog ."])[0].ppl       # forced decoding
     translator.translate("Ein Hund läuft .", decoding="mbr", mbr={"num": 16}).mbr_cost
+    translator.translate("Ein Hund läuft .", tgt_lang="fr")    # a multilingual model: .directions
     dataclasses.asdict(result)                                 # a plain value: JSON, DataFrames
 
 Both engines (this one and :mod:`nmt.extras.ctranslate2`) share :class:`TranslatorBase` and
@@ -43,6 +44,7 @@ from nmt.config import (
     validate_decoding,
 )
 from nmt.data.batching import make_src_batch, make_tgt_batch
+from nmt.data.languages import add_tag, check_target, directions, is_multilingual, languages
 from nmt.data.tokenizer import Tokenizer
 from nmt.data.vocab import EOS_ID, PAD_ID
 from nmt.inference.mbr import MbrCost, mbr_select
@@ -85,13 +87,14 @@ def search_settings(**overrides: Any) -> dict:
 @dataclass
 class Translation:
     """One translation of one sentence, a plain value (``dataclasses.asdict``, ``==``, pickle).
-    ``tokens``/``src_tokens``: subwords ending with ``</s>``; ``ids``: target ids (no
+    ``tokens``/``src_tokens``: subwords ending with ``</s>`` (a source-side language tag
+    first in ``src_tokens``; a target-side one is cut everywhere); ``ids``: target ids (no
     BOS/EOS); ``score``: as :class:`Hypothesis`; ``alignment``: float32 [len(tokens),
     len(src_tokens)]; ``hypotheses``: the n-best list, best first (``[0]`` is this translation;
     with ``decoding="mbr"`` the distinct candidates by expected utility), as Translations whose
     own ``hypotheses`` are empty. ``attention`` (``return_attention=True``): float32 ``"cross"``
     [L, H, T, S] (the RNN's alpha as L = H = 1), ``"decoder"`` [L, H, T, T] (key t reads decoder
-    input t: ``<s>``, then ``tokens[:-1]``), ``"encoder"`` [L, H, S, S] if it has them.
+    input t: ``<s>`` or a target tag, then ``tokens[:-1]``), ``"encoder"`` [L, H, S, S] if any.
     ``decoding="mbr"``: ``utility``, the expected utility, 0-100 (:mod:`nmt.inference.mbr`),
     and ``mbr_cost``, this sentence's share of the cost. ``==`` compares the fields but the
     arrays (``alignment``, ``attention``), which follow from them."""
@@ -138,6 +141,25 @@ def load_for_inference(path: str | Path, device: str | torch.device = "cpu",
     return model, tokenizer, cfg
 
 
+def direction_tags(config: DictConfig, tokenizer: Tokenizer, src_lang: str | None = None,
+                   tgt_lang: str | None = None) -> tuple[int | None, int | None]:
+    """``(source-side tag, forced first target token)`` ids of a direction by ``data.lang_tag``
+    (``tgt_lang`` None: ``data.tgt_lang``; a bilingual model: ``(None, None)``). ConfigError
+    naming what is allowed: :func:`~nmt.data.languages.check_target`, ``Tokenizer.tag_id``."""
+    tgt_lang = tgt_lang or config.data.tgt_lang
+    check_target(config.data, src_lang, tgt_lang)
+    if not is_multilingual(config.data):
+        return None, None
+    tag = tokenizer.tag_id(tgt_lang)
+    return (tag, None) if config.data.lang_tag == "source" else (None, tag)
+
+
+def _tagged(batch: list[list[int]], tag: int | None, skip_empty: bool = False) -> list[list[int]]:
+    """``add_tag`` on each id list (``skip_empty``: not on an empty source, never translated)."""
+    return batch if tag is None else [add_tag(ids, tag) if ids or not skip_empty else ids
+                                      for ids in batch]
+
+
 def length_sorted_batches(lengths: Sequence[int], batch_sentences: int, batch_tokens: int = 0
                           ) -> list[list[int]]:
     """Indices of ``lengths``, longest first, cut into batches of at most ``batch_sentences``
@@ -178,8 +200,9 @@ def decode(model: Seq2Seq, src_ids: Sequence[Sequence[int]], settings: Mapping,
     (``settings`` of :class:`nmt.config.SearchSchema` with ``beam_size`` 1), beam search, or
     with ``sampling`` (temperature, top_k, top_p, seed, optional epsilon) one sample from a
     generator seeded on ``device`` and shared by the batches in turn (a function of seed, input
-    and batches)."""
+    and batches). ``settings["first_token"]`` (optional): every output's forced first token."""
     lengths = {k: settings[k] for k in ("max_len_a", "max_len_b", "length_penalty")}
+    first = settings.get("first_token")
     if sampling is not None:
         generator = torch.Generator(device=device).manual_seed(sampling["seed"])
         search = functools.partial(sample_search, model, **lengths, generator=generator,
@@ -190,7 +213,9 @@ def decode(model: Seq2Seq, src_ids: Sequence[Sequence[int]], settings: Mapping,
     else:
         search = functools.partial(beam_search, model, **lengths, n_best=settings["n_best"],
                                    beam_size=settings["beam_size"])
-    return in_batches(src_ids, settings, lambda batch: search(*make_src_batch(batch, device)))
+    return in_batches(src_ids, settings, lambda batch: search(
+        *make_src_batch(batch, device), first_token=None if first is None else
+        torch.full((len(batch),), first, dtype=torch.long, device=device)))
 
 
 def _teacher_forced_batches(src_ids: Sequence[Sequence[int]], tgt_ids: Sequence[Sequence[int]],
@@ -250,6 +275,8 @@ class TranslatorBase:
         self.tokenizer = tokenizer
         self.config = config
         self.device = torch.device(device)
+        self.directions = directions(config.data)   # the trained (src, tgt) pairs
+        self.languages = languages(config.data)
 
     def translate(self, sentences: str | Sequence[str], beam_size: int | None = None,
                   n_best: int | None = None, length_penalty: float | None = None,
@@ -258,14 +285,17 @@ class TranslatorBase:
                   sampling: bool | None = None, temperature: float | None = None,
                   top_k: int | None = None, top_p: float | None = None, seed: int | None = None,
                   decoding: str | None = None, mbr: Mapping | None = None,
-                  return_attention: bool = False, quiet: bool = False
+                  return_attention: bool = False, quiet: bool = False,
+                  tgt_lang: str | None = None, src_lang: str | None = None
                   ) -> Translation | list[Translation]:
         """One raw sentence -> a :class:`Translation`, a list -> a list in input order; settings
         as :func:`search_settings` (None: the default). ``decoding="mbr"``: minimum-Bayes-risk
         decoding with the ``mbr`` settings (:meth:`_mbr_hypotheses`; each result carries its
         ``utility`` and ``mbr_cost``; a progress bar on a terminal unless ``quiet``).
         ``return_attention`` fills ``Translation.attention`` by one more teacher-forced pass.
-        ConfigError: a bad setting, or one the engine cannot serve (its capabilities)."""
+        ``tgt_lang`` / ``src_lang``: the direction (None: the model's ``data.tgt_lang``; the
+        source language is only checked). ConfigError: a bad setting, one the engine cannot
+        serve (its capabilities), or a direction the model cannot (:func:`direction_tags`)."""
         single = isinstance(sentences, str)
         settings = search_settings(**{k: v for k, v in locals().items() if k in _DEFAULTS})
         mbr = settings["mbr"] if settings["decoding"] == "mbr" else None
@@ -278,7 +308,10 @@ class TranslatorBase:
                  "mbr.epsilon > 0 (epsilon sampling: engine=pytorch; or mbr.epsilon=0)")):
             if needed and not able:
                 raise ConfigError(f"{type(self).__name__} cannot do {what}.")
-        src_ids = self.tokenizer.encode_src_batch([sentences] if single else list(sentences))
+        src_tag, settings["first_token"] = direction_tags(self.config, self.tokenizer, src_lang,
+                                                          tgt_lang)
+        src_ids = _tagged(self.tokenizer.encode_src_batch([sentences] if single else
+                                                          list(sentences)), src_tag, True)
         if mbr is not None:
             found, utilities, costs = self._mbr_hypotheses(src_ids, settings, quiet)
         else:
@@ -349,15 +382,17 @@ class TranslatorBase:
                 bar.update(len(chunk))
         return found, utilities, costs
 
-    def score(self, sources: Sequence[str], targets: Sequence[str], batch_tokens: int = 4000
-              ) -> list[ForcedScore]:
+    def score(self, sources: Sequence[str], targets: Sequence[str], batch_tokens: int = 4000,
+              tgt_lang: str | None = None, src_lang: str | None = None) -> list[ForcedScore]:
         """Log-probability of given translations, teacher-forced (JoeyNMT's ``return_prob:
         ref``, fairseq's ``--score-reference``): subwords and EOS, no label smoothing, no length
-        penalty; ``batch_tokens`` padded target subwords per pass. ConfigError: not pairs."""
+        penalty; ``batch_tokens`` padded target subwords per pass; the direction and its tags
+        as :meth:`translate` (a target-side tag is scored). ConfigError: not pairs."""
         if len(sources) != len(targets):
             raise ConfigError(f"{len(sources)} sources but {len(targets)} targets: give pairs.")
-        src_ids = self.tokenizer.encode_src_batch(list(sources))
-        tgt_ids = self.tokenizer.encode_tgt_batch(list(targets))
+        src_tag, first = direction_tags(self.config, self.tokenizer, src_lang, tgt_lang)
+        src_ids = _tagged(self.tokenizer.encode_src_batch(list(sources)), src_tag)
+        tgt_ids = _tagged(self.tokenizer.encode_tgt_batch(list(targets)), first)
         return [ForcedScore(logprob=total, tokens=n, ppl=math.exp(-total / max(n, 1)))
                 for total, n in self._forced(src_ids, tgt_ids, batch_tokens)]
 
@@ -384,10 +419,13 @@ class Translator(TranslatorBase):
             raise ConfigError("give at least one checkpoint.")
         loaded = [load_for_inference(p, device, weights) for p in paths]
         model, tokenizer, config = loaded[0]
-        for p, (_, tok, _) in zip(paths[1:], loaded[1:], strict=True):
+        for p, (_, tok, cfg) in zip(paths[1:], loaded[1:], strict=True):
             if tok.fingerprint != tokenizer.fingerprint:
                 raise ConfigError(f"{p} uses another tokenizer than {paths[0]}: an ensemble "
                                   "needs one vocabulary (data.tokenizer.model=...).")
+            if directions(cfg.data) != directions(config.data):
+                raise ConfigError(f"{p} and {paths[0]} translate other directions: an ensemble "
+                                  "needs the same data.pairs.")
         if len(loaded) > 1:
             model = Ensemble([m for m, _, _ in loaded])
         return cls(model, tokenizer, config, device)
@@ -396,8 +434,12 @@ class Translator(TranslatorBase):
         return decode(self.model, src_ids, settings, sampling, self.device)
 
     def _attention(self, src_ids, tgt_ids, settings):
-        return capture_attention(self.model, src_ids, tgt_ids, self.device,
-                                 settings["batch_sentences"], settings["batch_tokens"])
+        first = settings["first_token"]   # a target-side tag: its step (from <s>) is cut
+        out = capture_attention(self.model, src_ids, _tagged(tgt_ids, first), self.device,
+                                settings["batch_sentences"], settings["batch_tokens"])
+        cut = {"cross": np.s_[:, :, 1:], "decoder": np.s_[:, :, 1:, 1:]}
+        return out if first is None else [{k: np.ascontiguousarray(w[cut.get(k, np.s_[:])])
+                                           for k, w in a.items()} for a in out]
 
     @torch.inference_mode()
     def _forced(self, src_ids, tgt_ids, batch_tokens):

@@ -165,14 +165,16 @@ class DecoderLayer(nn.Module):
         return x, weights, self_weights
 
     def step(self, x: Tensor, cross_kv: tuple[Tensor, Tensor], src_mask: Tensor,
-             self_kv: tuple[Tensor, Tensor] | None, need_weights: bool, need_self_weights: bool,
-             group: int) -> tuple[Tensor, Tensor | None, Tensor | None, tuple[Tensor, Tensor]]:
+             self_kv: tuple[Tensor, Tensor] | None, order: Tensor | None, need_weights: bool,
+             need_self_weights: bool, group: int
+             ) -> tuple[Tensor, Tensor | None, Tensor | None, tuple[Tensor, Tensor]]:
         """:meth:`forward` of T new positions from :class:`TransformerState`'s caches: ``self_kv``
-        2 x [B,h,t0,d_head] or None; ``cross_kv`` 2 x [B/g,h,S,d_head] and ``src_mask`` serve g =
-        ``group`` rows each (a sentence's beams, folded into one call). Adds the t0+T keys/values."""
+        2 x [B0,h,t0,d_head] or None, of which rows ``order`` [B] (None: all); ``cross_kv`` 2 x
+        [B/g,h,S,d_head] and ``src_mask`` serve g = ``group`` rows each (a sentence's beams,
+        folded into one call). Adds the t0+T keys/values."""
         q, k, v = self.self_attn.project_qkv(self.res1.inp(x))
         if self_kv is not None:
-            k, v = torch.cat([self_kv[0], k], dim=2), torch.cat([self_kv[1], v], dim=2)
+            k, v = _append(self_kv[0], k, order), _append(self_kv[1], v, order)
         y, self_weights = self.self_attn.attend(q, k, v, causal=True, need_weights=need_self_weights)
         x = self.res1.out(x, y)
         q = self.cross_attn.project_q(self.res2.inp(x))
@@ -190,17 +192,30 @@ class DecoderLayer(nn.Module):
         return x, weights, self_weights, (k, v)
 
 
+def _append(past: Tensor, new: Tensor, order: Tensor | None) -> Tensor:
+    """Cached keys or values ``past`` [B0,h,t0,d] (its rows ``order`` [B]; None: all) followed
+    by ``new`` [B,h,T,d] -> [B,h,t0+T,d]: one copy, beam search's reorder fused into the append."""
+    if order is None:
+        return torch.cat([past, new], dim=2)
+    out = new.new_empty(new.size(0), new.size(1), past.size(2) + new.size(2), new.size(3))
+    torch.index_select(past, 0, order, out=out[:, :, :past.size(2)])
+    out[:, :, past.size(2):] = new
+    return out
+
+
 class TransformerState(DecoderState):
     """Per decoder layer: encoder keys/values ``cross_kv`` 2 x [n_src,h,S,d_head] (with
     ``src_attn_mask`` [n_src,1,1,S]) and self-attention keys/values ``self_kv`` 2 x
-    [B,h,steps,d_head] (None before the first call). Beams share their sentence's encoder side:
-    ``rows`` and ``group`` as returned by :func:`~nmt.models.base.regroup_rows`."""
+    [B0,h,steps,d_head] (None before the first call), of which the rows ``order`` [B] (None: all)
+    are the state's: a reorder only records them, the next step copies. Beams share their
+    sentence's encoder side: ``rows`` and ``group`` as returned by
+    :func:`~nmt.models.base.regroup_rows`."""
 
     def __init__(self, cross_kv, src_attn_mask, self_kv, steps: int, rows: Tensor | None = None,
-                 group: int | None = 1):
+                 group: int | None = 1, order: Tensor | None = None):
         self.cross_kv, self.src_attn_mask, self.self_kv, self.steps = cross_kv, src_attn_mask, self_kv, steps
         self.rows = torch.arange(src_attn_mask.size(0), device=src_attn_mask.device) if rows is None else rows
-        self.group = group
+        self.group, self.order = group, order
 
     def reorder(self, index: Tensor) -> TransformerState:
         """Rows ``index`` [B'] of the self-attention cache; the encoder side stays shared."""
@@ -208,8 +223,9 @@ class TransformerState(DecoderState):
         cross_kv, mask = self.cross_kv, self.src_attn_mask
         if used is not None:  # some sentences left: drop their encoder side
             cross_kv, mask = reorder_tensors(cross_kv, used), mask.index_select(0, used)
-        return TransformerState(cross_kv, mask, reorder_tensors(self.self_kv, index), self.steps,
-                                rows, group)
+        order = None if self.self_kv is None else (
+            index if self.order is None else self.order.index_select(0, index))
+        return TransformerState(cross_kv, mask, self.self_kv, self.steps, rows, group, order)
 
 
 class Transformer(Seq2Seq):
@@ -313,7 +329,7 @@ class Transformer(Seq2Seq):
             else:
                 x, weights, self_weights, kv = layer.step(
                     x, cross_kv[i], src_mask, None if state.self_kv is None else state.self_kv[i],
-                    want, everything, group)
+                    state.order, want, everything, group)
                 new_kv.append(kv)
             cross.append(weights)
             selfs.append(self_weights)

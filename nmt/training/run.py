@@ -17,13 +17,11 @@ is finished when its last checkpoint records the stop condition that ended it.
 
 ``.hydra/`` holds Hydra's files of the latest segment (run of the command; written after the
 checks, so a refused or finished run changes no file) and ``summary.json`` lists every
-segment. A sweep (``nmt-train -m``) names each job's directory from its overrides
-(``${nmt.dirname:...}``) and ends with a table of all jobs.
+segment. Sweeps (``nmt-train -m``): :mod:`nmt.cli.sweep`.
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 import sys
@@ -33,11 +31,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
-from typing import Any
 
 import torch
-from hydra.core.override_parser.overrides_parser import OverridesParser
-from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
 
 from nmt.checkpoint import CheckpointError, load_checkpoint
@@ -53,16 +48,15 @@ log = logging.getLogger("nmt")
 # Errors the user must fix (exit status 2); under DDP every rank raises the first one.
 USER_ERRORS: tuple[type[BaseException], ...] = (ConfigError, CheckpointError, CorpusError)
 
-# A change makes the saved weights unusable: architecture, language pair, vocabulary.
-COMPATIBILITY_KEYS = ("model", "data.src_lang", "data.tgt_lang", "data.tokenizer")
+# A change makes the saved weights unusable: architecture, languages and tags, vocabulary.
+COMPATIBILITY_KEYS = ("model", "data.src_lang", "data.tgt_lang", "data.pairs", "data.lang_tag",
+                      "data.tokenizer")
 SAMPLING_KEYS = ("data.tokenizer.sampling_alpha", "data.tokenizer.nbest_size")
 # A change is allowed, but the saved position in the epoch then indexes another batch list.
-BATCH_ORDER_KEYS = ("train.batch_tokens", "train.seed", "train.accum_steps", *SAMPLING_KEYS)
+BATCH_ORDER_KEYS = ("train.batch_tokens", "train.seed", "train.accum_steps",
+                    "data.sampling_temperature", *SAMPLING_KEYS)
 # May differ between the segments of one run_dir without changing what is trained.
 UNCHECKED_KEYS = ("run_dir", "device", "data.cache_dir", "train.resume")
-# Never part of a sweep job's directory name (paths, and where it runs).
-DIRNAME_EXCLUDED_KEYS = ("run_dir", "device", "data.root", "data.cache_dir",
-                         "data.tokenizer.model", "train.init_from")
 
 
 def _regularisation(problem: str) -> bool:
@@ -221,6 +215,9 @@ def write_summary(run_dir: Path, st, stop_reason: str, n_params: int, device: to
         "peak_rss_mb": round(st.peak_rss_mb, 1), "world_size": info.world_size,
         "device": str(device), "machine": last["machine"],
         "date": started if started == ended else f"{started}..{ended}", "segments": st.segments}
+    best = next((h for h in st.history if h["step"] == st.best_step), {})
+    if "bleu_directions" in best:   # several directions: the best validation's BLEU of each
+        summary["best_bleu_directions"] = best["bleu_directions"]
     if device.type == "cuda":
         summary["peak_cuda_mb"] = round(torch.cuda.max_memory_allocated(device) / 2**20, 1)
     if compiled:  # this segment's process: graphs built and seconds compiling
@@ -311,86 +308,3 @@ def sampled_split(split: TokenizedSplit, tokenizer: Tokenizer, tok: DictConfig, 
              "%.1f target tokens per pair", epoch, len(split), time.perf_counter() - t0,
              split.src_lens.mean() - 1, split.tgt_lens.mean() - 1)
     return split
-
-
-def _override_key(override: str) -> str:
-    return override.split("=", 1)[0].lstrip("+~")
-
-
-def job_dirname(task_overrides: Any, limit: int = 120) -> str:
-    """A sweep job's directory (``hydra.sweep.subdir``): its overrides but the command line's
-    single-valued ones and :data:`DIRNAME_EXCLUDED_KEYS`, sorted and joined like Hydra's
-    ``override_dirname``, ``/`` as ``_``; past ``limit`` characters cut and given an
-    8-character hash of the whole (under the 255-byte limit); ``default`` when empty."""
-    parser, swept, fixed = OverridesParser.create(), set(), set()
-    for arg in sys.argv[1:]:   # the keys the command line gives one value only: fixed
-        if arg.startswith("-"):
-            continue
-        try:
-            sweep = parser.parse_override(arg).is_sweep_override()
-        except Exception:  # not an override: Hydra reports it elsewhere
-            continue
-        (swept if sweep else fixed).add(_override_key(arg))
-    fixed -= swept
-    last = {_override_key(o): o for o in map(str, task_overrides)}   # the last of each key
-    own = [o for key, o in last.items() if key not in DIRNAME_EXCLUDED_KEYS and key not in fixed]
-    name = ",".join(sorted(own)).replace("/", "_") or "default"
-    if len(name) > limit:
-        name = f"{name[:limit]}..{hashlib.sha256(name.encode()).hexdigest()[:8]}"
-    return name
-
-
-if not OmegaConf.has_resolver("nmt.dirname"):   # before Hydra names the jobs of nmt-train -m
-    OmegaConf.register_new_resolver("nmt.dirname", job_dirname)
-
-SWEEP_COLUMNS = ("job", "overrides", "steps", "best val BLEU", "at step", "train tok/s",
-                 "train min", "stop")
-
-
-def _job_number(job: Path) -> int:
-    path = job / ".hydra" / "hydra.yaml"
-    num = OmegaConf.select(OmegaConf.load(path), "hydra.job.num") if path.is_file() else None
-    return num if isinstance(num, int) else 1 << 30
-
-
-def sweep_table(sweep_dir: str | Path) -> str:
-    """A markdown table of the jobs (directories with ``.hydra/overrides.yaml``) below
-    ``sweep_dir``, in job order, the overrides every job shares above it; "not finished"
-    for a job without ``summary.json``."""
-    sweep_dir = Path(sweep_dir)
-    jobs = sorted({p.parent.parent for p in sweep_dir.glob("**/.hydra/overrides.yaml")},
-                  key=lambda j: (_job_number(j), str(j)))
-    if not jobs:
-        raise ConfigError(f"{sweep_dir} holds no job of nmt-train -m (no */.hydra/overrides.yaml"
-                          "): give the hydra.sweep.dir that nmt-train -m printed.")
-    effective = []   # per job: {key: its last override}
-    for job in jobs:
-        overrides = map(str, OmegaConf.load(job / ".hydra" / "overrides.yaml"))
-        effective.append({_override_key(o): o for o in overrides})
-    common = set.intersection(*(set(e.values()) for e in effective)) if len(jobs) > 1 else set()
-    lines = [f"every job: {' '.join(sorted(common))}"] if common else []
-    lines += ["| " + " | ".join(SWEEP_COLUMNS) + " |", "|" + "---|" * len(SWEEP_COLUMNS)]
-    for job, eff in zip(jobs, effective, strict=True):
-        done = _read_json(job / "summary.json")
-        minutes = done["train_time_s"] / 60 if "train_time_s" in done else None
-        own = " ".join(v for _, v in sorted(eff.items()) if v not in common) or "(none)"
-        cells = ["n/a" if value is None else format(value, fmt) for value, fmt in (
-            (done.get("steps"), "d"), (done.get("best_bleu"), ".2f"), (done.get("best_step"), "d"),
-            (done.get("train_tokens_per_s"), ".0f"), (minutes, ".1f"))]
-        stop = done.get("stop_reason") or "not finished"
-        lines.append("| " + " | ".join([str(job.relative_to(sweep_dir)), own, *cells, stop]) + " |")
-    return "\n".join(lines)
-
-
-class SweepTableCallback(Callback):
-    """Hydra callback (``configs/config.yaml``): the table of all jobs when a sweep ends."""
-
-    def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
-        sweep_dir = Path(str(config.hydra.sweep.dir))
-        try:
-            table = sweep_table(sweep_dir)
-        except ConfigError as err:
-            print(f"nmt-train: no sweep table: {err}")
-            return
-        print(f"\nSweep {sweep_dir} (python scripts/sweep_table.py {sweep_dir} prints this "
-              f"again):\n{table}", flush=True)

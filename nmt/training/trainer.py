@@ -13,7 +13,8 @@ resumes, is refused or is left alone, and from which weights and tokenizer, is
     clip grad norm; lr = schedule(s + 1); optimizer.step(); ema.update(s + 1) (if on)
     s += 1; b += len(group)
     epoch end -> epoch += 1, b = 0 (the next epoch's batches: resampled segmentation, if on)
-    every eval_every_steps and at epoch end: validate (loss, ppl, greedy BLEU), checkpoint
+    every eval_every_steps and at epoch end: validate (loss, ppl, greedy BLEU per direction and
+        their mean: nmt.training.validation), checkpoint
 
 With ``train.ema_decay`` validation and the checkpoints' ``model`` use the weights' moving
 average (:mod:`nmt.training.ema`). Checkpoints hold the RNG states, so a run killed at any
@@ -35,17 +36,15 @@ from typing import Any
 import numpy as np
 import torch
 from omegaconf import DictConfig, OmegaConf, open_dict, read_write
-from sacrebleu.metrics import BLEU
 from torch.nn.parallel import DistributedDataParallel
 from torch.utils.tensorboard import SummaryWriter
 from tqdm.auto import tqdm
 
 from nmt.checkpoint import CONFIG_VERSION, CheckpointManager, rng_state, set_rng_state
 from nmt.config import ConfigError, to_plain
-from nmt.data.batching import BatchShapes, TokenBatchSampler, TokenizedSplit
-from nmt.data.vocab import PAD_ID
+from nmt.data.batching import TokenizedSplit, tag_ids
+from nmt.data.sampler import BatchShapes, TokenBatchSampler
 from nmt.evaluation.plot import tensorboard_figures
-from nmt.inference.translator import decode
 from nmt.models import build_model, validate_model
 from nmt.runtime import (
     bound_onednn_cache,
@@ -60,9 +59,10 @@ from nmt.training import distributed as dist
 from nmt.training import run
 from nmt.training.consistency import add_token_cutoff, forward_loss
 from nmt.training.ema import WeightAverage
-from nmt.training.loss import label_smoothed_nll, perplexity
+from nmt.training.loss import perplexity
 from nmt.training.schedule import build_schedule
 from nmt.training.throughput import Throughput
+from nmt.training.validation import valid_sets, validate
 
 log = logging.getLogger("nmt")
 
@@ -174,14 +174,16 @@ class Trainer:
     def _build(self, data) -> None:
         """Sampler, seeded model (the same on every rank), optimizer and schedule."""
         t, info = self.t, self.info
-        self.tokenizer, self.train_split, self.valid_split = data.tokenizer, data.train, data.valid
+        self.tokenizer, self.train_split, self.valid_splits = data.tokenizer, data.train, data.valids
         if info.is_main:
             run.write_record(self.run_dir, self.record)
             self.tokenizer.save(self.run_dir / "tokenizer")
         shapes = BatchShapes.fit(self.train_split.src_lens, self.train_split.tgt_lens,
                                  t.shape_buckets, t.batch_tokens) if t.shape_buckets else None
         self.sampler = TokenBatchSampler(self.train_split.src_lens, self.train_split.tgt_lens,
-                                         t.batch_tokens, shuffle=True, seed=t.seed, shapes=shapes)
+                                         t.batch_tokens, shuffle=True, seed=t.seed, shapes=shapes,
+                                         directions=self.train_split.directions,
+                                         temperature=self.cfg.data.sampling_temperature)
         if len(self.epoch_data(0)[1]) == 0:
             raise ConfigError(f"the training split yields fewer batches than processes "
                               f"({info.world_size}): use more data or fewer processes.")
@@ -236,13 +238,8 @@ class Trainer:
             ids = [self.device.index] if self.device.type == "cuda" else None
             self.train_model = DistributedDataParallel(   # buffers are constants: no broadcast
                 self.train_model, device_ids=ids, broadcast_buffers=False)
-        self.valid_src_ids = [self.valid_split.src_ids(i) for i in range(len(self.valid_split))]
-        self.valid_refs = self.valid_split.tgt_texts()
-        # Validation pairs are never filtered: give over-long ones a batch of their own.
-        lens = (self.valid_split.src_lens, self.valid_split.tgt_lens)
-        longest = int(max(lens[0].max(initial=1), lens[1].max(initial=1)))
-        self.valid_batches = TokenBatchSampler(*lens, max(t.batch_tokens, longest),
-                                               shuffle=False).batches(0)
+        self.valid_sets = valid_sets(self.valid_splits, tag_ids(self.cfg.data, self.tokenizer),
+                                     t.batch_tokens)
         if info.is_main:
             OmegaConf.save(self.cfg, self.run_dir / "config.yaml", resolve=True)
             purge = self.state.step + 1 if self.state.step > 0 else None
@@ -254,7 +251,8 @@ class Trainer:
         log.info("model %s: %s parameters; vocab src %d tgt %d; train %d pairs, valid %d; device "
                  "%s, %s, world %d", self.cfg.model.name, f"{self.n_params:,}",
                  self.tokenizer.src_vocab_size, self.tokenizer.tgt_vocab_size,
-                 len(self.train_split), len(self.valid_split), self.device, amp, info.world_size)
+                 len(self.train_split), sum(map(len, self.valid_splits.values())), self.device, amp,
+                 info.world_size)
         if self.amp_dtype == torch.bfloat16 and self.device.type == "cpu" and not cpu_has_bf16():
             log.warning("train.precision=bf16 on a CPU without native bf16 (AVX-512 BF16 or AMX) "
                         "is emulated, usually slower than fp32: use train.precision=fp32 here.")
@@ -346,35 +344,18 @@ class Trainer:
     def eval_model(self) -> torch.nn.Module:   # validated and saved as "model"
         return self.model if self.ema is None else self.ema.model
 
-    @torch.no_grad()
-    def validate(self) -> dict[str, float]:
-        """``loss``, ``nll``, ``ppl`` per target token and greedy ``bleu`` (sacreBLEU) of
-        :attr:`eval_model` on the validation split: rank 0 computes, every rank gets them."""
+    def validate(self) -> dict[str, Any]:
+        """:func:`nmt.training.validation.validate` of :attr:`eval_model` on the validation
+        split(s): rank 0 computes, every rank gets the scores."""
         result = None
         if self.info.is_main:
-            model = self.eval_model
-            was_training = model.training
-            model.eval()
-            sums = torch.zeros(2, device=self.device)
-            tokens = 0
-            with self._autocast():
-                for idx in self.valid_batches:
-                    batch = self.valid_split.collate(idx).to(self.device)
-                    logits, _ = model(batch.src, batch.src_mask, batch.tgt_in, need_alignment=False)
-                    loss_sum, nll_sum = label_smoothed_nll(logits, batch.tgt_out,
-                                                           self.t.label_smoothing, PAD_ID)
-                    sums += torch.stack((loss_sum, nll_sum))
-                    tokens += batch.n_tgt_tokens
-            # Searched in fp32, as nmt-evaluate does, so that the two BLEU figures agree.
-            hyps = decode(model, self.valid_src_ids, self.cfg.search, device=self.device)
-            model.train(was_training)
-            texts = [self.tokenizer.decode_tgt(h[0].tokens) if h else "" for h in hyps]
-            bleu = BLEU().corpus_score(texts, [self.valid_refs]).score if texts else 0.0
-            loss, nll = (sums / max(tokens, 1)).tolist()
-            result = {"loss": loss, "nll": nll, "ppl": perplexity(nll), "bleu": float(bleu)}
+            result, hyps = validate(self.eval_model, self.valid_sets, self.tokenizer,
+                                    to_plain(self.cfg.search), self.t.label_smoothing,
+                                    self.device, self._autocast)
             if self.writer is not None:
-                for tag, fig in tensorboard_figures(model, self.valid_src_ids, hyps, self.tokenizer,
-                                                    self.device, self.state.step).items():
+                for tag, fig in tensorboard_figures(self.eval_model, self.valid_sets[0].src_ids,
+                                                    hyps, self.tokenizer, self.device,
+                                                    self.state.step).items():
                     self.writer.add_figure(tag, fig, self.state.step, close=False)
         return dist.broadcast_object(result, self.info)
 
@@ -394,13 +375,17 @@ class Trainer:
         elapsed = st.elapsed_s + time.perf_counter() - self._start
         tps = st.train_tokens / max(st.train_s, 1e-9)
         st.history.append({"step": st.step, "epoch": st.epoch, **scores, "elapsed_s": elapsed})
-        log.info("valid | step %d | epoch %d%s | loss %.4f | nll %.4f | ppl %.2f | bleu %.2f%s | "
+        per_direction = scores.get("bleu_directions", {})
+        log.info("valid | step %d | epoch %d%s | loss %.4f | nll %.4f | ppl %.2f | bleu %.2f%s%s | "
                  "tokens/s %.0f | elapsed %.1f min", st.step, st.epoch,
                  " (end)" if epoch_end else "", scores["loss"], scores["nll"], scores["ppl"],
-                 scores["bleu"], " *best*" if improved else "", tps, elapsed / 60)
+                 scores["bleu"], "".join(f" | {k} {v:.2f}" for k, v in per_direction.items()),
+                 " *best*" if improved else "", tps, elapsed / 60)
         if self.writer is not None:
             for key in ("loss", "ppl", "bleu"):
                 self.writer.add_scalar(f"valid/{key}", scores[key], st.step)
+            for name, bleu in per_direction.items():
+                self.writer.add_scalar(f"valid/bleu/{name}", bleu, st.step)
             self.writer.flush()
         return improved
 

@@ -24,7 +24,14 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import REPO_ROOT, TINY_MODEL, TINY_TRAIN, make_pairs, write_corpus
+from conftest import (
+    REPO_ROOT,
+    TINY_MODEL,
+    TINY_TRAIN,
+    make_pairs,
+    write_corpus,
+    write_multilingual_corpus,
+)
 
 pytestmark = pytest.mark.slow
 
@@ -67,7 +74,7 @@ def readme_block(heading: str, lang: str) -> str:
 # The README sections whose code blocks a test runs (any other block would be untested).
 RUN_BY = {("Quick start", "bash"): "test_readme.py", ("Usage", "bash"): "test_readme.py",
           ("Usage", "python"): "test_readme.py", ("Serving with CTranslate2", "bash"): "test_ctranslate2.py",
-          ("Alignments", "bash"): "test_readme.py"}
+          ("Alignments", "bash"): "test_readme.py", ("Multilingual", "bash"): "test_readme.py"}
 
 
 def test_every_code_block_of_the_readme_is_run_by_a_test():
@@ -293,3 +300,37 @@ def test_alignments_command_trains_a_guided_head(tmp_path: Path, monkeypatch):
     assert summary["steps"] == 6
     log = (tmp_path / "runs/tf_en_fr_guided/train.log").read_text(encoding="utf-8")
     assert "| align " in log
+
+
+def test_multilingual_commands_train_evaluate_and_translate(tmp_path: Path, monkeypatch, capsys):
+    """The README's multilingual block on a tiny 4-language corpus (de, en, fr and a stand-in
+    cs): one model for the 6 English-centric directions, all 12 directions scored, a zero-shot
+    direction through the pivot, and a translation into a chosen language."""
+    sizes = {"train": 200, "val": 12, "test_2016_flickr": 12}
+    corpus = write_multilingual_corpus(tmp_path / "multi30k", sizes)
+    for split in sizes:                     # Czech stand-in: the German side, upper-cased
+        text = (corpus / f"{split}.de").read_text(encoding="utf-8")
+        (corpus / f"{split}.cs").write_text(text.upper(), encoding="utf-8")
+    block = readme_block("Multilingual", "bash").replace("\\\n", " ")
+    commands = [words for line in block.splitlines() if (words := shlex.split(line, comments=True))]
+    assert [c[:2] for c in commands] == [["nmt-train", "model=transformer"], ["nmt-evaluate", "checkpoint=runs/multi/checkpoints/best.pt"],
+                                         ["nmt-evaluate", "checkpoint=runs/multi/checkpoints/best.pt"], ["nmt-translate", "checkpoint=runs/multi/checkpoints/best.pt"]]
+    monkeypatch.chdir(tmp_path)
+    shrink = [*TINY_MODEL, *TINY_TRAIN, f"data.root={corpus}", f"data.cache_dir={tmp_path / 'cache'}",
+              "data.tokenizer.vocab_size=160", "train.max_steps=6", "device=cpu"]
+    assert _run_in_process(commands[0] + shrink) == 0
+    summary = json.loads((tmp_path / "runs/multi/summary.json").read_text())
+    assert summary["steps"] == 6 and len(summary["best_bleu_directions"]) == 6
+    assert _run_in_process(commands[1] + ["max_len_b=5", "device=cpu"]) == 0
+    table = json.loads((tmp_path / "runs/multi/eval/directions.json").read_text())
+    kinds = [row["direction"] for row in table["directions"]]
+    assert len(kinds) == 12 and kinds.count("zero-shot") == 6
+    for row in table["directions"]:
+        assert (tmp_path / "runs/multi/eval" / f"{row['src']}-{row['tgt']}" / "hyps.txt").is_file()
+    assert _run_in_process(commands[2] + ["max_len_b=5", "device=cpu"]) == 0
+    pivot = json.loads((tmp_path / "runs/multi/de_fr_pivot/scores.json").read_text())
+    assert pivot["n_sentences"] == 12
+    (tmp_path / "runs/multi/in.de").write_text("ein hund läuft\n", encoding="utf-8")
+    capsys.readouterr()
+    assert _run_in_process(commands[3] + ["max_len_b=5", "device=cpu"]) == 0
+    assert len(capsys.readouterr().out.splitlines()) == 1

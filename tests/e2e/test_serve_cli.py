@@ -48,9 +48,9 @@ class Server:
     listening on URL`` (connections wait in its backlog until it is ready), ``log`` its
     stderr lines so far."""
 
-    def __init__(self, *overrides: str) -> None:
+    def __init__(self, *overrides: str, checkpoint=CKPT) -> None:
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "nmt.cli.serve", f"checkpoint={CKPT}", "serve.port=0",
+            [sys.executable, "-m", "nmt.cli.serve", f"checkpoint={checkpoint}", "serve.port=0",
              "max_len_a=0", "max_len_b=8", "device=cpu", *overrides],
             cwd=REPO_ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
             env={**os.environ, "OMP_NUM_THREADS": "1"})
@@ -109,6 +109,45 @@ def test_page_translates_a_typed_sentence_and_draws_its_heatmap_in_chromium(serv
     info = re.search(r'id="info">(.*?)</p>', dom).group(1)
     assert f"<b>{weights[-1].mean(0)[1, 2]:.3f}</b>" in info   # last layer, head mean
     assert view["tgt"][1] in info and view["src"][2] in info
+
+
+def _page_dom(url: str, fragment: dict, profile: str) -> str:
+    """The page's DOM after headless Chromium opened ``url/#fragment`` and ran its script."""
+    from test_viewer import _chromium
+
+    hash_ = urllib.parse.urlencode(fragment, quote_via=urllib.parse.quote)
+    proc = subprocess.run(
+        [_chromium(), "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
+         "--disable-background-networking", "--disable-component-update", "--disable-sync",
+         f"--user-data-dir={REPO_ROOT / '.pytest_cache' / profile}",
+         "--virtual-time-budget=20000", "--dump-dom", f"{url}/#{hash_}"],
+        capture_output=True, timeout=120, check=False)
+    return proc.stdout.decode("utf-8") or proc.stderr.decode("utf-8", "replace")[-2000:]
+
+
+def test_page_chooses_the_target_language_of_a_multilingual_model(tmp_path_factory):
+    """A de-en + en-fr model: the page offers en and fr (#to=fr chooses French), the request
+    carries tgt_lang (the French translation is drawn, the tag <2fr> its first source label:
+    English would read <2en>)."""
+    from test_multilingual_eval import train_tiny_multilingual
+
+    ckpt = train_tiny_multilingual(tmp_path_factory.mktemp("serve_multi"))
+    multi = Server(checkpoint=ckpt)
+    try:
+        status, body = _post(multi.url, {"text": [SENTENCE], "alignment": True, "tgt_lang": "fr"})
+        assert status == 200
+        view = body["translations"][0]["view"]
+        assert view["src"][0] == "<2fr>"
+        dom = _page_dom(multi.url, {"text": SENTENCE, "go": 1, "to": "fr"}, "chromium-serve-multi")
+        state = re.search(r'id="status" data-state="(\w+)">([^<]*)<', dom)
+        assert state and state.group(1) == "ok", state.group(2) if state else dom
+        assert '<label id="to">' in dom   # shown: two target languages
+        assert '<select id="tgt"><option value="en">en</option><option value="fr">fr</option>' in dom
+        assert f'id="output">{view["translation"]}<' in dom
+        assert 'id="col0">&lt;2fr&gt;<' in dom      # the tag is the first source label
+        assert dom.count('class="cell') == len(view["kinds"]["cross"]["rows"]) * len(view["src"])
+    finally:
+        multi.kill()
 
 
 def test_a_body_of_5_mb_gets_413_not_a_reset_connection(server):

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import free_port, write_corpus
+from conftest import free_port, write_corpus, write_multilingual_corpus
 from paused_train import kill_when_paused, popen
 
 from nmt.checkpoint import load_checkpoint
@@ -99,11 +99,19 @@ def root(tmp_path_factory) -> Path:
     return root
 
 
-def test_two_processes_accumulating_2_match_one_process_accumulating_4(root):
+@pytest.mark.parametrize(("extra", "batch_in_epoch"), [
+    ([], 8), (["data.pairs=[de-en,en-fr]", "data.sampling_temperature=2"], 4)],
+    ids=["bilingual", "multilingual"])
+def test_two_processes_accumulating_2_match_one_process_accumulating_4(root, extra,
+                                                                        batch_in_epoch):
     """accum_steps=2 under DDP: the first micro-batch of each rank runs in ``no_sync``, the
-    second all-reduces the sum of both; the result is one process's 4-batch step."""
-    args = _overrides(root) + NO_DROPOUT
-    single_dir, ddp_dir = root / "single", root / "ddp_accum2"
+    second all-reduces the sum of both; the result is one process's 4-batch step. With two
+    directions (en-fr a third of de-en) every rank cuts the same temperature-sampled epochs."""
+    if extra:
+        write_multilingual_corpus(root / "corpus", fr_every=3)   # de, en as before; fr added
+    args = _overrides(root) + NO_DROPOUT + extra
+    name = "multi" if extra else ""
+    single_dir, ddp_dir = root / f"single{name}", root / f"ddp_accum2{name}"
     train(compose_config(args + ["train.accum_steps=4", f"run_dir={single_dir}"]))
     proc = _torchrun(args + ["train.accum_steps=2", f"run_dir={ddp_dir}"])
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -111,7 +119,7 @@ def test_two_processes_accumulating_2_match_one_process_accumulating_4(root):
     single = load_checkpoint(single_dir / "checkpoints" / "last.pt")
     ddp = load_checkpoint(ddp_dir / "checkpoints" / "last.pt")
     assert (single["step"], single["epoch"]) == (ddp["step"], ddp["epoch"]) == (6, 1)
-    assert single["batch_in_epoch"] == ddp["batch_in_epoch"] == 8
+    assert single["batch_in_epoch"] == ddp["batch_in_epoch"] == batch_in_epoch
     assert len(ddp["rng"]) == 2                               # one RNG state per rank
     # 4 micro-batch gradients summed in another order ((g0 + g2) + (g1 + g3) against
     # ((g0 + g1) + g2) + g3) agree to rounding, and so do the weights, but for the key biases.

@@ -10,10 +10,11 @@ import os
 import signal
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 import torch
-from conftest import REPO_ROOT, TINY_MODEL, TINY_TRAIN, free_port
+from conftest import REPO_ROOT, TINY_MODEL, TINY_TRAIN, free_port, write_multilingual_corpus
 from omegaconf import OmegaConf
 from paused_train import kill_when_paused, popen
 
@@ -82,15 +83,21 @@ def test_end_to_end_cli_writes_every_artefact(overrides, tmp_path):
 
 
 @pytest.mark.parametrize("extra", [
-    [], ["train.ema_decay=0.9", "data.tokenizer.sampling_alpha=0.5", "train.consistency=simcut"]],
-    ids=["plain", "ema_sampling_simcut"])
+    [], ["train.ema_decay=0.9", "data.tokenizer.sampling_alpha=0.5", "train.consistency=simcut"],
+    ["data.pairs=[de-en,en-fr]", "data.lang_tag=target", "data.sampling_temperature=2"]],
+    ids=["plain", "ema_sampling_simcut", "multilingual"])
 def test_sigkill_between_checkpoints_then_resume_equals_uninterrupted_run(overrides, tmp_path,
                                                                           extra):
     # 200 pairs at 1024 tokens make 7 batches per epoch (8 with sampled segmentations): the
     # resumed part crosses epochs. SIGKILLed from outside after step 6 (paused there), two
     # steps past the checkpoint of step 4: the resumed run redoes steps 5 and 6 from it. With a weight average and
     # subword sampling, the average and the second epoch's segmentation are exact too, and so
-    # are SimCut's token cutoff and dropout masks (R-Drop's resume: test_torchrun.py).
+    # are SimCut's token cutoff and dropout masks (R-Drop's resume: test_torchrun.py). Two
+    # directions, en-fr a third the size of de-en (blank French lines): each epoch redraws the
+    # oversampled en-fr rows (temperature 2).
+    if any(o.startswith("data.pairs=") for o in extra):
+        corpus = next(o.split("=", 1)[1] for o in overrides if o.startswith("data.root="))
+        write_multilingual_corpus(Path(corpus), fr_every=3)
     base = overrides[:-1] + TINY_MODEL + TINY_TRAIN + [
         "train.batch_tokens=1024", "train.max_steps=12", "train.eval_every_steps=4",
         "train.keep_last=1", "device=cpu", *extra]
@@ -109,7 +116,7 @@ def test_sigkill_between_checkpoints_then_resume_equals_uninterrupted_run(overri
     assert main(base + [f"run_dir={killed_dir}"]) == 0          # the same command resumes
     full = load_checkpoint(full_dir / "checkpoints" / "last.pt")
     resumed = load_checkpoint(killed_dir / "checkpoints" / "last.pt")
-    weights = ["model", "train_model"] if extra else ["model"]
+    weights = ["model", "train_model"] if "train.ema_decay=0.9" in extra else ["model"]
     assert [k for k in ("model", "train_model") if k in full] == weights
     for key in weights:
         assert full[key].keys() == resumed[key].keys()

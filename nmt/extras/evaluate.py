@@ -56,7 +56,8 @@ def evaluate_split(translator, src_texts: Sequence[str], ref_texts: Sequence[str
     """Translate every source sentence (nothing filtered or truncated) and score it.
 
     ``translator``: a :class:`~nmt.inference.translator.Translator` or the CTranslate2 engine;
-    ``search``: keyword arguments of its ``translate``. ``scores``: :func:`corpus_scores`,
+    ``search``: keyword arguments of its ``translate`` (``src_lang``/``tgt_lang`` also of
+    the reference score). ``scores``: :func:`corpus_scores`,
     the search settings, ``decoding``, ``n_sentences``, ``seconds`` (wall clock of
     tokenization + search (+ MBR selection) + detokenization), ``ms_per_sentence``,
     ``n_tgt_tokens`` (output subwords with EOS), ``sents_per_s``, ``tgt_tokens_per_s`` and,
@@ -113,7 +114,8 @@ def evaluate_split(translator, src_texts: Sequence[str], ref_texts: Sequence[str
         if baseline is not None:
             scores["search_baseline"] = baseline
     if score_references and refs:
-        forced = translator.score(list(src_texts), refs)
+        forced = translator.score(list(src_texts), refs, src_lang=search.get("src_lang"),
+                                  tgt_lang=search.get("tgt_lang"))
         loss = -sum(f.logprob for f in forced) / max(sum(f.tokens for f in forced), 1)
         scores.update(loss=round(loss, 4), ppl=round(math.exp(loss), 3))
     return Evaluation(results=results, references=refs, scores=scores,

@@ -1,0 +1,162 @@
+"""The typed schemas of the tools other than nmt-train (configs/<tool>.yaml lists its schema
+first, so Hydra rejects a mistyped value or an unknown key): registered in Hydra's ConfigStore
+when this module is imported (nmt.cli.common does), beside nmt-train's (:mod:`nmt.config`)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from omegaconf import MISSING
+
+from nmt.config import (
+    TOOL_SCHEMAS,
+    Choice,
+    DecodingSchema,
+    SamplingSchema,
+    SearchSchema,
+    register_configs,
+)
+
+
+def _choice_type(name: str, *values: str) -> type[Choice]:
+    return Choice(name, {v: v for v in values}, module=__name__)
+
+
+Engine = _choice_type("Engine", "pytorch", "ctranslate2")
+Weights = _choice_type("Weights", "inference", "trained")
+AttentionStored = _choice_type("AttentionStored", "alignment", "all")
+PlotFormat = _choice_type("PlotFormat", "png", "html")
+AttentionKind = _choice_type("AttentionKind", "alignment", "cross", "encoder", "decoder")
+LinkMethod = _choice_type("LinkMethod", "argmax", "threshold")
+ExportFormat = _choice_type("ExportFormat", "ctranslate2")
+Quantization = _choice_type("Quantization", "float32", "int8")
+Directions = _choice_type("Directions", "all")
+
+
+@dataclass
+class DataRootOverride:
+    root: str | None = MISSING
+
+
+@dataclass
+class EngineSchema:
+    engine: Engine = MISSING
+    model_dir: str | None = MISSING      # the nmt-export directory (engine=ctranslate2)
+    weights: Weights = MISSING           # engine=pytorch
+
+
+@dataclass
+class DirectionSchema:
+    src_lang: str | None = MISSING       # a multilingual model's direction (nmt.data.languages)
+    tgt_lang: str | None = MISSING
+
+
+@dataclass
+class EvaluateConfig(DirectionSchema, EngineSchema, DecodingSchema, SamplingSchema, SearchSchema):
+    checkpoint: Any = MISSING            # a file, or a list of files (an ensemble)
+    split: str | None = MISSING
+    data: DataRootOverride = field(default_factory=DataRootOverride)
+    src_file: str | None = MISSING
+    ref_file: str | None = MISSING
+    out_dir: str | None = MISSING
+    save_alignments: bool = MISSING
+    attention: AttentionStored = MISSING
+    directions: Directions | None = MISSING   # all: every direction of the split
+    pivot: str | None = MISSING
+    device: str = MISSING
+
+
+@dataclass
+class TranslateConfig(DirectionSchema, EngineSchema, DecodingSchema, SamplingSchema, SearchSchema):
+    checkpoint: Any = MISSING            # a file, or a list of files (an ensemble)
+    input: str | None = MISSING
+    output: str | None = MISSING
+    pivot: str | None = MISSING
+    device: str = MISSING
+
+
+@dataclass
+class PlotConfig:
+    alignments: str = MISSING
+    index: Any = MISSING                 # int, "all" or "start:stop"
+    out: str = MISSING
+    format: PlotFormat = MISSING
+    kind: AttentionKind | None = MISSING
+    layer: Any = MISSING                 # None, int, "all" or "mean"
+    head: Any = MISSING                  # None, int, "all" or "mean"
+    gold: str | None = MISSING
+    gold_one_based: bool | None = MISSING
+    cmap: str = MISSING
+    dpi: int = MISSING
+
+
+@dataclass
+class AverageConfig:
+    run_dir: str | None = MISSING
+    last: int = MISSING
+    best: int | None = MISSING
+    checkpoints: list[str] | None = MISSING
+    out: str | None = MISSING
+
+
+@dataclass
+class AlignConfig(DirectionSchema):
+    checkpoint: str = MISSING
+    src_file: str | None = MISSING
+    tgt_file: str | None = MISSING
+    input: str | None = MISSING
+    out: str = MISSING
+    one_based: bool = MISSING
+    method: LinkMethod = MISSING
+    threshold: float | None = MISSING
+    shift: bool = MISSING
+    layer: Any = MISSING                 # int (negative counts from the end) or "mean"
+    head: Any = MISSING                  # int or "mean"
+    eos_unaligned: bool = MISSING
+    reverse_checkpoint: str | None = MISSING
+    symmetrize: str = MISSING
+    gold: str | None = MISSING
+    gold_one_based: bool | None = MISSING
+    attention_out: str | None = MISSING
+    batch_sentences: int = MISSING
+    device: str = MISSING
+
+
+@dataclass
+class ExportConfig:
+    checkpoint: str = MISSING
+    format: ExportFormat = MISSING
+    out_dir: str = MISSING
+    quantization: Quantization = MISSING
+    max_positions: int = MISSING
+
+
+@dataclass
+class ServeSchema:
+    host: str = MISSING
+    port: int = MISSING
+    max_batch_work: int = MISSING
+    max_wait_ms: float = MISSING
+    max_queue_sentences: int = MISSING
+    max_request_work: int = MISSING
+    max_sentences: int = MISSING
+    max_chars: int = MISSING
+    max_body_bytes: int = MISSING
+    max_beam_size: int = MISSING
+    api_key: str | None = MISSING
+    allow_unauthenticated: bool = MISSING
+    cors_origins: list[str] = MISSING
+
+
+@dataclass
+class ServeConfig(EngineSchema, SearchSchema):
+    checkpoint: Any = MISSING            # a file, or a list of files (an ensemble)
+    device: str = MISSING
+    serve: ServeSchema = field(default_factory=ServeSchema)
+
+
+TOOL_SCHEMAS.update({"nmt_evaluate": EvaluateConfig, "nmt_translate": TranslateConfig,
+                     "nmt_plot": PlotConfig, "nmt_average": AverageConfig, "nmt_align": AlignConfig,
+                     "nmt_export": ExportConfig, "nmt_serve": ServeConfig})
+register_configs()

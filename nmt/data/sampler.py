@@ -1,0 +1,163 @@
+"""Which rows make up each training batch: length-bucketed token batches (Vaswani et al.
+2017, section 5.1: "sentence pairs were batched together by approximate sequence length"),
+optional static shapes (:class:`BatchShapes`), and with several directions (``data.pairs``)
+temperature sampling of each epoch's rows by direction (Arivazhagan et al. 2019, sec. 4.2).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from nmt.config import ConfigError
+from nmt.data.languages import temperature_shares
+
+log = logging.getLogger("nmt.data")
+
+
+@dataclass(frozen=True)
+class BatchShapes:
+    """Static batch shapes (``train.shape_buckets``), so that a compiled model and its CUDA
+    graphs see a few shapes, not one per batch: a batch whose longer side is ``w`` positions
+    (EOS included) is padded on both sides to ``L``, the first of ``lengths`` >= ``w``, and to
+    ``batch_tokens // L`` rows. :class:`TokenBatchSampler` cuts batches that fit."""
+
+    lengths: tuple[int, ...]   # ascending; the last >= the longest pair
+    batch_tokens: int
+
+    @classmethod
+    def fit(cls, src_lens: np.ndarray, tgt_lens: np.ndarray, buckets: int,
+            batch_tokens: int) -> BatchShapes:
+        """The ``buckets`` lengths (fewer if the pairs have fewer distinct widths) that pad
+        the pairs' longer sides least in total, ``sum_rows (L(w) - w)``: exact dynamic
+        programming over the distinct widths v_0 < ... < v_{n-1}, O(buckets * n^2)."""
+        vals, counts = np.unique(np.maximum(src_lens, tgt_lens), return_counts=True)
+        c, s = (np.concatenate(([0], np.cumsum(x))) for x in (counts, counts * vals))
+        # best[j]: least padding of the rows of widths v_0..v_j in m buckets, the last v_j;
+        # a bucket of v_i..v_j pads v_j * rows - sum of widths.
+        best, choices = vals * c[1:] - s[1:], []
+        for m in range(2, min(buckets, len(vals)) + 1):
+            new, choice = np.full(len(vals), np.inf), np.zeros(len(vals), np.int64)
+            for j in range(m - 1, len(vals)):
+                i = np.arange(m - 1, j + 1)      # the last bucket starts at v_i
+                total = best[i - 1] + vals[j] * (c[j + 1] - c[i]) - (s[j + 1] - s[i])
+                choice[j] = i[np.argmin(total)]
+                new[j] = total.min()
+            best = new
+            choices.append(choice)
+        j, lengths = len(vals) - 1, [int(vals[-1])]
+        for choice in reversed(choices):
+            j = int(choice[j]) - 1
+            lengths.append(int(vals[j]))
+        shapes = cls(tuple(sorted(lengths)), int(batch_tokens))
+        log.info("static batch shapes (rows x positions): %s",
+                 ", ".join(f"{r}x{n}" for r, n in map(shapes.shape, lengths)))
+        return shapes
+
+    def length(self, width: np.ndarray) -> np.ndarray:
+        """The padded length of batches whose longer side is ``width`` (int64 array)."""
+        k = np.searchsorted(self.lengths, width)
+        if np.any(k >= len(self.lengths)):
+            raise ValueError(f"a pair of {int(np.max(width))} positions is longer than the "
+                             f"longest static shape ({self.lengths[-1]})")
+        return np.asarray(self.lengths, dtype=np.int64)[k]
+
+    def shape(self, width: int) -> tuple[int, int]:
+        """``(rows, length)`` of a batch whose longer side is ``width`` positions."""
+        length = int(self.length(np.asarray(width)))
+        return self.batch_tokens // length, length
+
+
+class TokenBatchSampler:
+    """Length-bucketed token batches, every row once per epoch: rows sorted by (source
+    length, target length) with random tie-breaking, cut greedily into batches with
+    ``B * max(S, T) <= batch_tokens`` (lengths with EOS), in shuffled order; all randomness
+    from ``np.random.default_rng((seed, epoch))``. ``shuffle=False``: sorted (validation).
+    With ``shapes`` rows are sorted by their static length first and a pair's width counts as
+    that length (``B * L <= batch_tokens``: every batch fits its :meth:`BatchShapes.shape`).
+    With ``directions`` (each row's, [N]) and shuffling, an epoch's rows are
+    :meth:`epoch_rows`. ConfigError when ``batch_tokens`` is smaller than the longest pair."""
+
+    def __init__(self, src_lens: np.ndarray, tgt_lens: np.ndarray, batch_tokens: int,
+                 shuffle: bool = True, seed: int = 0, shapes: BatchShapes | None = None,
+                 directions: np.ndarray | None = None, temperature: float = 1.0):
+        self.src_lens = np.asarray(src_lens, dtype=np.int64)
+        self.tgt_lens = np.asarray(tgt_lens, dtype=np.int64)
+        self.batch_tokens, self.shuffle, self.seed = int(batch_tokens), bool(shuffle), int(seed)
+        self.shapes, self.directions, self.temperature = shapes, directions, float(temperature)
+        longest = int(np.maximum(self.src_lens, self.tgt_lens).max(initial=0))
+        if longest > self.batch_tokens:
+            raise ConfigError(f"train.batch_tokens={self.batch_tokens} is smaller than the longest "
+                              f"pair ({longest} tokens): raise it or lower data.max_len.")
+
+    def epoch_rows(self, epoch: int) -> np.ndarray | None:
+        """The rows of ``epoch`` drawn by direction (Arivazhagan et al. 2019, sec. 4.2): as
+        many as the split has, direction d's share ``q_d`` of them (:func:`temperature_shares`
+        of the directions' sizes; largest remainders), each direction's rows every one k times
+        and then a random subset without replacement; from ``default_rng((seed, epoch, 1))``.
+        None (every row once): no directions, or shares that give every direction its size."""
+        if self.directions is None:
+            return None
+        sizes = np.bincount(self.directions)
+        exact = temperature_shares(sizes, self.temperature) * len(self.directions)
+        counts = np.floor(exact).astype(np.int64)
+        counts[np.argsort(counts - exact, kind="stable")[: len(self.directions) - counts.sum()]] += 1
+        if np.array_equal(counts, sizes):
+            return None
+        rng, rows = np.random.default_rng((self.seed, int(epoch), 1)), []
+        for d in np.flatnonzero(counts):
+            mine = np.flatnonzero(self.directions == d)
+            k, rest = divmod(int(counts[d]), len(mine))
+            rows += [np.tile(mine, k), rng.choice(mine, rest, replace=False)]
+        return np.concatenate(rows)
+
+    def batches(self, epoch: int = 0) -> list[np.ndarray]:
+        """The batches of ``epoch``: int64 row-index arrays."""
+        rows = self.epoch_rows(epoch) if self.shuffle else None
+        src_lens, tgt_lens = (self.src_lens, self.tgt_lens) if rows is None else \
+            (self.src_lens[rows], self.tgt_lens[rows])
+        n = len(src_lens)
+        if n == 0:
+            return []
+        width = np.maximum(src_lens, tgt_lens)
+        keys = (tgt_lens, src_lens)
+        if self.shapes is not None:     # sorted by static length first: batches of one shape
+            width = self.shapes.length(width)
+            keys += (width,)
+        if self.shuffle:
+            rng = np.random.default_rng((self.seed, int(epoch)))
+            keys = (rng.random(n), *keys)
+        order = np.lexsort(keys)
+        width = width[order].tolist()
+        order = order if rows is None else rows[order]
+        cuts, start, cur, limit = [], 0, 0, self.batch_tokens
+        for i, w in enumerate(width):
+            m = cur if cur > w else w
+            if (i - start + 1) * m > limit:
+                cuts.append(i)
+                start, cur = i, w
+            else:
+                cur = m
+        out = np.split(order.astype(np.int64), cuts)
+        if self.shuffle:
+            out = [out[k] for k in rng.permutation(len(out))]
+            log.info("epoch %d: %d batches, %.1f%% of their positions padding", epoch, len(out),
+                     100 * self.padding(out))
+        return out
+
+    def padding(self, batches: Sequence[np.ndarray]) -> float:
+        """The share of padding among the positions of ``batches`` as collated, both sides:
+        ``B * (max S + max T)`` per batch, with ``shapes`` ``2 * rows * L``."""
+        real = padded = 0
+        for idx in batches:
+            s, t = self.src_lens[idx], self.tgt_lens[idx]
+            real += int(s.sum()) + int(t.sum())
+            if self.shapes is None:
+                padded += len(idx) * (int(s.max()) + int(t.max()))
+            else:
+                rows, length = self.shapes.shape(max(int(s.max()), int(t.max())))
+                padded += 2 * rows * length
+        return 1.0 - real / max(padded, 1)

@@ -1,0 +1,218 @@
+"""Multilingual evaluation: any direction of a split, zero-shot and pivot translation, and the
+off-target rate (``nmt-evaluate src_lang=de tgt_lang=fr``, ``directions=all``, ``pivot=en``).
+
+    translator = Translator.from_checkpoint("runs/multi/checkpoints/best.pt")
+    rows = evaluate_directions(translator, train_cfg.data, "test_2016_flickr", "runs/multi/eval",
+                               {"beam_size": 5})                 # every direction the split has
+    Pivot(translator, "en").translate(["Ein Hund ."], src_lang="de", tgt_lang="fr")
+    off_target(["Un chien .", "A dog ."], "fr", ["de", "en", "fr"])   # [False, True]
+
+A direction is *supervised* when the model was trained on it (``data.pairs``), *zero-shot*
+when both languages are the model's, the target one of its target languages (it has a tag),
+but the pair was not trained (Johnson et al. 2017, sec. 5). The *off-target rate* is the
+share of outputs whose language, as py3langid (Lui and Baldwin 2012, langid.py) identifies
+it among the model's languages only (``set_languages``), is not the target; an empty output
+has no language and is not counted off target. ``directions=all``
+writes each direction's files of :mod:`nmt.extras.evaluate` into ``out_dir/<src>-<tgt>/``
+and one table of all of them, ``directions.md`` and ``directions.json``.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from omegaconf import OmegaConf
+
+from nmt.config import ConfigError
+from nmt.data.corpus import CorpusError, iter_parallel
+from nmt.extras.evaluate import Evaluation, evaluate_split, write_outputs
+from nmt.inference.translator import direction_tags
+from nmt.runtime import write_json_atomic, write_text_atomic
+
+
+@functools.lru_cache(maxsize=8)
+def _identifier(languages: tuple[str, ...]):
+    """py3langid's identifier restricted to ``languages`` (loaded once per set)."""
+    from py3langid.langid import MODEL_FILE, LanguageIdentifier
+
+    identifier = LanguageIdentifier.from_model_file(MODEL_FILE)
+    unknown = sorted(set(languages) - set(identifier.nb_classes))
+    if unknown:
+        raise ConfigError(f"py3langid does not know the language(s) {', '.join(unknown)} (it "
+                          f"knows ISO 639-1 codes such as {', '.join(identifier.nb_classes[:8])}, "
+                          "...): the off-target rate needs them.")
+    identifier.set_languages(list(languages))
+    return identifier
+
+
+def identify(texts: Sequence[str], languages: Sequence[str]) -> list[str | None]:
+    """The language of each text among ``languages`` (ISO 639-1 codes, at least two), by
+    py3langid; None for an empty text. ConfigError: a code py3langid does not know."""
+    identifier = _identifier(tuple(sorted(set(languages))))
+    return [identifier.classify(t)[0] if t.strip() else None for t in texts]
+
+
+def off_target(texts: Sequence[str], tgt_lang: str, languages: Sequence[str]) -> list[bool]:
+    """Per text: True when its identified language (:func:`identify` among ``languages``) is
+    not ``tgt_lang``; an empty text is False."""
+    return [lang is not None and lang != tgt_lang for lang in identify(texts, languages)]
+
+
+def off_target_rate(texts: Sequence[str], tgt_lang: str, languages: Sequence[str]) -> float:
+    """The share (0-1) of ``texts`` that are :func:`off_target`; 0.0 for no texts."""
+    flags = off_target(texts, tgt_lang, languages)
+    return sum(flags) / len(flags) if flags else 0.0
+
+
+class Pivot:
+    """Pivot translation with one model: ``src -> pivot -> tgt`` (the baseline of a zero-shot
+    direction). ``translate`` takes the translator's arguments; the first step's best
+    translation is the second's input, so results are the second step's (their
+    ``src_tokens`` are the pivot sentences). Everything else (``search_settings``,
+    ``device``, ``score``: the direct direction's) is the wrapped translator's."""
+
+    def __init__(self, translator, pivot: str) -> None:
+        self.translator, self.pivot = translator, pivot
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.translator, name)
+
+    def translate(self, sentences, *, src_lang: str | None = None, tgt_lang: str | None = None,
+                  **settings):
+        """``sentences`` (a string or a list) through the pivot; ConfigError: the pivot is the
+        source or target language, or a direction the model cannot translate."""
+        data = self.translator.config.data
+        src, tgt = src_lang or data.src_lang, tgt_lang or data.tgt_lang
+        check_direction(self.translator, src, tgt, self.pivot)
+        single = isinstance(sentences, str)
+        first = self.translator.translate([sentences] if single else list(sentences),
+                                          src_lang=src, tgt_lang=self.pivot, **settings)
+        out = self.translator.translate([r.text for r in first], src_lang=self.pivot,
+                                        tgt_lang=tgt, **settings)
+        return out[0] if single else out
+
+
+def check_direction(translator, src_lang: str, tgt_lang: str, pivot: str | None = None) -> None:
+    """ConfigError, naming what is allowed, unless ``translator`` can translate ``src_lang``
+    into ``tgt_lang`` (through ``pivot``: both steps), before any text is read."""
+    steps = [(src_lang, tgt_lang)] if pivot is None else [(src_lang, pivot), (pivot, tgt_lang)]
+    if pivot in (src_lang, tgt_lang):
+        raise ConfigError(f"pivot={pivot} is the source or target language of "
+                          f"{src_lang}-{tgt_lang}: give a third language, or no pivot.")
+    for src, tgt in steps:
+        direction_tags(translator.config, translator.tokenizer, src, tgt)
+
+
+def direction_kind(translator, src_lang: str, tgt_lang: str) -> str:
+    """``supervised`` (a trained direction) or ``zero-shot``."""
+    return "supervised" if (src_lang, tgt_lang) in translator.directions else "zero-shot"
+
+
+def _rooted(data_cfg: Any, root: str | None) -> Any:
+    """A copy of a checkpoint's ``data`` section reading from ``root`` (None: its own)."""
+    data = OmegaConf.create(OmegaConf.to_container(data_cfg, resolve=True))
+    data.root = str(root or data.root)
+    return data
+
+
+def read_direction(data_cfg: Any, split: str, src_lang: str, tgt_lang: str,
+                   root: str | None = None) -> tuple[list[str], list[str]]:
+    """``(sources, references)`` of one direction of ``split``, read as the checkpoint's data
+    config reads it (:func:`~nmt.data.corpus.iter_parallel`), from ``root`` if given;
+    CorpusError when the split lacks it."""
+    pairs = list(iter_parallel(_rooted(data_cfg, root), split, (src_lang, tgt_lang)))
+    return [s for s, _ in pairs], [t for _, t in pairs]
+
+
+def split_directions(translator, data_cfg: Any, split: str, root: str | None = None
+                     ) -> list[tuple[str, str]]:
+    """Every ordered pair of the model's languages that it can translate (the target has a
+    tag: :func:`~nmt.inference.translator.direction_tags`) and ``split`` has (both sides
+    found): trained directions first, then zero-shot ones, each group in sorted order."""
+    found, data = [], _rooted(data_cfg, root)
+    for src in translator.languages:
+        for tgt in translator.languages:
+            try:
+                direction_tags(translator.config, translator.tokenizer, src, tgt)
+                iter_parallel(data, split, (src, tgt))   # a missing file raises here
+            except (ConfigError, CorpusError):
+                continue
+            found.append((src, tgt))
+    return sorted(found, key=lambda d: (direction_kind(translator, *d) != "supervised", d))
+
+
+def evaluate_direction(translator, sources: Sequence[str], references: Sequence[str],
+                       src_lang: str, tgt_lang: str, search: dict | None = None,
+                       pivot: str | None = None) -> Evaluation:
+    """:func:`~nmt.extras.evaluate.evaluate_split` of one direction (through ``pivot``:
+    :class:`Pivot`, no reference loss) with, in its scores, ``src_lang``, ``tgt_lang``,
+    ``direction`` (supervised or zero-shot), ``pivot``, ``off_target`` (outputs) and
+    ``off_target_rate`` (percent) among the model's languages (None where py3langid does not
+    know one of them)."""
+    engine = translator if pivot is None else Pivot(translator, pivot)
+    evaluation = evaluate_split(engine, sources, references,
+                                {**(search or {}), "src_lang": src_lang, "tgt_lang": tgt_lang},
+                                score_references=pivot is None)
+    try:
+        off = sum(off_target([r.text for r in evaluation.results], tgt_lang, translator.languages))
+    except ConfigError:   # a language py3langid does not know: no rate, the scores stand
+        off = None
+    evaluation.scores.update(
+        src_lang=src_lang, tgt_lang=tgt_lang, pivot=pivot, off_target=off,
+        direction=direction_kind(translator, src_lang, tgt_lang),
+        off_target_rate=None if off is None else round(100.0 * off / max(len(sources), 1), 2))
+    return evaluation
+
+
+TABLE_KEYS = ("direction", "bleu", "chrf", "off_target_rate", "n_sentences", "pivot")
+
+
+def evaluate_directions(translator, data_cfg: Any, split: str, out_dir: str | Path,
+                        search: dict | None = None, pivot: str | None = None,
+                        root: str | None = None, save_alignments: bool = True,
+                        extra: dict | None = None) -> list[dict]:
+    """Score every direction of ``split`` (:func:`split_directions`) by
+    :func:`evaluate_direction` (through ``pivot`` where it is neither side; directly where
+    it is), write each one's files into ``out_dir/<src>-<tgt>/`` (``extra`` added to each
+    scores.json) and the table ``directions.md`` / ``directions.json`` into ``out_dir``;
+    returns the table's rows (``src``, ``tgt`` and :data:`TABLE_KEYS`). ConfigError: the
+    split has no direction of the model's languages."""
+    found = split_directions(translator, data_cfg, split, root)
+    if not found:
+        raise ConfigError(f"split {split!r} under data.root="
+                          f"{root or data_cfg.root} has no two of the model's languages "
+                          f"({', '.join(translator.languages)}) as {split}.<lang> files.")
+    rows = []
+    for src, tgt in found:
+        sources, references = read_direction(data_cfg, split, src, tgt, root)
+        via = pivot if pivot not in (None, src, tgt) else None
+        evaluation = evaluate_direction(translator, sources, references, src, tgt, search, via)
+        evaluation.scores.update(extra or {}, split=split)
+        write_outputs(Path(out_dir) / f"{src}-{tgt}", evaluation, save_alignments)
+        rows.append({"src": src, "tgt": tgt, **{k: evaluation.scores[k] for k in TABLE_KEYS}})
+    write_json_atomic(Path(out_dir) / "directions.json", {"split": split, "directions": rows})
+    write_text_atomic(Path(out_dir) / "directions.md", directions_table(rows))
+    return rows
+
+
+def directions_table(rows: Sequence[dict]) -> str:
+    """The markdown table of :func:`evaluate_directions`' rows, with the mean BLEU, chrF and
+    off-target rate of the supervised and of the zero-shot directions."""
+    lines = ["| direction | kind | BLEU | chrF | off-target % | pivot |",
+             "|---|---|---:|---:|---:|---|"]
+    def rate(value: float | None) -> str:
+        return "n/a" if value is None else f"{value:.1f}"
+
+    lines += [f"| {r['src']}-{r['tgt']} | {r['direction']} | {r['bleu']:.2f} | {r['chrf']:.2f} | "
+              f"{rate(r['off_target_rate'])} | {r['pivot'] or ''} |" for r in rows]
+    for kind in ("supervised", "zero-shot"):
+        group = [r for r in rows if r["direction"] == kind]
+        if group:
+            mean = {k: None if any(r[k] is None for r in group) else
+                    sum(r[k] for r in group) / len(group) for k in ("bleu", "chrf", "off_target_rate")}
+            lines.append(f"| mean of {len(group)} | {kind} | {mean['bleu']:.2f} | "
+                         f"{mean['chrf']:.2f} | {rate(mean['off_target_rate'])} | |")
+    return "\n".join(lines) + "\n"
