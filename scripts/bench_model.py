@@ -39,7 +39,8 @@ config (Adam/AdamW, fused kernel where available): the same calls as ``nmt-train
 (fp32, one batch per step, no DDP).
 The batches are the first ``warmup + steps`` batches of epoch 0 of
 ``TokenBatchSampler(train.batch_tokens)`` over the prepared training split (with
-``train.shape_buckets`` its static shapes, padded as training pads them).
+``train.shape_buckets`` its static shapes, padded as training pads them; with several
+``data.pairs``, e.g. ``data=multi30k_multi``, drawn by direction and tagged as in nmt-train).
 
 Reported (last line, ``key=value``; with an A/B option also ``eager_``/``compiled_`` or
 ``fp32_``/``bf16_`` ``tgt_tokens_per_s`` and ``compile_speedup``/``bf16_speedup``):
@@ -141,7 +142,9 @@ def main(argv: list[str] | None = None) -> dict:
     shapes = BatchShapes.fit(data.train.src_lens, data.train.tgt_lens, t.shape_buckets,
                              t.batch_tokens) if t.shape_buckets else None
     sampler = TokenBatchSampler(data.train.src_lens, data.train.tgt_lens, t.batch_tokens,
-                                shuffle=True, seed=t.seed, shapes=shapes)
+                                shuffle=True, seed=t.seed, shapes=shapes,
+                                directions=data.train.directions,   # as nmt-train draws them
+                                temperature=cfg.data.sampling_temperature)
     chosen = sampler.batches(0)[: args.warmup + args.steps]
     batches = [data.train.collate(ix, shapes).to(device) for ix in chosen]
 

@@ -493,3 +493,44 @@ def test_multi30k_test_split_has_all_12_directions_of_an_english_centric_model(m
     assert found[6:] == [("cs", "de"), ("cs", "fr"), ("de", "cs"), ("de", "fr"), ("fr", "cs"),
                          ("fr", "de")]
     assert split_directions(stub, data, "no_such_split", root=str(multi30k_root)) == []
+
+
+def test_tag_attention_script_shares_per_layer(tmp_path, capsys):
+    """scripts/tag_attention.py: the tag's column averaged over heads and queries, per layer,
+    on a hand-made dump (source tag: cross and encoder; target tag: decoder)."""
+    import importlib.util
+
+    from nmt.evaluation.alignments import save_alignments
+
+    spec = importlib.util.spec_from_file_location("tag_attention",
+                                                  REPO_ROOT / "scripts" / "tag_attention.py")
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    # One sentence, source <2en> a </s>, target b </s>; L=2 layers, H=2 heads, T=2, S=3.
+    cross = np.zeros((2, 2, 2, 3), dtype=np.float32)
+    cross[0, :, :, 0] = 0.5          # layer 1: every head and query puts 0.5 on the tag
+    cross[1, 0, 0, 0] = 1.0          # layer 2: one of the four (head, query) rows, fully
+    cross[..., 1] = 1.0 - cross[..., 0]
+    encoder = np.full((2, 2, 3, 3), 0.25, dtype=np.float32)   # 0.25 everywhere
+    path = tmp_path / "de-en" / "alignments.npz"
+    path.parent.mkdir()
+    save_alignments(path, [np.zeros((2, 3))], [["<2en>", "a", "</s>"]], [["b", "</s>"]],
+                    [{"cross": cross, "encoder": encoder}])
+    shares = script.tag_shares(path)
+    np.testing.assert_allclose(shares["cross"], [0.5, 0.25, 1 / 3])
+    np.testing.assert_allclose(shares["encoder"], [0.25, 0.25, 1 / 3])
+    assert "decoder" not in shares
+    script.main([str(path)])
+    assert "| de-en | cross | 50.0 | 25.0 | 33.3 |" in capsys.readouterr().out
+    # Target-side tag: the decoder's inputs are <s>, <2fr>, ...: column 1 of decoder attention.
+    decoder = np.zeros((1, 1, 3, 3), dtype=np.float32)
+    decoder[0, 0, :, 1] = [0.0, 0.3, 0.6]
+    untagged = tmp_path / "fr" / "alignments.npz"
+    untagged.parent.mkdir()
+    save_alignments(untagged, [np.zeros((3, 2))], [["a", "</s>"]], [["<2fr>", "b", "</s>"]],
+                    [{"decoder": decoder, "cross": np.full((1, 1, 3, 2), 0.5)}])
+    np.testing.assert_allclose(script.tag_shares(untagged)["decoder"], [0.3, 1 / 3], rtol=1e-3)
+    with pytest.raises(ConfigError, match="no language tag"):
+        save_alignments(untagged, [np.zeros((2, 2))], [["a", "</s>"]], [["b", "</s>"]],
+                        [{"cross": np.full((1, 1, 2, 2), 0.5)}])
+        script.tag_shares(untagged)

@@ -1,0 +1,82 @@
+"""How much attention a multilingual model's language tag receives, per layer.
+
+    nmt-evaluate checkpoint=runs/multi/checkpoints/best.pt src_lang=de tgt_lang=en split=val \
+        attention=all out_dir=runs/multi/eval/val_attention/de-en
+    python scripts/tag_attention.py runs/multi/eval/val_attention/*/alignments.npz
+
+Reads ``alignments.npz`` files written with ``attention=all`` (every layer and head,
+:mod:`nmt.evaluation.alignments`) and prints, per file and layer, the mean attention weight
+on the tag ``<2xx>`` (Johnson et al. 2017, sec. 3): for each kind whose keys hold the tag
+(``cross`` and ``encoder`` when it is on the source side, ``decoder`` when it is the
+decoder's first token), the weight of the tag's column averaged over heads, query positions
+and sentences, in percent. ``uniform`` is the same average of 1 / (number of keys): the
+share the tag would get if attention were spread evenly. Prints one markdown table.
+Exit status 2 (a one-line error) when a file is not an ``attention=all`` dump of a tagged
+model.
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+from pathlib import Path
+
+import numpy as np
+
+from nmt.cli.common import exit_on_user_error
+from nmt.config import ConfigError
+from nmt.evaluation.alignments import AlignmentFile
+
+TAG = re.compile(r"<2[A-Za-z_-]+>")
+
+
+def tag_shares(path: str | Path) -> dict[str, np.ndarray]:
+    """Per kind (``cross``, ``encoder``, ``decoder``): float64 [L + 1], the mean attention
+    weight on the tag's key position in each layer (averaged over heads, queries and
+    sentences), then the uniform share (mean of 1 / keys), both fractions of 1.
+
+    Raises:
+        ConfigError: the file has no per-layer attention or no tag among its keys.
+    """
+    try:
+        dump = AlignmentFile(path)
+    except ValueError as err:
+        raise ConfigError(str(err)) from None
+    sums: dict[str, list[np.ndarray]] = {}
+    for i in range(len(dump)):
+        sentence = dump[i]
+        if not sentence.attention:
+            raise ConfigError(f"{path}: sentence {i} has no per-layer attention; write it with "
+                              "nmt-evaluate attention=all")
+        # Keys of each kind: cross and encoder attend over the source, decoder over its
+        # inputs <s>, tgt[:-1] (the tag, with data.lang_tag=target, is tgt[0]).
+        keys = {"cross": sentence.src, "encoder": sentence.src,
+                "decoder": ["<s>", *sentence.tgt[:-1]]}
+        for kind, weights in sentence.attention.items():
+            where = [j for j, piece in enumerate(keys[kind]) if TAG.fullmatch(piece)]
+            if where:   # weights [L, H, queries, keys]
+                share = weights[..., where[0]].mean(axis=(1, 2))
+                sums.setdefault(kind, []).append(np.append(share, 1.0 / weights.shape[-1]))
+    if not sums:
+        raise ConfigError(f"{path}: no language tag <2xx> among the attended positions; "
+                          "not a multilingual model's dump")
+    return {kind: np.mean(rows, axis=0) for kind, rows in sums.items()}
+
+
+def main(argv: list[str]) -> None:
+    """Print the table of :func:`tag_shares` for every file of ``argv``."""
+    if not argv:
+        raise ConfigError("usage: python scripts/tag_attention.py ALIGNMENTS.npz [...]")
+    rows = [(Path(p).parent.name, kind, shares) for p in argv
+            for kind, shares in tag_shares(p).items()]
+    layers = max(len(s) - 1 for _, _, s in rows)
+    print("| file | attention | " + " | ".join(f"layer {k + 1}" for k in range(layers))
+          + " | uniform |")
+    print("|---|---|" + "---:|" * (layers + 1))
+    for name, kind, shares in rows:
+        cells = [f"{100 * v:.1f}" for v in shares[:-1]] + [""] * (layers + 1 - len(shares))
+        print(f"| {name} | {kind} | " + " | ".join(cells) + f" | {100 * shares[-1]:.1f} |")
+
+
+if __name__ == "__main__":
+    raise SystemExit(exit_on_user_error("tag_attention.py", lambda: main(sys.argv[1:])))
