@@ -6,10 +6,10 @@
 
 Reads ``alignments.npz`` files written with ``attention=all`` (every layer and head,
 :mod:`nmt.evaluation.alignments`) and prints, per file and layer, the mean attention weight
-on the tag ``<2xx>`` (Johnson et al. 2017, sec. 3): for each kind whose keys hold the tag
-(``cross`` and ``encoder`` when it is on the source side, ``decoder`` when it is the
-decoder's first token), the weight of the tag's column averaged over heads, query positions
-and sentences, in percent. ``uniform`` is the same average of 1 / (number of keys): the
+on the source-side tag ``<2xx>`` (Johnson et al. 2017, sec. 3; ``data.lang_tag=source``):
+for ``cross`` and ``encoder`` attention, the weight of the tag's column averaged over heads,
+query positions and sentences, in percent. (A target-side tag is cut from the dumps with
+its decoding step, so it cannot be measured here.) ``uniform`` is the same average of 1 / (number of keys): the
 share the tag would get if attention were spread evenly. Prints one markdown table.
 Exit status 2 (a one-line error) when a file is not an ``attention=all`` dump of a tagged
 model.
@@ -31,7 +31,7 @@ TAG = re.compile(r"<2[A-Za-z_-]+>")
 
 
 def tag_shares(path: str | Path) -> dict[str, np.ndarray]:
-    """Per kind (``cross``, ``encoder``, ``decoder``): float64 [L + 1], the mean attention
+    """Per kind (``cross``, ``encoder``): float64 [L + 1], the mean attention
     weight on the tag's key position in each layer (averaged over heads, queries and
     sentences), then the uniform share (mean of 1 / keys), both fractions of 1.
 
@@ -48,18 +48,15 @@ def tag_shares(path: str | Path) -> dict[str, np.ndarray]:
         if not sentence.attention:
             raise ConfigError(f"{path}: sentence {i} has no per-layer attention; write it with "
                               "nmt-evaluate attention=all")
-        # Keys of each kind: cross and encoder attend over the source, decoder over its
-        # inputs <s>, tgt[:-1] (the tag, with data.lang_tag=target, is tgt[0]).
-        keys = {"cross": sentence.src, "encoder": sentence.src,
-                "decoder": ["<s>", *sentence.tgt[:-1]]}
+        where = [j for j, piece in enumerate(sentence.src) if TAG.fullmatch(piece)]
         for kind, weights in sentence.attention.items():
-            where = [j for j, piece in enumerate(keys[kind]) if TAG.fullmatch(piece)]
-            if where:   # weights [L, H, queries, keys]
+            if where and kind in ("cross", "encoder"):   # both attend over the source
+                # weights [L, H, queries, source positions]
                 share = weights[..., where[0]].mean(axis=(1, 2))
                 sums.setdefault(kind, []).append(np.append(share, 1.0 / weights.shape[-1]))
     if not sums:
-        raise ConfigError(f"{path}: no language tag <2xx> among the attended positions; "
-                          "not a multilingual model's dump")
+        raise ConfigError(f"{path}: no language tag <2xx> among the source pieces; not a "
+                          "dump of a multilingual model with data.lang_tag=source")
     return {kind: np.mean(rows, axis=0) for kind, rows in sums.items()}
 
 
