@@ -8,16 +8,16 @@ Reads ``alignments.npz`` files written with ``attention=all`` (every layer and h
 :mod:`nmt.evaluation.alignments`) and prints, per file and layer, the mean attention weight
 on the source-side tag ``<2xx>`` (Johnson et al. 2017, sec. 3; ``data.lang_tag=source``):
 for ``cross`` and ``encoder`` attention, the weight of the tag's column averaged over heads,
-query positions and sentences, in percent. (A target-side tag is cut from the dumps with
-its decoding step, so it cannot be measured here.) ``uniform`` is the same average of 1 / (number of keys): the
-share the tag would get if attention were spread evenly. Prints one markdown table.
+query positions and sentences, in percent (a target-side tag is cut from the dumps with its
+decoding step, so it cannot be measured here). ``uniform`` is the same average of 1 / (number
+of source positions): the share the tag would get if attention were spread evenly. Prints one
+markdown table.
 Exit status 2 (a one-line error) when a file is not an ``attention=all`` dump of a tagged
 model.
 """
 
 from __future__ import annotations
 
-import re
 import sys
 from pathlib import Path
 
@@ -25,9 +25,10 @@ import numpy as np
 
 from nmt.cli.common import exit_on_user_error
 from nmt.config import ConfigError
+from nmt.data.languages import LANG_TAG
 from nmt.evaluation.alignments import AlignmentFile
 
-TAG = re.compile(r"<2[A-Za-z_-]+>")
+TAG_PREFIX, TAG_SUFFIX = LANG_TAG.split("{}")   # "<2", ">": the tag of any language
 
 
 def tag_shares(path: str | Path) -> dict[str, np.ndarray]:
@@ -48,11 +49,15 @@ def tag_shares(path: str | Path) -> dict[str, np.ndarray]:
         if not sentence.attention:
             raise ConfigError(f"{path}: sentence {i} has no per-layer attention; write it with "
                               "nmt-evaluate attention=all")
-        where = [j for j, piece in enumerate(sentence.src) if TAG.fullmatch(piece)]
-        for kind, weights in sentence.attention.items():
-            if where and kind in ("cross", "encoder"):   # both attend over the source
-                # weights [L, H, queries, source positions]
-                share = weights[..., where[0]].mean(axis=(1, 2))
+        tag = next((j for j, piece in enumerate(sentence.src)
+                    if piece.startswith(TAG_PREFIX) and piece.endswith(TAG_SUFFIX)
+                    and len(piece) > len(TAG_PREFIX + TAG_SUFFIX)), None)
+        if tag is None:
+            continue
+        for kind in ("cross", "encoder"):   # both attend over the source
+            weights = sentence.attention.get(kind)   # [L, H, queries, source positions]
+            if weights is not None:
+                share = weights[..., tag].mean(axis=(1, 2))
                 sums.setdefault(kind, []).append(np.append(share, 1.0 / weights.shape[-1]))
     if not sums:
         raise ConfigError(f"{path}: no language tag <2xx> among the source pieces; not a "

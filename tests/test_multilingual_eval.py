@@ -524,7 +524,7 @@ def test_tag_attention_script_shares_per_layer(tmp_path, capsys):
     assert "| de-en | cross | 50.0 | 25.0 | 33.3 |" in capsys.readouterr().out
     untagged = tmp_path / "fr" / "alignments.npz"
     untagged.parent.mkdir()
+    save_alignments(untagged, [np.zeros((2, 2))], [["a", "</s>"]], [["b", "</s>"]],
+                    [{"cross": np.full((1, 1, 2, 2), 0.5)}])
     with pytest.raises(ConfigError, match="no language tag"):
-        save_alignments(untagged, [np.zeros((2, 2))], [["a", "</s>"]], [["b", "</s>"]],
-                        [{"cross": np.full((1, 1, 2, 2), 0.5)}])
         script.tag_shares(untagged)
