@@ -21,7 +21,7 @@ TINY = {
 VARIANTS = [
     ("transformer", {}),
     ("transformer", {"norm": "post", "activation": "gelu", "tie_embeddings": False,
-                     "alignment_layer": 0}),
+                     "alignment_layer": 0, "encoder_drop_residual": 1}),
     ("rnn", {}),
     ("rnn", {"maxout": False, "encoder_layers": 2, "tie_embeddings": True}),
 ]

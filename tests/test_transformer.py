@@ -9,7 +9,7 @@ from test_models import make_model
 
 from nmt.config import ConfigError, compose_config
 from nmt.models import validate_model
-from nmt.models.transformer import sinusoidal_positions
+from nmt.models.transformer import _Residual, sinusoidal_positions
 
 
 @pytest.mark.parametrize(("overrides", "keys"), [
@@ -23,6 +23,7 @@ from nmt.models.transformer import sinusoidal_positions
     ({"activation": "tanh"}, ["model.activation", "gelu"]),
     ({"alignment_layer": 3}, ["model.alignment_layer=3"]),
     ({"alignment_layer": -4}, ["model.alignment_layer=-4"]),
+    ({"encoder_drop_residual": 3}, ["model.encoder_drop_residual=3", "0..2"]),
 ])
 def test_impossible_settings_name_the_key(overrides, keys):
     section = OmegaConf.merge(compose_config(["model=transformer"], validate_fn=None).model, overrides)
@@ -35,6 +36,30 @@ def test_valid_settings_come_back_typed():
     section = compose_config(["model=transformer", "model.alignment_layer=-3"], validate_fn=None).model
     typed = validate_model(section)
     assert typed.alignment_layer == -3 and OmegaConf.get_type(typed).__name__ == "TransformerConfig"
+
+
+@pytest.mark.parametrize(("pre_norm", "residual", "expected"), [
+    (True, True, [-1.0, 5.0]),    # x + f(LN(x)), LN(x) = [-1, 1]
+    (True, False, [-2.0, 2.0]),   # f(LN(x)): Liu et al. (2021)
+    (False, True, [-1.0, 1.0]),   # LN(x + f(x)) = LN(3x)
+    (False, False, [-1.0, 1.0]),  # LN(f(x)) = LN(2x)
+])
+def test_sublayer_connection_with_and_without_the_residual(pre_norm, residual, expected):
+    connection = _Residual(2, 0.0, pre_norm, residual).eval()
+    out, weights = connection(torch.tensor([[1.0, 3.0]]), lambda h: 2 * h)
+    assert weights is None and torch.allclose(out, torch.tensor([expected]), atol=1e-4)
+
+
+def test_only_the_named_encoder_layer_drops_its_attention_residual():
+    """Same seed, same weights: the models differ only in layer 1's first connection."""
+    plain, liu = (make_model("transformer", {"encoder_drop_residual": k}) for k in (None, 1))
+    assert [layer.res1.residual for layer in liu.encoder] == [True, False]
+    assert all(torch.equal(a, b) for a, b in zip(plain.state_dict().values(), liu.state_dict().values(), strict=True))
+    x, mask = torch.randn(2, 5, 16), torch.ones(2, 1, 1, 5, dtype=torch.bool)
+    layer = plain.encoder[1]
+    h, _ = layer.self_attn(layer.res1.norm(x), layer.res1.norm(x), mask)
+    assert torch.allclose(liu.encoder[1](x, mask)[0], layer.res2(h, layer.ff)[0], atol=1e-6)
+    assert torch.allclose(layer(x, mask)[0], layer.res2(x + h, layer.ff)[0], atol=1e-6)
 
 
 def test_untied_initialisation_depends_on_the_seed_only():

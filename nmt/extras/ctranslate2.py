@@ -79,6 +79,11 @@ def build_spec(model: torch.nn.Module, tokenizer: Tokenizer, model_cfg: DictConf
         raise ConfigError(f"this checkpoint holds a {model_cfg.name!r} model, and CTranslate2 has "
                           "no Bahdanau RNN: only model=transformer checkpoints export (serve "
                           "this one with engine=pytorch).")
+    if model_cfg.encoder_drop_residual is not None:
+        raise ConfigError(f"this Transformer has no residual around encoder layer "
+                          f"{model_cfg.encoder_drop_residual}'s self-attention "
+                          "(model.encoder_drop_residual), which CTranslate2's layers always add: "
+                          "serve it with engine=pytorch.")
     # Copies: CTranslate2's int8 quantization scales the arrays in place, and numpy views of
     # CPU float32 tensors would carry that into the model itself.
     weights = {k: np.array(v.detach().float().cpu().numpy(), dtype=np.float32, copy=True)

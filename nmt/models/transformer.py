@@ -54,6 +54,7 @@ class TransformerConfig:
     tie_embeddings: bool = MISSING
     alignment_layer: int = MISSING
     alignment_heads: int = MISSING
+    encoder_drop_residual: int | None = MISSING
 
     @staticmethod
     def check(cfg) -> None:
@@ -69,6 +70,9 @@ class TransformerConfig:
                 f"names none of the {n} decoder layers: use {-n}..{n - 1}")
         require(0 <= cfg.alignment_heads <= cfg.heads, cfg, "alignment_heads",
                 f"must lie in 0..{cfg.heads} (0: all heads; k: the first k, guided)")
+        k = cfg.encoder_drop_residual
+        require(k is None or 0 <= k < cfg.encoder_layers, cfg, "encoder_drop_residual",
+                f"names none of the encoder layers 0..{cfg.encoder_layers - 1}")
 
 
 def sinusoidal_positions(length: int, d_model: int) -> Tensor:
@@ -99,12 +103,12 @@ class FeedForward(nn.Module):
 
 class _Residual(nn.Module):
     """Sub-layer connection (section 5.4): pre-norm x + drop(f(LN(x))) (Wang et al. 2019) or
-    post-norm LN(x + drop(f(x))) (the paper)."""
+    post-norm LN(x + drop(f(x))) (the paper); ``residual=False`` drops the ``x +``."""
 
-    def __init__(self, d_model: int, dropout: float, pre_norm: bool):
+    def __init__(self, d_model: int, dropout: float, pre_norm: bool, residual: bool = True):
         super().__init__()
         self.norm = nn.LayerNorm(d_model)
-        self.dropout, self.pre_norm = dropout, pre_norm
+        self.dropout, self.pre_norm, self.residual = dropout, pre_norm, residual
 
     def forward(self, x: Tensor, sublayer) -> tuple[Tensor, Tensor | None]:
         """x [B,T,d], f = ``sublayer`` returning y or (y, weights) -> (new x, weights or None)."""
@@ -118,18 +122,20 @@ class _Residual(nn.Module):
     def out(self, x: Tensor, y: Tensor) -> Tensor:  # x plus f's output y
         if self.dropout > 0.0 and self.training:
             y = F.dropout(y, self.dropout, True)
-        return x + y if self.pre_norm else self.norm(x + y)
+        y = x + y if self.residual else y
+        return y if self.pre_norm else self.norm(y)
 
 
 class EncoderLayer(nn.Module):
-    """Self-attention, then feed-forward, each in a residual connection (section 3.1)."""
+    """Self-attention, then feed-forward, each in a residual connection (section 3.1);
+    ``attn_residual=False``: none around the self-attention (Liu et al. 2021, section 3.1)."""
 
     def __init__(self, d_model, heads, ff_dim, dropout, attention_dropout, activation_dropout,
-                 activation, pre_norm):
+                 activation, pre_norm, attn_residual=True):
         super().__init__()
         self.self_attn = MultiHeadAttention(d_model, heads, attention_dropout, self_attention=True)
         self.ff = FeedForward(d_model, ff_dim, activation, activation_dropout)
-        self.res1 = _Residual(d_model, dropout, pre_norm)
+        self.res1 = _Residual(d_model, dropout, pre_norm, attn_residual)
         self.res2 = _Residual(d_model, dropout, pre_norm)
 
     def forward(self, x: Tensor, mask: Tensor, need_weights: bool = False) -> tuple[Tensor, Tensor | None]:
@@ -239,7 +245,7 @@ class Transformer(Seq2Seq):
                  ff_dim: int, encoder_layers: int, decoder_layers: int, norm: str,
                  dropout: float, attention_dropout: float, activation_dropout: float,
                  activation: str, tie_embeddings: bool, alignment_layer: int,
-                 alignment_heads: int, pad_id: int):
+                 alignment_heads: int, encoder_drop_residual: int | None, pad_id: int):
         super().__init__()
         self.src_vocab_size, self.tgt_vocab_size = src_vocab_size, tgt_vocab_size
         self.d_model, self.pad_id, self.dropout = d_model, pad_id, dropout
@@ -251,7 +257,8 @@ class Transformer(Seq2Seq):
             tgt_vocab_size, d_model, padding_idx=pad_id)
         args = (d_model, heads, ff_dim, dropout, attention_dropout, activation_dropout, activation,
                 pre_norm)
-        self.encoder = nn.ModuleList(EncoderLayer(*args) for _ in range(encoder_layers))
+        self.encoder = nn.ModuleList(EncoderLayer(*args, attn_residual=i != encoder_drop_residual)
+                                     for i in range(encoder_layers))
         self.decoder = nn.ModuleList(DecoderLayer(*args) for _ in range(decoder_layers))
         self.encoder_norm = nn.LayerNorm(d_model) if pre_norm else nn.Identity()
         self.decoder_norm = nn.LayerNorm(d_model) if pre_norm else nn.Identity()
