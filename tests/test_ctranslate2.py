@@ -124,6 +124,10 @@ def test_export_refuses_an_rnn_and_an_existing_directory(tmp_path):
     from nmt.cli.export import main
 
     assert main([f"checkpoint={path}", "format=ctranslate2", f"out_dir={tmp_path / 'out'}"]) == 2
+    ckpt["config"]["model"]["encoder_drop_residual"] = 0   # Liu et al. 2021: no CT2 layer for it
+    save_atomic(ckpt, tmp_path / "liu.pt")
+    with pytest.raises(ConfigError, match=r"encoder layer 0's self-attention .* engine=pytorch"):
+        export(tmp_path / "liu.pt", tmp_path / "out")
     (tmp_path / "full").mkdir()
     (tmp_path / "full" / "x").write_text("")
     with pytest.raises(ConfigError, match="not an empty directory"):
