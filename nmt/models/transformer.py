@@ -119,7 +119,7 @@ class _Residual(nn.Module):
     def inp(self, x: Tensor) -> Tensor:  # f's input
         return self.norm(x) if self.pre_norm else x
 
-    def out(self, x: Tensor, y: Tensor) -> Tensor:  # x plus f's output y
+    def out(self, x: Tensor, y: Tensor) -> Tensor:  # (x plus) f's output y
         if self.dropout > 0.0 and self.training:
             y = F.dropout(y, self.dropout, True)
         y = x + y if self.residual else y
