@@ -20,7 +20,7 @@ length_penalty, max_len_a, max_len_b, batch_sentences) plus:
   settings and searches. Within each repeat the engines run in turn (PyTorch, CTranslate2
   float32, CTranslate2 int8), so a slower or faster spell of a shared machine hits them alike.
 
-Times and target-token counts are those :func:`nmt.extras.evaluate.evaluate_split`
+Times and target-token counts are those :func:`nmt.evaluation.evaluate.evaluate_split`
 reports (``seconds``: tokenization, search and detokenization; not model loading nor BLEU;
 ``n_tgt_tokens``: output subwords incl. EOS). The last line
 is ``key=value`` pairs: greedy_sents_per_s, greedy_seconds, beam5_sents_per_s,
@@ -97,9 +97,9 @@ def timings(engines: list[tuple[str, object]], src: list[str], ref: list[str], s
     """Greedy and beam-5 figures of every engine: ``{prefix + key: value}``.
 
     Each search runs ``repeats`` times per engine, the engines in turn within each repeat;
-    times are medians (:func:`nmt.extras.evaluate.evaluate_split`'s ``seconds``).
+    times are medians (:func:`nmt.evaluation.evaluate.evaluate_split`'s ``seconds``).
     """
-    from nmt.extras.evaluate import evaluate_split
+    from nmt.evaluation.evaluate import evaluate_split
 
     fields: dict[str, object] = {"n_sentences": len(src)}
     for label, beam in (("greedy", 1), ("beam5", 5)):

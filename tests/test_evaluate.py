@@ -1,4 +1,4 @@
-"""nmt.extras.evaluate: evaluate_split's scores and timing, the files write_outputs
+"""nmt.evaluation.evaluate: evaluate_split's scores and timing, the files write_outputs
 writes (atomically), and BLEU 100 end to end for a model that has learnt its test pairs."""
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from conftest import fit_pairs, make_pairs, train_tokenizer
 from nmt.config import ConfigError, compose_config
 from nmt.evaluation.alignments import load_alignments
 from nmt.evaluation.metrics import corpus_scores
-from nmt.extras.evaluate import Evaluation, evaluate_split, write_outputs
+from nmt.evaluation.evaluate import Evaluation, evaluate_split, write_outputs
 from nmt.inference.translator import Translator
 from nmt.models import build_model
 

@@ -11,7 +11,7 @@
 The split is read with the checkpoint's data config; every sentence is translated (nothing
 filtered or truncated). ``out_dir`` (default ``<checkpoint dir>/eval_<split>_beam<k>``, with
 ``decoding=mbr`` ``eval_<split>_mbr_<candidates><num>_<utility>``) gets the files of
-:mod:`nmt.extras.evaluate`. With ``decoding=mbr mbr.compare_beam=true`` the split is also
+:mod:`nmt.evaluation.evaluate`. With ``decoding=mbr mbr.compare_beam=true`` the split is also
 translated by the search without MBR (``beam_size``, ...), and both are printed side by side:
 BLEU, chrF, ms/sentence. A multilingual model (or ``src_lang``/``tgt_lang``/``pivot``) also
 gets the off-target rate, and ``directions=all`` scores every direction of the split
@@ -82,7 +82,7 @@ def load_texts(cfg: DictConfig, train_cfg: DictConfig) -> tuple[str, list[str], 
 
 def _run(cfg: DictConfig) -> None:
     from nmt.extras import multilingual
-    from nmt.extras.evaluate import evaluate_split, write_outputs
+    from nmt.evaluation.evaluate import evaluate_split, write_outputs
 
     translator = load_translator(cfg)
     if cfg.directions == "all":

@@ -13,7 +13,7 @@ but the pair was not trained (Johnson et al. 2017, sec. 5). The *off-target rate
 share of outputs whose language, as py3langid (Lui and Baldwin 2012, langid.py) identifies
 it among the model's languages only (``set_languages``), is not the target; an empty output
 has no language and is not counted off target. ``directions=all``
-writes each direction's files of :mod:`nmt.extras.evaluate` into ``out_dir/<src>-<tgt>/``
+writes each direction's files of :mod:`nmt.evaluation.evaluate` into ``out_dir/<src>-<tgt>/``
 and one table of all of them, ``directions.md`` and ``directions.json``.
 """
 
@@ -28,7 +28,7 @@ from omegaconf import OmegaConf
 
 from nmt.config import ConfigError
 from nmt.data.corpus import CorpusError, iter_parallel
-from nmt.extras.evaluate import Evaluation, evaluate_split, write_outputs
+from nmt.evaluation.evaluate import Evaluation, evaluate_split, write_outputs
 from nmt.inference.translator import direction_tags
 from nmt.runtime import write_json_atomic, write_text_atomic
 
@@ -147,7 +147,7 @@ def split_directions(translator, data_cfg: Any, split: str, root: str | None = N
 def evaluate_direction(translator, sources: Sequence[str], references: Sequence[str],
                        src_lang: str, tgt_lang: str, search: dict | None = None,
                        pivot: str | None = None) -> Evaluation:
-    """:func:`~nmt.extras.evaluate.evaluate_split` of one direction (through ``pivot``:
+    """:func:`~nmt.evaluation.evaluate.evaluate_split` of one direction (through ``pivot``:
     :class:`Pivot`, no reference loss) with, in its scores, ``src_lang``, ``tgt_lang``,
     ``direction`` (supervised or zero-shot), ``pivot``, ``off_target`` (outputs) and
     ``off_target_rate`` (percent) among the model's languages (None where py3langid does not

@@ -119,7 +119,7 @@ def test_evaluate_missing_split_file_is_a_corpus_error(ckpt, tmp_path, capsys):
 
 
 def test_unwritable_out_dir_exits_2_before_translating(ckpt, tmp_path, capsys, monkeypatch):
-    import nmt.extras.evaluate as evaluation
+    import nmt.evaluation.evaluate as evaluation
 
     blocker = tmp_path / "a_file"
     blocker.write_text("x")
