@@ -28,9 +28,11 @@ def train(overrides: list[str] | tuple[str, ...] = ()) -> dict:
     contents. User errors (ConfigError, CorpusError, CheckpointError) come before the first
     batch."""
     from nmt.config import compose_config
+    from nmt.extras.consistency import regulariser
     from nmt.training.trainer import train as run
 
-    return run(compose_config(list(overrides)))
+    cfg = compose_config(list(overrides))
+    return run(cfg, regulariser=regulariser(cfg.train))
 
 
 def __getattr__(name: str):

@@ -44,6 +44,16 @@ class ConfigError(ValueError):
     (the CLIs print it and exit with status 2, no traceback)."""
 
 
+class InputTooLong(ConfigError):
+    """Sentence ``index`` of a call needs more than the ``positions`` an engine has (an
+    ``nmt-export``'s ``max_positions``, EOS included). The message names no file: nmt-serve
+    answers 413 and logs the model's path itself."""
+
+    def __init__(self, message: str, index: int, positions: int) -> None:
+        super().__init__(message)
+        self.index, self.positions = index, positions
+
+
 class Choice(str, enum.Enum):
     """A choice field: Hydra rejects any other value (naming the key and the choices); a
     member compares equal to, prints and formats as its value."""
@@ -112,7 +122,7 @@ class TrainSchema:
     max_steps: int | None = MISSING
     max_epochs: int | None = MISSING
     max_minutes: float | None = MISSING
-    eval_every_steps: int = MISSING
+    eval_every_steps: int | None = MISSING
     log_every_steps: int = MISSING
     label_smoothing: float = MISSING
     consistency: Consistency = MISSING
@@ -136,6 +146,7 @@ class TrainSchema:
     shape_buckets: int = MISSING
     peak_tflops: float | None = MISSING
     prefetch: bool = MISSING
+    log_figures: bool = MISSING
     early_stopping_patience: int | None = MISSING
     keep_last: int = MISSING
     keep_best: int = MISSING
@@ -148,7 +159,8 @@ class TrainSchema:
 class SearchSchema:
     """Search settings: nmt-train's validation (``search.*``, greedy there), and the top level of
     nmt-evaluate and nmt-translate. Defaults and meaning: configs/search/default.yaml, which
-    the Python API (``Translator.translate``, :func:`decoding_defaults`) reads too."""
+    the Python API (``Translator.translate``, ``nmt.inference.translator.search_settings``)
+    reads too."""
 
     beam_size: int = MISSING
     length_penalty: float = MISSING
@@ -174,7 +186,7 @@ class TrainConfig:
 class SamplingSchema:
     """Sampling instead of search (nmt-evaluate, nmt-translate), e.g. for back-translation:
     ``nmt-translate checkpoint=... sampling=true top_p=0.9 seed=1 < mono.de > bt.en``.
-    Defaults and meaning: configs/sampling.yaml; ranges: :func:`validate_sampling`."""
+    Defaults and meaning: configs/sampling.yaml; ranges: :func:`validate_decoding`."""
 
     sampling: bool = MISSING
     temperature: float = MISSING
@@ -220,12 +232,14 @@ def register_configs() -> None:
 
 
 def check_positive(cfg: DictConfig, *keys: str, allow_zero: bool = False, prefix: str = "") -> None:
-    """ConfigError unless each of ``keys`` (dotted, in ``cfg``; None skips it) is > 0 (>= 0
-    with ``allow_zero``), naming ``prefix + key`` and its value."""
+    """ConfigError unless each of ``keys`` (dotted, in ``cfg``; None skips it) is finite and
+    > 0 (>= 0 with ``allow_zero``), naming ``prefix + key`` and its value (nan and inf too)."""
     for key in keys:
         value = OmegaConf.select(cfg, key)
-        if value is not None and (value < 0 or (value == 0 and not allow_zero)):
-            raise ConfigError(f"{prefix}{key}={value} must be {'>= 0' if allow_zero else '> 0'}.")
+        if value is None or math.isfinite(value) and (value > 0 or allow_zero and value == 0):
+            continue
+        finite = "" if math.isfinite(value) else "a finite number "
+        raise ConfigError(f"{prefix}{key}={value} must be {finite}{'>= 0' if allow_zero else '> 0'}.")
 
 
 def _unit_interval(cfg: DictConfig, *keys: str) -> None:
@@ -238,8 +252,9 @@ def _unit_interval(cfg: DictConfig, *keys: str) -> None:
 def _check_sampling(tok: DictConfig) -> None:
     """Subword regularisation: alpha >= 0 (a BPE-dropout rate < 1), nbest_size -1 or >= 2."""
     alpha, nbest = tok.sampling_alpha, tok.nbest_size
-    if alpha is not None and alpha < 0:
-        raise ConfigError(f"data.tokenizer.sampling_alpha={alpha} must be >= 0 (null or 0 = off).")
+    if alpha is not None and not 0 <= alpha < math.inf:
+        raise ConfigError(f"data.tokenizer.sampling_alpha={alpha} must be a finite number >= 0 "
+                          "(null or 0 = off).")
     if alpha and tok.type == "bpe" and alpha >= 1.0:
         raise ConfigError(f"data.tokenizer.sampling_alpha={alpha} must lie in [0, 1) with "
                           "data.tokenizer.type=bpe (a merge-dropping probability).")
@@ -289,6 +304,13 @@ def parse_pairs(pairs: Any) -> list[tuple[str, str]]:
     return out
 
 
+def is_multilingual(data: Any) -> bool:
+    """Two or more ``data.pairs`` in a ``data`` section (a DictConfig or a checkpoint's plain
+    dict; null or absent: the one direction of ``data.src_lang``, ``data.tgt_lang``): the
+    examples carry language tags (:mod:`nmt.data.languages` re-exports it)."""
+    return len(data.get("pairs") or ()) > 1
+
+
 def _run_name(pairs: Any, src_lang: str, tgt_lang: str) -> str:
     """``${nmt.run_name:...}`` in configs/config.yaml's ``run_dir``: ``de_en``, or with several
     ``data.pairs`` the directions joined, ``de-en+fr-en``."""
@@ -304,25 +326,35 @@ def _check_pairs(data: DictConfig, guided: bool) -> None:
     guided alignment nor subword sampling (not supported yet)."""
     if data.pairs is None:
         return
-    pairs = parse_pairs(data.pairs)
-    if (data.src_lang, data.tgt_lang) not in pairs:
+    if (data.src_lang, data.tgt_lang) not in parse_pairs(data.pairs):
         raise ConfigError(f"data.src_lang-data.tgt_lang={data.src_lang}-{data.tgt_lang} (the default "
                           f"direction) must be one of data.pairs={list(data.pairs)}.")
-    if len(pairs) > 1 and not data.tokenizer.joint:
+    multilingual = is_multilingual(data)
+    if multilingual and not data.tokenizer.joint:
         raise ConfigError("data.pairs with several directions needs data.tokenizer.joint=true (the "
                           "language tags are pieces of one joint model).")
     for key, on in (("guided alignment (train.alignment_loss_weight, data.alignments)", guided),
                     ("data.tokenizer.sampling_alpha", data.tokenizer.sampling_alpha)):
-        if len(pairs) > 1 and on:
+        if multilingual and on:
             raise ConfigError(f"{key} does not support several data.pairs yet: drop one of them.")
 
 
+# The least value of each search key; every value must also be finite. validate_search checks
+# them, and nmt-serve's request schema takes its bounds from here (nmt/extras/serve.py).
+SEARCH_MINIMUM = {"beam_size": 1, "n_best": 1, "length_penalty": 0.0, "max_len_a": 0.0,
+                  "max_len_b": 0, "batch_sentences": 1, "batch_tokens": 0}
+
+
 def validate_search(section: Any, prefix: str = "") -> DictConfig:
-    """Type and range checks of the search keys (:class:`SearchSchema`); ``prefix`` is how they
-    are spelled on the command line (``search.`` in nmt-train, none in evaluate/translate)."""
+    """Type and range checks of the search keys (:class:`SearchSchema`): each finite and at
+    least its :data:`SEARCH_MINIMUM` (``length_penalty`` >= 0, not NaN), ``n_best`` <=
+    ``beam_size``. ``prefix`` is how they are spelled on the command line (``search.`` in
+    nmt-train, none in evaluate/translate)."""
     search = merge_typed(SearchSchema, section, prefix.rstrip(".") or "search")
-    check_positive(search, "beam_size", "batch_sentences", "n_best", prefix=prefix)
-    check_positive(search, "max_len_a", "max_len_b", "batch_tokens", allow_zero=True, prefix=prefix)
+    for key, least in SEARCH_MINIMUM.items():
+        if not least <= search[key] < math.inf:
+            finite = "" if math.isfinite(search[key]) else "a finite number "
+            raise ConfigError(f"{prefix}{key}={search[key]} must be {finite}>= {least:g}.")
     if search.n_best > search.beam_size:
         raise ConfigError(f"{prefix}n_best={search.n_best} must be <= {prefix}beam_size={search.beam_size}.")
     return search

@@ -227,3 +227,12 @@ def overrides(tiny_overrides, shared_cache) -> list[str]:
     """``tiny_overrides`` with the module-wide cache (run_dir stays last)."""
     return [o for o in tiny_overrides if not o.startswith("data.cache_dir=")][:-1] + \
         [f"data.cache_dir={shared_cache}", tiny_overrides[-1]]
+
+
+def train(cfg):
+    """:func:`nmt.training.trainer.train` with ``train.consistency``'s regulariser, as
+    ``nmt-train`` and ``nmt.train()`` pass it."""
+    from nmt.extras.consistency import regulariser
+    from nmt.training.trainer import train as run
+
+    return run(cfg, regulariser=regulariser(cfg.train))

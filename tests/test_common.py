@@ -48,6 +48,29 @@ def test_user_errors_exit_2_with_one_paragraph_and_bugs_propagate(capsys):
         run_task(OmegaConf.create({}), boom, prog="x", validate_fn=None)
 
 
+def test_a_run_validates_its_config_once(monkeypatch, tmp_path, capsys):
+    """run_app validates a plain run and its task function takes that config on (nmt-evaluate:
+    one validate_decoding); each job of a sweep (-m) is validated in its task function."""
+    from nmt.cli import common
+    from nmt.cli import evaluate as cli_evaluate
+
+    checks, runs, decoding = [], [], []
+    check, validate_decoding = cli_evaluate._check, common.validate_decoding
+    monkeypatch.setattr(cli_evaluate, "_check", lambda cfg: checks.append(cfg) or check(cfg))
+    monkeypatch.setattr(cli_evaluate, "_run", runs.append)
+    monkeypatch.setattr(common, "validate_decoding",
+                        lambda settings: decoding.append(1) or validate_decoding(settings))
+    assert cli_evaluate.main(["checkpoint=x.pt", "beam_size=3"]) == 0
+    assert (len(checks), len(decoding), len(runs)) == (1, 1, 1) and runs[0] is checks[0]
+    assert runs[0].beam_size == 3 and common._checked is None
+    monkeypatch.chdir(tmp_path)
+    assert cli_evaluate.main(["-m", "checkpoint=x.pt", "beam_size=1,2",
+                              f"hydra.sweep.dir={tmp_path / 'sweep'}"]) == 0
+    assert [r.beam_size for r in runs[1:]] == [1, 2] and len(checks) == len(decoding) == 3
+    assert cli_evaluate.main(["checkpoint=x.pt", "beam_size=0"]) == 2   # before Hydra runs
+    assert "beam_size=0 must be" in capsys.readouterr().err and len(runs) == 3
+
+
 def test_checkpoint_error_is_a_user_error_once_its_module_is_loaded():
     from nmt.checkpoint import CheckpointError
 

@@ -3,7 +3,7 @@
 import pytest
 from omegaconf.errors import ReadonlyConfigError
 
-from nmt.config import ConfigError, compose_config
+from nmt.config import ConfigError, compose_config, validate_search
 
 
 def test_defaults_compose_and_follow_the_model():
@@ -85,6 +85,27 @@ def test_bad_values_are_one_line_naming_the_key(overrides, key):
     with pytest.raises(ConfigError) as err:
         compose_config(overrides)
     assert key in str(err.value)
+    assert "\n" not in str(err.value)
+
+
+@pytest.mark.parametrize(("value", "bound"), [("nan", "a finite number >= 0"), ("-0.5", ">= 0"),
+                                              ("inf", "a finite number >= 0")])
+def test_length_penalty_is_finite_and_not_negative(value, bound):
+    with pytest.raises(ConfigError) as err:
+        compose_config([f"search.length_penalty={value}"])
+    assert str(err.value) == f"search.length_penalty={value} must be {bound}."
+    assert validate_search({**compose_config([]).search, "length_penalty": 0.0}).length_penalty == 0
+
+
+@pytest.mark.parametrize("key, bound", [
+    ("train.lr", "> 0"), ("train.max_minutes", "> 0"), ("train.clip_grad_norm", ">= 0"),
+    ("data.max_len_ratio", "> 0"), ("data.sampling_temperature", "> 0"),
+    ("data.tokenizer.sampling_alpha", ">= 0")])
+@pytest.mark.parametrize("value", ["nan", "inf", "-inf"])
+def test_nan_and_inf_are_refused_naming_the_key(key, bound, value):
+    with pytest.raises(ConfigError) as err:
+        compose_config([f"{key}={value}"])
+    assert str(err.value).startswith(f"{key}={value} must be a finite number {bound}")
     assert "\n" not in str(err.value)
 
 

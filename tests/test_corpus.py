@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import hashlib
 import logging
+import os
 
 import pytest
 from omegaconf import OmegaConf
 
+from nmt.data import corpus
 from nmt.data.corpus import (
     CorpusError,
+    check_split,
     iter_hf,
     iter_lines,
     iter_nonempty_pairs,
@@ -122,6 +126,32 @@ def test_hf_dataset_saved_locally(tmp_path):
     assert _split_lists(_data_cfg(tmp_path / "cols", "hf"), "train") == (["Hallo"], ["Hello"])
 
 
+def test_check_split_finds_a_missing_language_before_reading(tmp_path):
+    """A direction a split lacks raises at check_split and at iter_parallel's call, not when
+    its rows are read: a missing file (text), a missing language of the translation feature
+    (a {lang: text} struct or datasets.Translation) or column (hf)."""
+    datasets = pytest.importorskip("datasets")
+    (tmp_path / "train.de").write_text("Hallo\n", encoding="utf-8")
+    (tmp_path / "train.en").write_text("Hello\n", encoding="utf-8")
+    check_split(_data_cfg(tmp_path), "train")
+    with pytest.raises(CorpusError, match=r"train\.fr: file not found"):
+        check_split(_data_cfg(tmp_path), "train", ("de", "fr"))
+    rows = {"translation": [{"de": "Hallo", "en": "Hello"}]}
+    translation = datasets.Features({"translation": datasets.Translation(languages=["de", "en"])})
+    for name, split in (("struct", datasets.Dataset.from_dict(rows)),
+                        ("feature", datasets.Dataset.from_dict(rows, features=translation)),
+                        ("columns", datasets.Dataset.from_dict({"de": ["Hallo"], "en": ["Hello"]}))):
+        datasets.DatasetDict({"train": split}).save_to_disk(str(tmp_path / name))
+        cfg = _data_cfg(tmp_path / name, "hf")
+        check_split(cfg, "train", ("en", "de"))
+        assert list(iter_parallel(cfg, "train", ("en", "de"))) == [("Hello", "Hallo")]
+        message = ("translation has no 'fr' field .it has de, en" if name != "columns" else
+                   "no 'translation' column and no 'de'/'fr' columns .it has de, en")
+        for call in (check_split, iter_parallel):
+            with pytest.raises(CorpusError, match=message):
+                call(cfg, "train", ("de", "fr"))
+
+
 def test_hf_single_dataset_is_refused_not_used_for_every_split(tmp_path):
     datasets = pytest.importorskip("datasets")
     datasets.Dataset.from_dict({"de": ["Hallo"], "en": ["Hello"]}).save_to_disk(str(tmp_path / "one"))
@@ -183,6 +213,22 @@ def test_fingerprint_follows_content(tiny_corpus):
     assert split_fingerprint(cfg, "train") == before
     (tiny_corpus / "train.en").write_text("changed\n" * 200, encoding="utf-8")
     assert split_fingerprint(cfg, "train") != before
+
+
+def test_fingerprint_reads_the_files_once_while_path_size_and_mtime_stay(tiny_corpus):
+    """The value is sha256 of "format|split|src|tgt", then each file's bytes and a separator;
+    a second call hashes nothing, a new mtime hashes again (same bytes, same value)."""
+    cfg = _data_cfg(tiny_corpus)
+    want = hashlib.sha256(b"text|train|de|en")
+    for lang in ("de", "en"):
+        want.update((tiny_corpus / f"train.{lang}").read_bytes() + b"\x00file\x00")
+    corpus._files_digest.cache_clear()
+    assert split_fingerprint(cfg, "train") == split_fingerprint(cfg, "train") == want.hexdigest()
+    assert corpus._files_digest.cache_info().misses == 1
+    stat = (tiny_corpus / "train.en").stat()
+    os.utime(tiny_corpus / "train.en", ns=(stat.st_atime_ns, stat.st_mtime_ns + 10**9))
+    assert split_fingerprint(cfg, "train") == want.hexdigest()
+    assert corpus._files_digest.cache_info().misses == 2
 
 
 # ------------------------------------------------------------------ streaming

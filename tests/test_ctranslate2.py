@@ -24,7 +24,7 @@ from conftest import REPO_ROOT, make_pairs
 pytest.importorskip("ctranslate2")
 
 import nmt  # noqa: E402
-from nmt.config import ConfigError, compose_config, to_plain  # noqa: E402
+from nmt.config import ConfigError, InputTooLong, compose_config, to_plain  # noqa: E402
 from nmt.evaluation.alignments import load_alignments  # noqa: E402
 from nmt.evaluation.metrics import corpus_scores  # noqa: E402
 from nmt.extras.ctranslate2 import (  # noqa: E402
@@ -233,10 +233,18 @@ def test_reference_scores_and_sampling(engines):
 
 
 def test_positions_beyond_the_export_and_all_attention_are_clear_errors(tmp_path, engines):
+    """InputTooLong (a ConfigError) names the sentence or pair and the positions, not the
+    export's directory: nmt-serve passes its index on to clients."""
     short = CTranslate2Translator.from_dir(export(CKPT, tmp_path / "p", max_positions=16),
                                            intra_threads=1)
-    with pytest.raises(ConfigError, match="larger max_positions="):
-        short.translate("Ein großer Hund läuft im Park mit einem Ball bei Sonnenschein .")
+    long = "Ein großer Hund läuft im Park mit einem Ball bei Sonnenschein ."
+    with pytest.raises(InputTooLong, match="larger max_positions=") as refused:
+        short.translate(["Ein Hund .", long], max_len_a=0, max_len_b=6)
+    assert (refused.value.index, refused.value.positions) == (1, 16)
+    assert str(tmp_path) not in str(refused.value) and isinstance(refused.value, ConfigError)
+    with pytest.raises(InputTooLong, match="pair 0 has") as refused:
+        short.score([long], ["A dog ."])
+    assert str(tmp_path) not in str(refused.value)
     with pytest.raises(ConfigError, match="engine=pytorch"):
         engines["float32"].translate("Ein Hund .", return_attention=True)
 

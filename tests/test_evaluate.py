@@ -13,8 +13,8 @@ from conftest import fit_pairs, make_pairs, train_tokenizer
 
 from nmt.config import ConfigError, compose_config
 from nmt.evaluation.alignments import load_alignments
-from nmt.evaluation.metrics import corpus_scores
 from nmt.evaluation.evaluate import Evaluation, evaluate_split, write_outputs
+from nmt.evaluation.metrics import corpus_scores
 from nmt.inference.translator import Translator
 from nmt.models import build_model
 
@@ -65,6 +65,8 @@ def test_evaluate_split_and_write_outputs(tokenizer, tmp_path):
         assert data[i].src[-1] == "</s>" and data[i].tgt[-1] == "</s>"
     rows = (out / "sentences.tsv").read_text(encoding="utf-8").splitlines()
     assert rows[0].split("\t")[:4] == ["index", "bleu", "chrf", "model_score"] and len(rows) == 12
+    assert rows[0].split("\t")[7] == "source"
+    assert [r.split("\t")[7] for r in rows[1:]] == src      # as given: no pieces, tags or <unk>
     assert [float(r.split("\t")[3]) for r in rows[1:]] == pytest.approx(
         [r.score for r in results], abs=1e-4)
     nbest = [r.split("\t") for r in (out / "nbest.txt").read_text(encoding="utf-8").splitlines()[1:]]
@@ -94,7 +96,7 @@ def test_write_outputs_into_an_unwritable_place_names_out_dir(tmp_path):
     blocker = tmp_path / "a_file"
     blocker.write_text("x")
     with pytest.raises(ConfigError, match="out_dir="):
-        write_outputs(blocker / "eval", Evaluation(results=[], references=[],
+        write_outputs(blocker / "eval", Evaluation(results=[], sources=[], references=[],
                                                    scores={"bleu": 0.0}, sentences={}))
 
 
@@ -119,3 +121,23 @@ def test_learnt_translations_score_bleu_100_through_the_whole_path(tokenizer):
         scores = evaluation.scores
         assert scores["bleu"] == pytest.approx(100.0) and scores["chrf"] == pytest.approx(100.0)
         assert scores["ter"] == pytest.approx(0.0) and scores["loss"] < 0.01   # refs: learnt
+
+
+def test_evaluate_split_checks_its_settings_once(tokenizer, monkeypatch):
+    """search_settings once per split, MBR's search baseline included: the translations run
+    on the checked settings (translate_with)."""
+    from nmt.inference import translator as translator_module
+
+    calls = []
+    check = translator_module.validate_decoding
+    monkeypatch.setattr(translator_module, "validate_decoding",
+                        lambda settings: calls.append(1) or check(settings))
+    cfg = compose_config(["model=rnn", "model.emb_dim=8", "model.encoder_hidden=8",
+                          "model.decoder_hidden=16", "model.attention_dim=16", "model.output_dim=16"])
+    torch.manual_seed(0)
+    model = build_model(cfg.model, tokenizer.src_vocab_size, tokenizer.tgt_vocab_size).eval()
+    search = {"beam_size": 2, "max_len_a": 0.0, "max_len_b": 4, "decoding": "mbr", "quiet": True,
+              "mbr": {"num": 2, "compare_beam": True}}
+    evaluation = evaluate_split(Translator(model, tokenizer, cfg), SRC[:3], REF[:3], search)
+    assert len(calls) == 1
+    assert evaluation.scores["mbr"]["num"] == 2 and evaluation.scores["search_baseline"]["beam_size"] == 2

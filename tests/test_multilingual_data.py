@@ -11,6 +11,7 @@ import pytest
 from conftest import TINY_MODEL, TINY_TRAIN, write_corpus, write_multilingual_corpus
 from omegaconf import OmegaConf
 
+from nmt import config
 from nmt.config import ConfigError, compose_config
 from nmt.data.batching import prepare_data, tag_ids
 from nmt.data.languages import (
@@ -26,6 +27,7 @@ from nmt.data.languages import (
 )
 from nmt.data.sampler import TokenBatchSampler
 from nmt.data.tokenizer import sample_languages
+from nmt.data.vocab import BOS_ID, PAD_ID
 
 
 def _cfg(tmp_path, *extra, root=None, fr_every=1):
@@ -55,6 +57,8 @@ def test_directions_languages_and_targets():
         for src, tgt in (("en", "de"), ("fr", "en")):
             with pytest.raises(ConfigError):
                 check_target(old, src, tgt)
+    # one pair is bilingual; one function decides it for the config, the corpus and the tags
+    assert not is_multilingual({"pairs": ["de-en"]}) and is_multilingual is config.is_multilingual
 
 
 def test_temperature_shares_by_hand():
@@ -123,10 +127,17 @@ def test_tags_at_the_id_level_on_either_side(tmp_path, side):
         src, tgt = tok.encode_src_batch([src_texts[i]])[0], tok.encode_tgt_batch([tgt_texts[i]])[0]
         expected = (add_tag(src, tag), tgt) if side == "source" else (src, add_tag(tgt, tag))
         assert (train.src_ids(i), train.tgt_ids(i)) == expected
-        # The batch the model sees: tgt_in = BOS + ids (with a target tag: <s> <2xx> ...).
+        # The batch the model sees: tgt_in = BOS + ids (with a target tag: <s> <2xx> ...);
+        # a target tag is decoder input only: PAD in tgt_out, not counted (M2M-100).
         batch = train.collate([i])
         assert batch.src[0, :len(expected[0])].tolist() == expected[0]
-        assert batch.tgt_out[0, :len(expected[1])].tolist() == expected[1]
+        assert batch.tgt_in[0, :len(expected[1]) + 1].tolist() == [BOS_ID, *expected[1]]
+        if side == "source":
+            assert batch.tgt_out[0, :len(expected[1])].tolist() == expected[1]
+            assert batch.n_tgt_tokens == len(expected[1]) + 1                  # + EOS
+        else:
+            assert batch.tgt_out[0, :len(expected[1])].tolist() == [PAD_ID, *expected[1][1:]]
+            assert batch.n_tgt_tokens == len(expected[1])                      # - tag + EOS
     assert list(data.valids) == ["de-en", "en-fr"]
     val = data.valids["en-fr"]
     assert val.directions.tolist() == [1] * 20 and "<2" not in "".join(val.tgt_texts())

@@ -31,11 +31,13 @@ from nmt.data.vocab import BOS_ID, EOS_ID, PAD_ID
 from nmt.extras.multilingual import (
     Pivot,
     directions_table,
+    evaluate_directions,
     identify,
     off_target,
-    off_target_rate,
+    off_target_percent,
 )
-from nmt.inference.search import beam_search, greedy_search, length_penalty_factor, sample_search
+from nmt.inference.sampling import sample_search
+from nmt.inference.search import beam_search, greedy_search, length_penalty_factor
 from nmt.inference.translator import direction_tags
 
 CKPT = REPO_ROOT / "tests" / "data" / "tiny_transformer_2026-11-22.pt"   # bilingual de-en
@@ -167,34 +169,37 @@ def _forced_log_probs(model, src_ids, tgt_ids) -> list[float]:
 
 
 @pytest.mark.parametrize("search", ["greedy", "beam1", "beam3", "sample"])
-def test_first_token_is_forced_scored_and_cut(multi, search):
-    """Greedy, beam and sampling search with ``first_token``: every hypothesis began with the
-    tag (its log-probability is in the score, its step in the length penalty) and comes back
-    without it, with one alignment row per token + EOS; each later greedy token is the argmax
-    after the tag."""
+def test_first_token_is_forced_not_scored_and_cut(multi, search):
+    """Greedy, beam and sampling search through the ForcedFirstToken hook: every hypothesis
+    began with the tag (not in the score, its step in the length penalty) and comes back
+    without it after ``strip``, with one alignment row per token + EOS; each later greedy
+    token is the argmax after the tag."""
     from nmt.data.batching import make_src_batch
+    from nmt.inference.forced import ForcedFirstToken
 
-    model, tok = multi.model, multi.tokenizer
+    tok = multi.tokenizer
     tag = tok.tag_id("fr")
     src_ids = tok.encode_src_batch(SOURCES[:3])
     src, mask = make_src_batch(src_ids)
-    first = torch.full((3,), tag)
-    run = {"greedy": lambda: greedy_search(model, src, mask, 0.0, 6, 1.0, first_token=first),
-           "beam1": lambda: beam_search(model, src, mask, 1, 1.0, 0.0, 6, first_token=first),
-           "beam3": lambda: beam_search(model, src, mask, 3, 1.0, 0.0, 6, n_best=3,
-                                        first_token=first),
-           "sample": lambda: sample_search(model, src, mask, 0.0, 6, length_penalty=1.0,
-                                           first_token=first)}[search]
-    found = run()
+    model = ForcedFirstToken(multi.model, torch.full((3,), tag))   # max_len_b 7 = 6 + the tag
+    run = {"greedy": lambda: greedy_search(model, src, mask, 0.0, 7, 1.0),
+           "beam1": lambda: beam_search(model, src, mask, 1, 1.0, 0.0, 7),
+           "beam3": lambda: beam_search(model, src, mask, 3, 1.0, 0.0, 7, n_best=3),
+           "sample": lambda: sample_search(model, src, mask, 0.0, 7, length_penalty=1.0)}[search]
+    raw = run()
+    assert all(h.tokens[0] == tag for hyps in raw for h in hyps)
+    found = ForcedFirstToken.strip(raw)
     for ids, hyps in zip(src_ids, found, strict=True):
         for h in hyps:
             assert tag not in h.tokens and len(h.tokens) <= 6   # the tag is not in the maximum
             assert h.alignment.shape == (len(h.tokens) + 1, len(ids) + 1)
-            logp = _forced_log_probs(model, ids, [tag, *h.tokens])
+            logp = _forced_log_probs(multi.model, ids, [tag, *h.tokens])[1:]   # tag: not scored
             assert h.score == pytest.approx(sum(logp) / length_penalty_factor(len(h.tokens) + 2, 1.0),
                                              abs=1e-4)
+    model = multi.model
     if search == "greedy":   # beam 1 = greedy, and each token the argmax after the tag
-        beam1 = beam_search(model, src, mask, 1, 1.0, 0.0, 6, first_token=first)
+        beam1 = ForcedFirstToken.strip(beam_search(ForcedFirstToken(model, torch.full((3,), tag)),
+                                                   src, mask, 1, 1.0, 0.0, 7))
         assert [h[0].tokens for h in beam1] == [h[0].tokens for h in found]
         from nmt.data.batching import make_tgt_batch
 
@@ -213,7 +218,7 @@ def test_first_token_is_forced_scored_and_cut(multi, search):
 
 def test_target_side_tag_in_the_translator(multi_target):
     """``lang_tag=target``: the source has no tag; outputs, tokens, alignments and attention
-    have none; a forced score counts the tag as one more target subword."""
+    have none; a forced score leaves the given tag out (M2M-100: neither scored nor counted)."""
     tok = multi_target.tokenizer
     for search in ({"beam_size": 1}, {"beam_size": 3, "n_best": 2}, {"sampling": True, "seed": 1}):
         results = multi_target.translate(SOURCES, tgt_lang="fr", return_attention=True,
@@ -226,8 +231,13 @@ def test_target_side_tag_in_the_translator(multi_target):
                 t, s = len(r.tokens), len(r.src_tokens)
                 assert r.attention["cross"].shape[2:] == (t, s)
                 assert r.attention["decoder"].shape[2:] == (t, t)
+    assert not multi_target.model.training     # the search's hook restored eval mode
     plain = multi_target.score(["Ein Hund ."], ["A dog ."], tgt_lang="en")[0]
-    assert plain.tokens == len(tok.encode_tgt_batch(["A dog ."])[0]) + 2   # tag + EOS
+    ids = tok.encode_tgt_batch(["A dog ."])[0]
+    assert plain.tokens == len(ids) + 1                                    # + EOS, no tag
+    logp = _forced_log_probs(multi_target.model, tok.encode_src_batch(["Ein Hund ."])[0],
+                             [tok.tag_id("en"), *ids])
+    assert plain.logprob == pytest.approx(sum(logp[1:]), abs=1e-4)          # after the tag
     assert direction_tags(multi_target.config, tok, None, "fr") == (None, tok.tag_id("fr"))
 
 
@@ -245,9 +255,10 @@ def test_off_target_on_hand_made_sentences():
     texts = ["Un chien court dans le parc avec un ballon .", "A dog runs in the park .",
              "Ein Hund läuft im Park .", "", "Une femme attend sur le pont ."]
     assert identify(texts, ["de", "en", "fr"]) == ["fr", "en", "de", None, "fr"]
-    assert off_target(texts, "fr", ["de", "en", "fr"]) == [False, True, True, False, False]
-    assert off_target_rate(texts, "fr", ["en", "fr", "de"]) == pytest.approx(2 / 5)
-    assert off_target_rate([], "fr", ["en", "fr"]) == 0.0
+    flags = off_target(texts, "fr", ["de", "en", "fr"])
+    assert flags == [False, True, True, False, False]
+    assert off_target_percent(flags) == 40.0 and off_target_percent([]) == 0.0
+    assert off_target_percent([True, False, False]) == 33.33
     with pytest.raises(ConfigError, match="py3langid does not know the language"):
         off_target(["x"], "xx", ["en", "xx"])
 
@@ -291,7 +302,8 @@ def test_evaluate_every_direction_of_the_split_with_one_table(trained, multi, tm
         assert scores["bleu"] == r["bleu"] and scores["n_sentences"] == 8 and "loss" in scores
         flags = off_target(hyps, r["tgt"], ["de", "en", "fr"])
         assert scores["off_target"] == sum(flags)
-        assert scores["off_target_rate"] == round(100 * sum(flags) / 8, 2) == r["off_target_rate"]
+        assert scores["off_target_percent"] == round(100 * sum(flags) / 8, 2) == \
+            r["off_target_percent"]
         assert scores["checkpoint"] == str(trained["source"]) and scores["split"] == "test"
 
 
@@ -314,6 +326,33 @@ def test_evaluate_one_zero_shot_direction_directly_and_through_a_pivot(trained, 
     # the default out_dir names the direction and the pivot
     assert cli_evaluate.main([*base, "pivot=en"]) == 0
     assert (trained["source"].parent / "eval_test_de-fr_beam1_pivot-en" / "hyps.txt").is_file()
+
+
+def test_every_direction_of_an_hf_split_without_one_language(trained, multi, tmp_path):
+    """A local DatasetDict whose test split has German and English only: directions=all finds
+    de-en alone before translating anything (the lazy reader used to fail at en-fr, midway)."""
+    datasets = pytest.importorskip("datasets")
+    from omegaconf import OmegaConf
+
+    sides = {lang: (trained["corpus"] / f"test.{lang}").read_text(encoding="utf-8").splitlines()
+             for lang in ("de", "en")}
+    rows = [dict(zip(sides, row, strict=True)) for row in zip(*sides.values(), strict=True)]
+    datasets.DatasetDict({"test": datasets.Dataset.from_dict({"translation": rows})}
+                         ).save_to_disk(str(tmp_path / "hf"))
+    data = OmegaConf.merge(multi.config.data, {"format": "hf"})
+    search = {"beam_size": 1, "max_len_a": 0, "max_len_b": 5}
+    rows = evaluate_directions(multi, data, "test", tmp_path / "out", search,
+                               root=str(tmp_path / "hf"))
+    assert [(r["src"], r["tgt"]) for r in rows] == [("de", "en")]
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["de-en", "directions.json",
+                                                                    "directions.md"]
+    want = multi.translate(sides["de"], src_lang="de", tgt_lang="en", **search)
+    assert (tmp_path / "out" / "de-en" / "hyps.txt").read_text(encoding="utf-8").splitlines() == \
+        [w.text for w in want]
+    with pytest.raises(ConfigError, match=r"split 'validation' .* \(data.format=hf\) has no "
+                                          "direction between two of the model's languages"):
+        evaluate_directions(multi, data, "validation", tmp_path / "none", search,
+                            root=str(tmp_path / "hf"))
 
 
 @pytest.mark.parametrize("args, message", [
@@ -441,8 +480,8 @@ def test_serve_tgt_lang_directions_and_errors(trained, multi):
                 # links are between words of the text: the tag is none of them
                 links = [tuple(map(int, x.split("-"))) for x in item["links"].split()]
                 assert all(0 <= i < len(text.split()) for i, _ in links)
-        for bad, message in (("cs", "tgt_lang: tgt_lang='cs' is not a language of this model"),
-                             ("de", "target languages: en, fr")):
+        for bad in ("cs", "de"):     # one 422 from the schema, whose enum lists the targets
+            message = "tgt_lang: Input should be 'en' or 'fr'"
             reply = c.post("/v1/translate", json={"text": ["Ein Hund ."], "tgt_lang": bad})
             assert reply.status_code == 422 and list(reply.json()) == ["error"]
             assert message in reply.json()["error"] and "\n" not in reply.json()["error"]
@@ -453,11 +492,11 @@ def test_serve_tgt_lang_directions_and_errors(trained, multi):
 
 def test_directions_table_of_hand_made_rows():
     rows = [{"src": "de", "tgt": "en", "direction": "supervised", "bleu": 30.0, "chrf": 55.5,
-             "off_target_rate": 0.0, "pivot": None},
+             "off_target_percent": 0.0, "pivot": None},
             {"src": "de", "tgt": "fr", "direction": "zero-shot", "bleu": 10.0, "chrf": 30.0,
-             "off_target_rate": 25.0, "pivot": "en"},
+             "off_target_percent": 25.0, "pivot": "en"},
             {"src": "fr", "tgt": "de", "direction": "zero-shot", "bleu": 20.0, "chrf": 41.0,
-             "off_target_rate": 5.0, "pivot": "en"}]
+             "off_target_percent": 5.0, "pivot": "en"}]
     assert directions_table(rows) == (
         "| direction | kind | BLEU | chrF | off-target % | pivot |\n"
         "|---|---|---:|---:|---:|---|\n"
@@ -466,7 +505,7 @@ def test_directions_table_of_hand_made_rows():
         "| fr-de | zero-shot | 20.00 | 41.00 | 5.0 | en |\n"
         "| mean of 1 | supervised | 30.00 | 55.50 | 0.0 | |\n"
         "| mean of 2 | zero-shot | 15.00 | 35.50 | 15.0 | |\n")
-    rows[0]["off_target_rate"] = None   # a language py3langid does not know
+    rows[0]["off_target_percent"] = None   # a language py3langid does not know
     assert "| de-en | supervised | 30.00 | 55.50 | n/a |  |" in directions_table(rows)
     assert "| mean of 1 | supervised | 30.00 | 55.50 | n/a | |" in directions_table(rows)
 

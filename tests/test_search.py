@@ -15,13 +15,12 @@ from conftest import fit_pairs
 from nmt.config import compose_config
 from nmt.data.batching import make_src_batch
 from nmt.data.vocab import BOS_ID, EOS_ID, PAD_ID
+from nmt.inference.sampling import filter_logits, sample_search
 from nmt.inference.search import (
     beam_search,
-    filter_logits,
     greedy_search,
     length_penalty_factor,
     max_output_lengths,
-    sample_search,
 )
 from nmt.inference.translator import decode
 from nmt.models import build_model

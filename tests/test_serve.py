@@ -10,6 +10,8 @@ import base64
 import dataclasses
 import hmac
 import json
+import logging
+import math
 import re
 import shutil
 import threading
@@ -22,7 +24,7 @@ from conftest import REPO_ROOT
 from omegaconf import OmegaConf
 
 import nmt
-from nmt.config import ConfigError, compose_config
+from nmt.config import SEARCH_MINIMUM, ConfigError, compose_config
 from nmt.inference.translator import Translation
 
 pytest.importorskip("fastapi")
@@ -247,6 +249,40 @@ def test_the_queue_is_bounded_and_a_request_over_it_is_refused_at_once():
     assert calls[1:] == [["b"] * 3, ["d"]]   # the refused request was never queued
 
 
+def test_retry_after_comes_from_the_work_decoded_not_the_cancelled_requests():
+    """Each decode takes 1 s of the test's clock. A cancelled request of work 100 and one of
+    work 30 share a batch: the rate is 30 per second, so work 140 queued behind a held request
+    waits 5 s (counting the cancelled work would give 130 per second and 2 s)."""
+    clock, gates, started = Clock(), {"h1": threading.Event(), "h2": threading.Event()}, []
+
+    def decode(sentences, key):
+        clock.now += 1.0
+        started.append(sentences[0])
+        if sentences[0] in gates:
+            assert gates[sentences[0]].wait(10)
+        return sentences
+
+    batcher = serve.Batcher(decode, max_batch_work=130, max_wait_ms=10_000, max_queue_sentences=4,
+                            clock=clock)
+    batcher.submit(["h1"], "k", 130)   # a full batch: decoded at once, held
+    while started != ["h1"]:
+        threading.Event().wait(0.001)
+    gone = batcher.submit(["gone"], "k", 100)
+    assert gone.cancel()
+    kept = batcher.submit(["kept"], "k", 30)   # with "gone" a full batch (not a short one)
+    gates["h1"].set()
+    assert kept.result(10) == ["kept"] and started == ["h1", "kept"]
+    batcher.submit(["h2"], "k", 130)
+    while started[-1] != "h2":
+        threading.Event().wait(0.001)
+    batcher.submit(["x"], "k", 10)
+    with pytest.raises(serve.Overloaded) as busy:   # 2 queued + 2 x 2 - 1 > 4
+        batcher.submit(["y", "z"], "k", 2)
+    assert busy.value.retry_after == math.ceil((130 + 10) / 30) == 5
+    gates["h2"].set()
+    batcher.close()
+
+
 def test_stop_turns_new_requests_away_and_closes_the_window():
     """The clock never moves, so only ``stop`` can close the 10 s window of the request."""
     decoded = []
@@ -316,6 +352,8 @@ def limited(tiny, base):
     (b'{"text": ["a"], "beam_size": "2"}', 422, "beam_size: "),
     (b'{"text": ["a"], "alignment": "yes"}', 422, "alignment: "),
     (b'{"text": ["a"], "length_penalty": NaN}', 422, "length_penalty: "),
+    (b'{"text": ["a"], "length_penalty": -0.5}', 422, "length_penalty: "),
+    (b'{"text": ["a"], "tgt_lang": "de"}', 422, "tgt_lang: Input should be 'en'"),
     (b'{"text": ["a"], "beam": 2}', 422, "beam: "),
     (b'{"text": []}', 422, "text: "),
     (b'{"text": ["a", "b", "c", "d"]}', 422, "text: "),
@@ -385,7 +423,9 @@ def test_api_key_is_a_bearer_token_compared_in_constant_time(tiny, base, monkeyp
     assert (b"wrong", b"s3cret-key") in compared and (b"s3cret-key", b"s3cret-key") in compared
     assert schema["components"]["securitySchemes"]["HTTPBearer"]["scheme"] == "bearer"
     translate = schema["paths"]["/v1/translate"]["post"]
-    assert translate["security"] == [{"HTTPBearer": []}]
+    assert translate["security"] == schema["paths"]["/v1/model"]["get"]["security"] == \
+        [{"HTTPBearer": []}]
+    assert schema["paths"]["/health"]["get"]["security"] == [{"HTTPBearer": []}, {}]   # optional
     assert {"400", "401", "413", "422", "503"} <= set(translate["responses"])
     assert "Retry-After" in translate["responses"]["503"]["headers"]
     error = translate["responses"]["413"]["content"]["application/json"]["schema"]["$ref"]
@@ -398,8 +438,6 @@ def test_api_key_is_a_bearer_token_compared_in_constant_time(tiny, base, monkeyp
     (["serve.max_wait_ms=-1"], "serve.max_wait_ms=-1.0 must lie in [0, 10000]"),
     (["serve.max_sentences=0"], "serve.max_sentences=0 must be > 0"),
     (["serve.max_request_work=0"], "serve.max_request_work=0 must be > 0"),
-    (["serve.max_queue_sentences=100"], "serve.max_queue_sentences=100 must be >= 2 x "
-                                         "serve.max_sentences - 1 = 127"),
     (["beam_size=20"], "beam_size=20 (the default of a request) must be <= serve.max_beam_size=16"),
     (["serve.host=0.0.0.0", "serve.api_key=long-enough"], None),
     (["serve.host=10.0.0.1", "serve.allow_unauthenticated=true"], None),
@@ -411,6 +449,32 @@ def test_binding_beyond_loopback_needs_an_api_key_and_limits_are_checked(base, o
     else:
         with pytest.raises(ConfigError, match=re.escape(error)):
             config(base, *overrides)
+
+
+def test_create_app_refuses_a_queue_without_room_for_the_largest_request(tiny, base):
+    """64 sentences need room for 127: a queue of 126 would answer them 503 for ever."""
+    assert config(base, "serve.max_queue_sentences=126").serve.max_queue_sentences == 126
+    with pytest.raises(ConfigError, match=re.escape("serve.max_queue_sentences=126 must be >= 2 "
+                                                    "x serve.max_sentences - 1 = 127")):
+        serve.create_app(tiny, config(base, "serve.max_queue_sentences=126"))
+    assert serve.create_app(tiny, config(base, "serve.max_queue_sentences=127")).title
+
+
+def test_the_request_schema_and_the_library_share_the_search_rules(tiny, base):
+    """Bounds from nmt.config.SEARCH_MINIMUM; a NaN length penalty is refused by both."""
+    with client(tiny, base) as c:
+        schema = c.get("/openapi.json").json()
+        nan = c.post("/v1/translate", content=b'{"text": ["a"], "length_penalty": NaN}',
+                     headers={"Content-Type": "application/json"})
+    request = schema["components"]["schemas"]["TranslateRequest"]["properties"]
+    assert {k: request[k]["minimum"] for k in ("beam_size", "n_best", "length_penalty")} == \
+        {"beam_size": 1, "n_best": 1, "length_penalty": 0.0} == \
+        {k: SEARCH_MINIMUM[k] for k in ("beam_size", "n_best", "length_penalty")}
+    assert nan.status_code == 422 and nan.json()["error"].startswith("length_penalty: ")
+    for bad, bound in ((math.nan, "a finite number >= 0"), (-0.5, ">= 0")):
+        with pytest.raises(ConfigError) as err:
+            tiny.translate("Ein Hund .", length_penalty=bad)
+        assert str(err.value) == f"length_penalty={bad} must be {bound}."
 
 
 def test_cors_is_off_unless_origins_are_given(tiny, base):
@@ -425,12 +489,17 @@ def test_cors_is_off_unless_origins_are_given(tiny, base):
 
 
 def test_model_health_page_and_openapi(tiny, base, tmp_path):
+    """/v1/model names no file, whatever lies beside the checkpoint (nmt-evaluate's scores.json
+    holds paths); without an API key the schema declares no security."""
     ckpt = tmp_path / "best.pt"
     shutil.copy(CKPT, ckpt)
-    (tmp_path / "scores.json").write_text(json.dumps({"bleu": 12.5}), encoding="utf-8")
+    (tmp_path / "scores.json").write_text(json.dumps({"bleu": 12.5, "checkpoint": str(ckpt),
+                                                      "model_dir": str(tmp_path)}), encoding="utf-8")
     with client(tiny, base, "serve.max_sentences=7", f"checkpoint={ckpt}") as c:
-        info = c.get("/v1/model").json()
-        assert (info["src_lang"], info["tgt_lang"], info["scores"]) == ("de", "en", {"bleu": 12.5})
+        reply = c.get("/v1/model")
+        info = reply.json()
+        assert str(tmp_path) not in reply.text and "scores" not in info
+        assert (info["src_lang"], info["tgt_lang"]) == ("de", "en")
         assert info["parameters"] == sum(p.numel() for p in tiny.model.parameters())
         assert info["model"]["d_model"] == 32 and info["attention"] == "all"
         assert info["tokenizer"]["src_vocab_size"] == tiny.tokenizer.src_vocab_size
@@ -446,6 +515,9 @@ def test_model_health_page_and_openapi(tiny, base, tmp_path):
         request = schema["paths"]["/v1/translate"]["post"]["requestBody"]["content"]
         ref = request["application/json"]["schema"]["$ref"].rsplit("/", 1)[-1]
         assert schema["components"]["schemas"][ref]["properties"]["text"]["maxItems"] == 7
+        assert "securitySchemes" not in schema["components"]
+        assert [op for path in schema["paths"].values() for op in path.values()
+                if "security" in op] == []
 
 
 def test_a_ctranslate2_export_serves_the_same_greedy_translation(tiny, base, tmp_path):
@@ -463,3 +535,46 @@ def test_a_ctranslate2_export_serves_the_same_greedy_translation(tiny, base, tmp
                                                   max_len_b=6).text
     assert list(reply["view"]["kinds"]) == ["alignment"] and info["attention"] == "alignment"
     assert info["parameters"] == sum(p.numel() for p in tiny.model.parameters())
+
+
+def test_a_sentence_beyond_the_export_s_positions_gets_413_without_its_path(tiny, base, tmp_path,
+                                                                           caplog):
+    """An export of 8 positions takes 7 source subwords and EOS; the client learns which
+    sentence, the server log where the model lies."""
+    pytest.importorskip("ctranslate2")
+    from nmt.extras.ctranslate2 import CTranslate2Translator, export
+
+    model_dir = export(tiny, tmp_path / "ct2", max_positions=8)
+    long = "Ein großer Hund läuft im Park mit einem Ball ."
+    assert len(tiny.tokenizer.encode_src_batch([long])[0]) + 1 > 8
+    with client(CTranslate2Translator.from_dir(model_dir), base, "engine=ctranslate2",
+                f"model_dir={model_dir}", "checkpoint=null") as c, \
+            caplog.at_level(logging.WARNING, logger="nmt.serve"):
+        reply = c.post("/v1/translate", json={"text": ["Ein Hund .", long]})
+        assert c.post("/v1/translate", json={"text": ["Ein Hund ."]}).status_code == 200
+    assert reply.status_code == 413 and reply.json() == {"error": (
+        "text.1 is too long for this model, which reads and writes at most 8 subwords (EOS "
+        "included) per sentence: send a shorter one.")}
+    assert str(tmp_path) not in reply.text
+    logged = [r.getMessage() for r in caplog.records]   # one line: the batcher leaves it
+    assert len(logged) == 1 and str(model_dir) in logged[0] and "sentence 1 has" in logged[0]
+
+
+@pytest.fixture(scope="module")
+def multi(tmp_path_factory) -> nmt.Translator:
+    """A de-en + en-fr model (tags on the source side), trained for 6 steps (~5 s)."""
+    from test_multilingual_eval import train_tiny_multilingual
+
+    return nmt.Translator.from_checkpoint(train_tiny_multilingual(tmp_path_factory.mktemp("m")))
+
+
+def test_tgt_lang_is_one_of_the_model_s_targets_in_the_schema_and_the_422(multi, base):
+    with client(multi, base) as c:
+        schema = c.get("/openapi.json").json()
+        fr = c.post("/v1/translate", json={"text": ["Ein Hund ."], "tgt_lang": "fr",
+                                           "alignment": True})
+        de = c.post("/v1/translate", json={"text": ["Ein Hund ."], "tgt_lang": "de"})
+    tgt_lang = schema["components"]["schemas"]["TranslateRequest"]["properties"]["tgt_lang"]
+    assert (tgt_lang["enum"], tgt_lang["default"]) == (["en", "fr"], "en")
+    assert fr.status_code == 200 and fr.json()["translations"][0]["src_tokens"][0] == "<2fr>"
+    assert de.status_code == 422 and de.json() == {"error": "tgt_lang: Input should be 'en' or 'fr'"}

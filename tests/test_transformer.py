@@ -9,7 +9,7 @@ from test_models import make_model
 
 from nmt.config import ConfigError, compose_config
 from nmt.models import validate_model
-from nmt.models.transformer import _Residual, sinusoidal_positions
+from nmt.models.transformer import ResidualFree, _Residual, sinusoidal_positions
 
 
 @pytest.mark.parametrize(("overrides", "keys"), [
@@ -45,21 +45,21 @@ def test_valid_settings_come_back_typed():
     (False, False, [-1.0, 1.0]),  # LN(f(x)) = LN(2x)
 ])
 def test_sublayer_connection_with_and_without_the_residual(pre_norm, residual, expected):
-    connection = _Residual(2, 0.0, pre_norm, residual).eval()
-    out, weights = connection(torch.tensor([[1.0, 3.0]]), lambda h: 2 * h)
-    assert weights is None and torch.allclose(out, torch.tensor([expected]), atol=1e-4)
+    connection = (_Residual if residual else ResidualFree)(2, 0.0, pre_norm).eval()
+    out = connection(torch.tensor([[1.0, 3.0]]), lambda h: 2 * h)
+    assert torch.allclose(out, torch.tensor([expected]), atol=1e-4)
 
 
 def test_only_the_named_encoder_layer_drops_its_attention_residual():
     """Same seed, same weights: the models differ only in layer 1's first connection."""
     plain, liu = (make_model("transformer", {"encoder_drop_residual": k}) for k in (None, 1))
-    assert [layer.res1.residual for layer in liu.encoder] == [True, False]
+    assert [type(layer.res1) for layer in liu.encoder] == [_Residual, ResidualFree]
     assert all(torch.equal(a, b) for a, b in zip(plain.state_dict().values(), liu.state_dict().values(), strict=True))
     x, mask = torch.randn(2, 5, 16), torch.ones(2, 1, 1, 5, dtype=torch.bool)
     layer = plain.encoder[1]
     h, _ = layer.self_attn(layer.res1.norm(x), layer.res1.norm(x), mask)
-    assert torch.allclose(liu.encoder[1](x, mask)[0], layer.res2(h, layer.ff)[0], atol=1e-6)
-    assert torch.allclose(layer(x, mask)[0], layer.res2(x + h, layer.ff)[0], atol=1e-6)
+    assert torch.allclose(liu.encoder[1](x, mask)[0], layer.res2(h, layer.ff), atol=1e-6)
+    assert torch.allclose(layer(x, mask)[0], layer.res2(x + h, layer.ff), atol=1e-6)
 
 
 def test_untied_initialisation_depends_on_the_seed_only():

@@ -265,13 +265,14 @@ def test_capture_attention_runs_in_eval_mode_and_restores_the_mode(transformer):
 def test_capabilities_are_attributes_and_an_ensemble_cannot_return_attention(translator):
     twice = nmt.Translator.from_checkpoint([CKPT, CKPT])
     assert (translator.all_attention, twice.all_attention) == (True, False)
-    assert translator.supports_sampling and twice.supports_sampling and twice.epsilon_sampling
+    assert translator.epsilon_sampling and twice.epsilon_sampling
     with pytest.raises(ConfigError, match="return_attention"):
         twice.translate(SOURCES[0], return_attention=True, **SHORT)
 
 
 def test_a_translation_is_a_plain_value(translator):
-    """No cycle: asdict, ==, pickle and JSON work; the n-best list is the result's own field."""
+    """No cycle: asdict, ==, pickle and JSON (to_dict: arrays as nested lists) work; the n-best
+    list is the result's own field, and its [0] is the result without it."""
     import pickle
 
     result = translator.translate(SOURCES[1], beam_size=3, n_best=3, return_attention=True, **SHORT)
@@ -280,11 +281,36 @@ def test_a_translation_is_a_plain_value(translator):
     assert all(h["hypotheses"] == [] for h in plain["hypotheses"])
     assert plain["alignment"].shape == result.alignment.shape and plain["attention"].keys() == \
         result.attention.keys()
-    json.dumps({k: v for k, v in plain.items() if k not in ("alignment", "attention", "hypotheses")})
+    loaded = json.loads(json.dumps(result.to_dict()))
+    assert loaded.keys() == plain.keys() and loaded["mbr_cost"] is None
+    assert {k: loaded[k] for k in ("text", "tokens", "src_tokens", "ids", "score", "utility")} == \
+        {k: plain[k] for k in ("text", "tokens", "src_tokens", "ids", "score", "utility")}
+    assert loaded["alignment"] == result.alignment.tolist()
+    assert {k: np.asarray(v).shape for k, v in loaded["attention"].items()} == \
+        {k: v.shape for k, v in result.attention.items()}
+    np.testing.assert_array_equal(np.asarray(loaded["attention"]["cross"], np.float32),
+                                  result.attention["cross"])
+    assert [h["text"] for h in loaded["hypotheses"]] == [h.text for h in result.hypotheses]
+    assert [h["alignment"] for h in loaded["hypotheses"]] == \
+        [h.alignment.tolist() for h in result.hypotheses]
     again = translator.translate(SOURCES[1], beam_size=3, n_best=3, **SHORT)
     assert again == result and pickle.loads(pickle.dumps(result)) == result   # arrays aside
     assert again != translator.translate(SOURCES[1], beam_size=3, n_best=2, **SHORT)
     assert result.hypotheses[1] != result and result.hypotheses[1].hypotheses == []
+    assert result.hypotheses[0] == dataclasses.replace(result, hypotheses=[]) != result
+
+
+def test_translate_with_checked_settings_is_translate(translator):
+    settings = search_settings(beam_size=3, n_best=2, **SHORT)
+    assert translator.translate_with(SOURCES, settings) == \
+        translator.translate(SOURCES, beam_size=3, n_best=2, **SHORT)
+    assert translator.translate_with(SOURCES[0], settings, tgt_lang="en") == \
+        translator.translate(SOURCES[0], beam_size=3, n_best=2, **SHORT)
+
+
+def test_weights_other_than_inference_or_trained_is_a_clear_error():
+    with pytest.raises(ConfigError, match=r"^weights='x': use inference or trained\.$"):
+        nmt.Translator.from_checkpoint(CKPT, weights="x")
 
 
 def test_mbr_cost_comes_with_the_results_so_threads_can_share_a_translator(translator):
@@ -300,6 +326,12 @@ def test_mbr_cost_comes_with_the_results_so_threads_can_share_a_translator(trans
         [[2] * 3, [5] * 3, [2] * 3, [5] * 3]
     assert [r.text for r in runs[0]] == [r.text for r in runs[2]]
     assert not hasattr(translator, "mbr_cost")
+    # the cost (wall-clock seconds) is no part of ==; [0] is the result without list and cost
+    assert runs[0] == runs[2] and [r.mbr_cost for r in runs[0]] != [r.mbr_cost for r in runs[2]]
+    for r in runs[1]:
+        assert r.hypotheses[0] == dataclasses.replace(r, hypotheses=[])
+        assert r.hypotheses[0].mbr_cost is None and r.hypotheses[0].utility == r.utility
+        assert json.loads(json.dumps(r.to_dict()))["mbr_cost"] == dataclasses.asdict(r.mbr_cost)
 
 
 # ---------------------------------------------------------------- the CLIs on the API

@@ -18,6 +18,7 @@ import textwrap
 from collections.abc import Callable, Sequence
 
 from hydra.core.hydra_config import HydraConfig
+from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
 import nmt.cli.schemas  # noqa: F401 - registers the tools' schemas with Hydra
@@ -53,6 +54,7 @@ def tune_malloc() -> bool:
         return False
     return bool(libc.mallopt(_M_MMAP_MAX, 0)) and bool(libc.mallopt(_M_TRIM_THRESHOLD, 2**31 - 1))
 Validator = Callable[[DictConfig], DictConfig] | None
+_checked: tuple[dict, DictConfig] | None = None   # run_app's (composed config, validated one)
 
 
 def user_error_types() -> tuple[type[BaseException], ...]:
@@ -85,13 +87,26 @@ def exit_on_user_error(prog: str, fn: Callable[[], int | None]) -> int:
 
 def run_task(cfg: DictConfig, body: Callable[[DictConfig], int | None], *, prog: str,
              validate_fn: Validator) -> None:
-    """A tool's task function: resolve and validate Hydra's config, run ``body``; a user error
-    or a non-zero status becomes ``SystemExit``."""
+    """A tool's task function: resolve and validate Hydra's config (:func:`_validated`), run
+    ``body``; a user error or a non-zero status becomes ``SystemExit``."""
     tune_malloc()
     bound_onednn_cache()
-    status = exit_on_user_error(prog, lambda: body(finish_config(cfg, validate_fn)))
+    status = exit_on_user_error(prog, lambda: body(_validated(cfg, validate_fn)))
     if status:
         raise SystemExit(status)
+
+
+def _validated(cfg: DictConfig, validate_fn: Validator) -> DictConfig:
+    """:func:`~nmt.config.finish_config` of Hydra's config; the config :func:`run_app`
+    validated instead when Hydra composed the same one for a single run (validated once: the
+    tools' checks may hash a corpus)."""
+    global _checked
+    resolved, (composed, validated) = finish_config(cfg, None), _checked or (None, None)
+    _checked = None
+    single = not HydraConfig.initialized() or HydraConfig.get().mode != RunMode.MULTIRUN
+    if single and composed is not None and composed == OmegaConf.to_container(resolved):
+        return validated
+    return resolved if validate_fn is None else validate_fn(resolved)
 
 
 def run_app(app: Callable[[], None], argv: Sequence[str] | None = None, *, config_name: str,
@@ -101,17 +116,22 @@ def run_app(app: Callable[[], None], argv: Sequence[str] | None = None, *, confi
     the exit status.
 
     A plain run (no ``-`` flag) is composed and validated here first (then ``precheck``), so
-    an override Hydra cannot apply is a one-paragraph error instead of Hydra's report.
+    an override Hydra cannot apply is a one-paragraph error instead of Hydra's report; the
+    task function takes that validated config on (:func:`_validated`).
     """
+    global _checked
     argv = list(sys.argv[1:] if argv is None else argv)
     if not any(a.startswith("-") for a in argv):
         try:
-            cfg = compose_config(argv, config_name=config_name, validate_fn=validate_fn)
+            cfg = compose_config(argv, config_name=config_name, validate_fn=None)
+            composed = OmegaConf.to_container(cfg)
+            cfg = cfg if validate_fn is None else validate_fn(cfg)
             if precheck is not None:
                 precheck(cfg)
         except ConfigError as err:
             print_error(prog, err)
             return EXIT_USER_ERROR
+        _checked = (composed, cfg)
     saved, sys.argv = sys.argv, [prog, *argv]
     try:
         app()
@@ -119,7 +139,7 @@ def run_app(app: Callable[[], None], argv: Sequence[str] | None = None, *, confi
         code = exit_.code
         return code if isinstance(code, int) else (0 if code is None else 1)
     finally:
-        sys.argv = saved
+        sys.argv, _checked = saved, None
     return 0
 
 

@@ -24,7 +24,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import hydra
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 
 from nmt.cli.common import (
     check_decoding,
@@ -35,8 +35,8 @@ from nmt.cli.common import (
     run_app,
     run_task,
 )
-from nmt.config import CONFIG_PATH, ConfigError
-from nmt.data.corpus import iter_parallel, iter_text_pair
+from nmt.config import CONFIG_PATH, ConfigError, is_multilingual
+from nmt.data.corpus import iter_parallel, iter_text_pair, with_root
 from nmt.runtime import ensure_writable_dir
 
 
@@ -72,8 +72,7 @@ def load_texts(cfg: DictConfig, train_cfg: DictConfig) -> tuple[str, list[str], 
     if cfg.src_file:
         name, pairs = Path(cfg.src_file).name, iter_text_pair(cfg.src_file, cfg.ref_file)
     else:
-        data = OmegaConf.create(OmegaConf.to_container(train_cfg.data, resolve=True))
-        data.root = str(cfg.data.root or data.root)
+        data = with_root(train_cfg.data, cfg.data.root)
         name = cfg.split or data.test_split
         pairs = iter_parallel(data, name, direction(cfg, train_cfg))
     pairs = list(pairs)
@@ -81,8 +80,8 @@ def load_texts(cfg: DictConfig, train_cfg: DictConfig) -> tuple[str, list[str], 
 
 
 def _run(cfg: DictConfig) -> None:
-    from nmt.extras import multilingual
     from nmt.evaluation.evaluate import evaluate_split, write_outputs
+    from nmt.extras import multilingual
 
     translator = load_translator(cfg)
     if cfg.directions == "all":
@@ -93,7 +92,7 @@ def _run(cfg: DictConfig) -> None:
     named = f"_{src_lang}-{tgt_lang}" if cfg.src_lang or cfg.tgt_lang else ""
     out_dir, source = _out_dir(cfg, translator, name + named)
     search = {**decode_settings(cfg), "return_attention": cfg.attention == "all"}
-    if len(translator.directions) > 1 or cfg.src_lang or cfg.tgt_lang or cfg.pivot:
+    if is_multilingual(translator.config.data) or cfg.src_lang or cfg.tgt_lang or cfg.pivot:
         evaluation = multilingual.evaluate_direction(translator, src, ref, src_lang, tgt_lang,
                                                      search, cfg.pivot)
     else:
@@ -161,10 +160,11 @@ def _print(name: str, scores: dict) -> None:
         print(f"MBR cost: candidates {mbr['generation_seconds']:.1f} s, selection "
               f"{mbr['selection_seconds']:.1f} s, {mbr['candidates_per_s']:.0f} candidates/s, "
               f"{mbr['distinct_per_sentence']:.1f} distinct of {mbr['num']} per sentence")
-    if scores.get("off_target_rate") is not None:
+    if scores.get("off_target_percent") is not None:
         print(f"{scores['src_lang']}-{scores['tgt_lang']} ({scores['direction']}"
               f"{', pivot ' + scores['pivot'] if scores['pivot'] else ''}): off-target "
-              f"{scores['off_target_rate']:.1f}% ({scores['off_target']} of {scores['n_sentences']})")
+              f"{scores['off_target_percent']:.1f}% ({scores['off_target']} of "
+              f"{scores['n_sentences']})")
 
 
 @hydra.main(version_base="1.3", config_path=CONFIG_PATH, config_name="evaluate")

@@ -39,15 +39,13 @@ def loopback(host: str) -> bool:
 
 
 def _check(cfg: DictConfig) -> DictConfig:
+    """Range checks of an nmt-serve config, before the model loads; the queue's room for the
+    largest request is checked by create_app, which library users call too."""
     check_engine(cfg)
     validate_search(decode_settings(cfg, (SearchSchema,)))
     serve = cfg.serve
     check_positive(serve, "max_batch_work", "max_queue_sentences", "max_request_work",
                    "max_sentences", "max_chars", "max_body_bytes", "max_beam_size", prefix="serve.")
-    if serve.max_queue_sentences < 2 * serve.max_sentences - 1:
-        raise ConfigError(f"serve.max_queue_sentences={serve.max_queue_sentences} must be >= 2 x "
-                          f"serve.max_sentences - 1 = {2 * serve.max_sentences - 1}: a request "
-                          "of n sentences needs room for 2n - 1.")
     if not 0 <= serve.max_wait_ms <= 10_000:
         raise ConfigError(f"serve.max_wait_ms={serve.max_wait_ms} must lie in [0, 10000].")
     if not 0 <= serve.port <= 65535:

@@ -78,10 +78,11 @@ def app(cfg: DictConfig) -> float | None:
     summary: dict = {}
 
     def body(cfg: DictConfig) -> None:
+        from nmt.extras.consistency import regulariser
         from nmt.training.trainer import train
 
         _prepare_links(cfg)
-        summary.update(train(cfg, record))
+        summary.update(train(cfg, record, regulariser(cfg.train)))
 
     run_task(cfg, body, prog="nmt-train", validate_fn=_job_config)
     return summary.get("best_bleu")

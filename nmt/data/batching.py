@@ -62,9 +62,10 @@ class Batch:
     src: torch.Tensor          # [B, S] int64: ids + EOS
     src_mask: torch.Tensor     # [B, S] bool: True at real positions
     tgt_in: torch.Tensor       # [B, T] int64: BOS + y (teacher forcing)
-    tgt_out: torch.Tensor      # [B, T] int64: y + EOS (the decoder's targets)
-    n_src_tokens: int          # real positions of src and tgt_out, EOS included
-    n_tgt_tokens: int          # (the loss normaliser)
+    tgt_out: torch.Tensor      # [B, T] int64: y + EOS (the decoder's targets; a target-side
+    #                            language tag is PAD here: given, not predicted)
+    n_src_tokens: int          # real positions of src, EOS included
+    n_tgt_tokens: int          # targets of tgt_out that are not PAD (the loss normaliser)
     links: torch.Tensor | None = None  # [n, 3] int64 (row, tgt_out position, src position):
     #                            subword links of guided alignment (data.alignments), else None
 
@@ -133,10 +134,16 @@ def _pad_batch(batch: Batch, rows: int) -> Batch:
 
 class TokenizedSplit:
     """A memory-mapped Arrow IPC file, or one held in memory (``path`` None: :meth:`from_bytes`).
-    ``src_lens`` / ``tgt_lens`` [N] int64: the lengths of ``src`` and ``tgt_out`` with EOS."""
+    ``src_lens`` / ``tgt_lens`` [N] int64: the lengths of ``src`` and ``tgt_out`` with EOS.
+    ``target_tag``: every target starts with a language tag (``data.lang_tag=target``), which
+    :meth:`collate` leaves out of the targets: the M2M-100 convention (Fan et al. 2021), the tag
+    is decoder input after BOS, forced in search, and never in a loss, perplexity or score."""
 
-    def __init__(self, path: str | Path):
+    target_tag: bool = False
+
+    def __init__(self, path: str | Path, target_tag: bool = False):
         self._open(Path(path))
+        self.target_tag = target_tag
 
     @classmethod
     def from_bytes(cls, data: bytes | pa.Buffer) -> TokenizedSplit:
@@ -225,13 +232,19 @@ class TokenizedSplit:
         rows = np.arange(idx.size)
         src[rows, s_lens - 1] = EOS_ID
         tgt_out[rows, t_lens - 1] = EOS_ID
+        if self.target_tag:
+            tgt_out[:, 0] = PAD_ID          # the tag: decoder input only
         src_mask = np.arange(width_s)[None, :] < s_lens[:, None]
         tgt_in[~(np.arange(width_t)[None, :] < t_lens[:, None])] = PAD_ID
         batch = Batch(src=torch.from_numpy(src), src_mask=torch.from_numpy(src_mask),
                       tgt_in=torch.from_numpy(tgt_in), tgt_out=torch.from_numpy(tgt_out),
-                      n_src_tokens=int(s_lens.sum()), n_tgt_tokens=int(t_lens.sum()),
+                      n_src_tokens=int(s_lens.sum()), n_tgt_tokens=self.target_tokens(idx),
                       links=None if self._links is None else self._batch_links(idx, chunk))
         return batch if shapes is None else _pad_batch(batch, n_rows)
+
+    def target_tokens(self, indices: np.ndarray) -> int:
+        """The targets of these rows that a loss counts: subwords and EOS, no tag."""
+        return int(self.tgt_lens[indices].sum()) - (len(indices) if self.target_tag else 0)
 
     def _batch_links(self, idx: np.ndarray, chunk: np.ndarray) -> torch.Tensor:
         """The links of rows ``idx`` (in chunks ``chunk``) as Batch.links [n, 3]."""
@@ -414,7 +427,7 @@ def load_split(data_cfg: Any, split: str, tokenizer: Tokenizer, direction: int =
         pairs = pairs if tags is None else ((s, t, direction) for s, t in pairs)
         stats = write_pairs(path, pairs, tokenizer, tags=tags)
         log.info("%s %s: tokenized %d pairs -> %s", split, "-".join(pair), stats["pairs"], path)
-    return TokenizedSplit(path)
+    return TokenizedSplit(path, target_tag=tags is not None and tags[direction][1] is not None)
 
 
 def training_pairs(data_cfg: Any, report: bool = True, links: str | None = None,
@@ -491,4 +504,5 @@ def prepare_data(data_cfg: Any, tokenizer: Tokenizer | None = None) -> PreparedD
                               f"(data.max_len={max_len}, data.max_len_ratio={ratio}).")
     valids = {"-".join(pair): load_split(data_cfg, str(data_cfg.valid_split), tokenizer, k)
               for k, pair in enumerate(pairs)}
-    return PreparedData(tokenizer, TokenizedSplit(path), valids)
+    return PreparedData(tokenizer, TokenizedSplit(path, target_tag=tags is not None and
+                                                  tags[0][1] is not None), valids)

@@ -9,12 +9,17 @@ Every reader streams raw text, so memory does not grow with the corpus. Bad inpu
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import itertools
 import logging
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
+
+from omegaconf import DictConfig, OmegaConf
+
+from nmt.config import is_multilingual
 
 log = logging.getLogger("nmt.data")
 
@@ -110,27 +115,42 @@ def _load_hf(root: str, split: str):
     return loaded[split]
 
 
-def iter_hf(root: str, split: str, src_lang: str, tgt_lang: str,
-            batch_rows: int = 10_000) -> Iterator[tuple[str, str]]:
-    """``(source, target)`` of each row of a dataset split, read ``batch_rows`` at a time."""
+def _hf_split(root: str, split: str, src_lang: str, tgt_lang: str):
+    """``(dataset split, its columns to read)``, checked from its features without reading a
+    row: not empty, and both languages in its ``translation`` feature (a ``{lang: text}``
+    struct or ``datasets.Translation``) or as columns."""
     ds = _load_hf(root, split)
     where = f"{root} (split {split})"
     if len(ds) == 0:
         raise CorpusError(f"{where}: the dataset split is empty.")
     if "translation" in ds.column_names:
-        first = ds[0]["translation"]
+        feature = ds.features["translation"]
+        langs = list(getattr(feature, "languages", None) or feature)
         for lang in (src_lang, tgt_lang):
-            if lang not in first:
+            if lang not in langs:
                 raise CorpusError(f"{where}: translation has no {lang!r} field "
-                                  f"(it has {', '.join(first)}); set data.src_lang/tgt_lang.")
-        columns = ["translation"]
-    elif src_lang in ds.column_names and tgt_lang in ds.column_names:
-        columns = [src_lang, tgt_lang]
-    else:
-        raise CorpusError(f"{where}: no 'translation' column and no {src_lang!r}/{tgt_lang!r} "
-                          f"columns (it has {', '.join(ds.column_names)}).")
+                                  f"(it has {', '.join(langs)}); set data.src_lang/tgt_lang.")
+        return ds, ["translation"]
+    if src_lang in ds.column_names and tgt_lang in ds.column_names:
+        return ds, [src_lang, tgt_lang]
+    raise CorpusError(f"{where}: no 'translation' column and no {src_lang!r}/{tgt_lang!r} "
+                      f"columns (it has {', '.join(ds.column_names)}).")
+
+
+def iter_hf(root: str, split: str, src_lang: str, tgt_lang: str,
+            batch_rows: int = 10_000) -> Iterator[tuple[str, str]]:
+    """``(source, target)`` of each row of a dataset split, read ``batch_rows`` at a time; a
+    missing split or language raises :class:`CorpusError` at the call, a bad row when read."""
+    ds, columns = _hf_split(root, split, src_lang, tgt_lang)
+    return _hf_rows(ds.select_columns(columns), f"{root} (split {split})", src_lang, tgt_lang,
+                    batch_rows)
+
+
+def _hf_rows(ds, where: str, src_lang: str, tgt_lang: str, batch_rows: int
+             ) -> Iterator[tuple[str, str]]:
+    """The rows of :func:`iter_hf`, lazily; CorpusError naming a row that is not two strings."""
     i = 0
-    for batch in ds.select_columns(columns).iter(batch_size=batch_rows):
+    for batch in ds.iter(batch_size=batch_rows):
         rows = batch.get("translation")
         src = [r[src_lang] for r in rows] if rows is not None else batch[src_lang]
         tgt = [r[tgt_lang] for r in rows] if rows is not None else batch[tgt_lang]
@@ -152,7 +172,7 @@ def split_paths(data_cfg: Any, split: str, direction: tuple[str, str] | None = N
     one TSV per direction, ``{split}.{src}-{tgt}.tsv``. ``direction``: (src, tgt), default
     ``data.src_lang``, ``data.tgt_lang``."""
     root, (src, tgt) = Path(str(data_cfg.root)), _direction(data_cfg, direction)
-    tsv = f"{split}.{src}-{tgt}.tsv" if len(data_cfg.get("pairs") or ()) > 1 else f"{split}.tsv"
+    tsv = f"{split}.{src}-{tgt}.tsv" if is_multilingual(data_cfg) else f"{split}.tsv"
     paths = {"text": [root / f"{split}.{src}", root / f"{split}.{tgt}"],
              "tsv": [root / tsv]}.get(data_cfg.format, [])
     for path in paths:
@@ -164,11 +184,29 @@ def split_paths(data_cfg: Any, split: str, direction: tuple[str, str] | None = N
     return paths
 
 
+def with_root(data_cfg: DictConfig, root: str | None) -> DictConfig:
+    """A copy of a ``data`` section (a checkpoint's) that reads from ``root`` (None: its own
+    ``data.root``), as nmt-evaluate's ``data.root=DIR`` asks."""
+    data = OmegaConf.create(OmegaConf.to_container(data_cfg, resolve=True))
+    data.root = str(root or data.root)
+    return data
+
+
+def check_split(data_cfg: Any, split: str, direction: tuple[str, str] | None = None) -> None:
+    """CorpusError, naming what is missing, unless split ``split`` has ``direction`` (default
+    ``data.src_lang`` -> ``data.tgt_lang``), found without reading its text: the files exist
+    (``text``, ``tsv``), or the dataset has the split and both languages (``hf``)."""
+    if data_cfg.format == "hf":
+        _hf_split(str(data_cfg.root), split, *_direction(data_cfg, direction))
+    else:
+        split_paths(data_cfg, split, direction)
+
+
 def iter_parallel(data_cfg: Any, split: str, direction: tuple[str, str] | None = None
                   ) -> Iterator[tuple[str, str]]:
     """``(source, target)`` of each pair of split ``split`` in ``direction`` (default
-    ``data.src_lang`` -> ``data.tgt_lang``), raw; a missing file raises :class:`CorpusError`
-    at the call, other errors when read."""
+    ``data.src_lang`` -> ``data.tgt_lang``), raw; what :func:`check_split` checks raises
+    :class:`CorpusError` at the call, other errors when read."""
     if data_cfg.format == "hf":
         return iter_hf(str(data_cfg.root), split, *_direction(data_cfg, direction))
     return (iter_text_pair if data_cfg.format == "text" else iter_tsv)(
@@ -177,18 +215,28 @@ def iter_parallel(data_cfg: Any, split: str, direction: tuple[str, str] | None =
 
 def split_fingerprint(data_cfg: Any, split: str, direction: tuple[str, str] | None = None) -> str:
     """sha256 of a split's content in ``direction`` (as :func:`iter_parallel`), the key of its
-    caches: its files' bytes (``text``, ``tsv``) or the dataset's own fingerprint (``hf``)."""
-    h = hashlib.sha256("|".join([data_cfg.format, split, *_direction(data_cfg, direction)]).encode())
+    caches: its files' bytes (``text``, ``tsv``; hashed once per process while their path,
+    size and mtime stay the same) or the dataset's own fingerprint (``hf``)."""
+    head = "|".join([data_cfg.format, split, *_direction(data_cfg, direction)])
     if data_cfg.format == "hf":
-        h.update(str(getattr(_load_hf(str(data_cfg.root), split), "_fingerprint", "")).encode())
-        return h.hexdigest()
-    for path in split_paths(data_cfg, split, direction):
+        ds = _load_hf(str(data_cfg.root), split)
+        return hashlib.sha256((head + str(getattr(ds, "_fingerprint", ""))).encode()).hexdigest()
+    stats = [(path, path.stat()) for path in split_paths(data_cfg, split, direction)]
+    return _files_digest(head, tuple((str(path.resolve()), stat.st_size, stat.st_mtime_ns)
+                                     for path, stat in stats))
+
+
+@functools.lru_cache(maxsize=64)
+def _files_digest(head: str, files: tuple[tuple[str, int, int], ...]) -> str:
+    """sha256 of ``head`` and the bytes of ``files`` ((path, size, mtime): the cache key)."""
+    h = hashlib.sha256(head.encode())
+    for path, _, _ in files:
         try:
             with open(path, "rb") as f:
                 while chunk := f.read(1 << 20):
                     h.update(chunk)
         except OSError as err:
-            raise CorpusError(_unreadable(path, err)) from None
+            raise CorpusError(_unreadable(Path(path), err)) from None
         h.update(b"\x00file\x00")
     return h.hexdigest()
 

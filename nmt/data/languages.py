@@ -4,8 +4,8 @@ A config's ``data.pairs`` lists the trained directions as ``"src-tgt"`` strings;
 pair) is the bilingual model of ``data.src_lang`` -> ``data.tgt_lang``, which has no tags.
 With two or more pairs every example carries the target-language tag ``<2xx>`` (Johnson et
 al. 2017, "Google's Multilingual NMT System", sec. 3), prepended to the source ids
-(``data.lang_tag=source``) or as the first target id (``target``, as fairseq's
-``--decoder-langtok``, mBART and M2M-100 do); :func:`add_tag` is the one place either side
+(``data.lang_tag=source``) or as the first target id (``target``: decoder input after BOS,
+never a training target nor scored, as in M2M-100); :func:`add_tag` is the one place either side
 gets it. The tags are user-defined symbols of the joint SentencePiece model
 (``Tokenizer.tag_id``).
 """
@@ -17,7 +17,11 @@ from typing import Any
 
 import numpy as np
 
-from nmt.config import ConfigError, parse_pairs  # parse_pairs: data.pairs, checked there
+from nmt.config import (  # data.pairs: checked, parsed and counted there
+    ConfigError,
+    is_multilingual,  # noqa: F401 - re-exported
+    parse_pairs,
+)
 
 LANG_TAG = "<2{}>"
 
@@ -39,11 +43,6 @@ def directions(data_cfg: Any) -> list[tuple[str, str]]:
     if pairs is None:
         return [(str(_get(data_cfg, "src_lang")), str(_get(data_cfg, "tgt_lang")))]
     return parse_pairs(pairs)
-
-
-def is_multilingual(data_cfg: Any) -> bool:
-    """More than one direction: the examples carry language tags."""
-    return len(directions(data_cfg)) > 1
 
 
 def languages(data_cfg: Any) -> list[str]:

@@ -13,6 +13,7 @@ Files written by :func:`write_outputs` (``nmt-evaluate`` writes them all), each 
                      ``decoding=mbr`` its settings and cost (and with ``mbr.compare_beam``
                      the search it replaces)
 ``sentences.tsv``    per sentence, in input order: BLEU, chrF, model score, lengths and the texts
+                     (the source as given)
 ``nbest.txt``        with ``n_best`` > 1: sentence index, rank, score, text (tab-separated); with
                      ``decoding=mbr``: the distinct candidates by expected utility
 ``alignments.npz``   the best hypotheses' alignments with their subwords, and with
@@ -43,9 +44,11 @@ from nmt.runtime import atomic_path, write_text_atomic
 @dataclass
 class Evaluation:
     """What :func:`evaluate_split` computed: one ``Translation`` per source sentence (with its
-    n-best ``hypotheses``), the references, corpus ``scores`` and per-sentence ``sentences``."""
+    n-best ``hypotheses``), the sources and references as given, corpus ``scores`` and
+    per-sentence ``sentences``."""
 
     results: list
+    sources: list[str]
     references: list[str]
     scores: dict
     sentences: dict
@@ -56,8 +59,9 @@ def evaluate_split(translator, src_texts: Sequence[str], ref_texts: Sequence[str
     """Translate every source sentence (nothing filtered or truncated) and score it.
 
     ``translator``: a :class:`~nmt.inference.translator.Translator` or the CTranslate2 engine;
-    ``search``: keyword arguments of its ``translate`` (``src_lang``/``tgt_lang`` also of
-    the reference score). ``scores``: :func:`corpus_scores`,
+    ``search``: keyword arguments of its ``translate``, its settings checked once here
+    (``search_settings``; ``src_lang``/``tgt_lang`` also of the reference score). ``scores``:
+    :func:`corpus_scores`,
     the search settings, ``decoding``, ``n_sentences``, ``seconds`` (wall clock of
     tokenization + search (+ MBR selection) + detokenization), ``ms_per_sentence``,
     ``n_tgt_tokens`` (output subwords with EOS), ``sents_per_s``, ``tgt_tokens_per_s`` and,
@@ -76,26 +80,27 @@ def evaluate_split(translator, src_texts: Sequence[str], ref_texts: Sequence[str
     if len(src_texts) != len(ref_texts):
         raise ValueError(f"{len(src_texts)} source sentences but {len(ref_texts)} references.")
     search, refs = dict(search or {}), list(ref_texts)
-    settings = translator.search_settings(**{k: v for k, v in search.items() if k in (
-        "beam_size", "n_best", "length_penalty", "decoding", "mbr", "temperature", "top_k",
-        "top_p", "seed")})
+    how = {k: search.pop(k) for k in ("return_attention", "quiet", "src_lang", "tgt_lang")
+           if k in search}
+    settings = translator.search_settings(**search)
     mbr = settings["decoding"] == "mbr"
     baseline = None
     if mbr and settings["mbr"]["compare_beam"]:   # first: it pays the warm-up, as any search
-        plain = {k: v for k, v in search.items() if k not in ("decoding", "mbr", "return_attention")}
-        base_results, base_seconds = _timed_translate(translator, src_texts, plain)
+        base_results, base_seconds = _timed_translate(
+            translator, src_texts, {**settings, "decoding": "search"},
+            {**how, "return_attention": False})
         base = corpus_scores([r.text for r in base_results], refs)
         baseline = {"beam_size": int(settings["beam_size"]),
                     "length_penalty": float(settings["length_penalty"]),
                     **{k: base[k] for k in ("bleu", "chrf", "bleu_lowercase")},
                     **_speed(base_seconds, len(src_texts))}
-    results, seconds = _timed_translate(translator, src_texts, search)
+    results, seconds = _timed_translate(translator, src_texts, settings, how)
     hyps = [r.text for r in results]
     scores = corpus_scores(hyps, refs)
     n_tokens = sum(len(r.ids) + 1 for r in results)
     scores.update(
         beam_size=int(settings["beam_size"]), length_penalty=float(settings["length_penalty"]),
-        n_best=int(settings["n_best"]), sampling=bool(search.get("sampling", False)),
+        n_best=int(settings["n_best"]), sampling=bool(settings["sampling"]),
         decoding=settings["decoding"], n_sentences=len(hyps), **_speed(seconds, len(hyps)),
         n_tgt_tokens=n_tokens, sents_per_s=round(len(hyps) / max(seconds, 1e-9), 1),
         tgt_tokens_per_s=round(n_tokens / max(seconds, 1e-9), 1),
@@ -114,18 +119,20 @@ def evaluate_split(translator, src_texts: Sequence[str], ref_texts: Sequence[str
         if baseline is not None:
             scores["search_baseline"] = baseline
     if score_references and refs:
-        forced = translator.score(list(src_texts), refs, src_lang=search.get("src_lang"),
-                                  tgt_lang=search.get("tgt_lang"))
+        forced = translator.score(list(src_texts), refs, src_lang=how.get("src_lang"),
+                                  tgt_lang=how.get("tgt_lang"))
         loss = -sum(f.logprob for f in forced) / max(sum(f.tokens for f in forced), 1)
         scores.update(loss=round(loss, 4), ppl=round(math.exp(loss), 3))
-    return Evaluation(results=results, references=refs, scores=scores,
+    return Evaluation(results=results, sources=list(src_texts), references=refs, scores=scores,
                       sentences=sentence_scores(hyps, refs))
 
 
-def _timed_translate(translator, src_texts: Sequence[str], search: dict) -> tuple[list, float]:
-    """``translator.translate(src_texts, **search)`` and its wall-clock seconds (CUDA synced)."""
+def _timed_translate(translator, src_texts: Sequence[str], settings: dict, how: dict
+                     ) -> tuple[list, float]:
+    """``translator.translate_with(src_texts, settings, **how)`` and its wall-clock seconds
+    (CUDA synced)."""
     start = time.perf_counter()
-    results = translator.translate(list(src_texts), **search)
+    results = translator.translate_with(list(src_texts), settings, **how)
     if translator.device.type == "cuda":
         torch.cuda.synchronize(translator.device)
     return results, time.perf_counter() - start
@@ -152,12 +159,12 @@ def write_outputs(out_dir: str | Path, evaluation: Evaluation, save_alignments_n
             rows = csv.writer(f, delimiter="\t", lineterminator="\n")
             rows.writerow(["index", "bleu", "chrf", "model_score", "hyp_subwords", "hyp_words",
                            "ref_words", "source", "hypothesis", "reference"])
-            for i, (r, ref) in enumerate(zip(results, evaluation.references, strict=True)):
+            for i, (r, src, ref) in enumerate(zip(results, evaluation.sources,
+                                                  evaluation.references, strict=True)):
                 rows.writerow([i, f"{evaluation.sentences['bleu'][i]:.2f}",
                                f"{evaluation.sentences['chrf'][i]:.2f}", f"{r.score:.4f}",
                                len(r.ids), len(r.text.split()), len(ref.split()),
-                               _one_line("".join(r.src_tokens[:-1]).replace("\u2581", " ").strip()),
-                               _one_line(r.text), _one_line(ref)])
+                               _one_line(src), _one_line(r.text), _one_line(ref)])
         if any(len(r.hypotheses) > 1 for r in results):
             write_text_atomic(out_dir / "nbest.txt", "index\trank\tscore\ttext\n" + "".join(
                 f"{i}\t{rank}\t{h.score:.4f}\t{_one_line(h.text)}\n"

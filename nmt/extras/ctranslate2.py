@@ -42,7 +42,7 @@ import numpy as np
 import torch
 from omegaconf import DictConfig, OmegaConf
 
-from nmt.config import ConfigError, to_plain
+from nmt.config import ConfigError, InputTooLong, to_plain
 from nmt.data.tokenizer import Tokenizer
 from nmt.inference.search import Hypothesis, length_penalty_factor
 from nmt.inference.translator import Translator, TranslatorBase, in_batches, load_for_inference
@@ -245,11 +245,11 @@ class CTranslate2Translator(TranslatorBase):
         for i, (ids, limit) in enumerate(zip(src_ids, self._max_lengths(src_ids, settings),
                                              strict=True)):
             if len(ids) + 1 > self.max_positions or limit + 1 > self.max_positions:
-                raise ConfigError(
+                raise InputTooLong(
                     f"sentence {i} has {len(ids) + 1} source subwords (with EOS) and may produce "
-                    f"{limit} output subwords, beyond the {self.max_positions} positions of "
-                    f"{self.model_dir}: export it again with a larger max_positions=, or lower "
-                    "max_len_a / max_len_b.")
+                    f"{limit} output subwords, beyond the {self.max_positions} positions of this "
+                    "export: export it again with a larger max_positions=, or lower max_len_a / "
+                    "max_len_b.", i, self.max_positions)
         engine = self.ct2
         if sampling is not None:
             # A fresh translator (new worker threads) makes the samples a function of seed.
@@ -262,7 +262,7 @@ class CTranslate2Translator(TranslatorBase):
                 ) -> list[list[Hypothesis]]:
         """One length-sorted batch (source ids, no EOS, none empty) -> hypotheses per sentence;
         ``engine``: a ``ctranslate2.Translator``. A target-side tag (``settings["first_token"]``)
-        is CTranslate2's ``target_prefix``, rescored with the output and cut as in ours."""
+        is CTranslate2's ``target_prefix``, cut as in ours, the output rescored without it."""
         first = settings.get("first_token")
         prefix = [] if first is None else [self._tgt_pieces[first]]
         limits = [n + len(prefix) for n in self._max_lengths(batch, settings)]
@@ -336,7 +336,7 @@ class CTranslate2Translator(TranslatorBase):
                                      for b, h in pending],
                                     max_input_length=0)
         for (b, h), f in zip(pending, forced, strict=True):
-            raw[b][h][1] = float(sum(f.log_probs))
+            raw[b][h][1] = float(sum(f.log_probs[len(prefix):]))   # a tag: given, not scored
         out = []
         for hyps in raw:
             unique: dict[tuple, Hypothesis] = {}    # of equal outputs, the first
@@ -347,15 +347,15 @@ class CTranslate2Translator(TranslatorBase):
             out.append(sorted(unique.values(), key=lambda h: -h.score)[:n_keep])
         return out
 
-    def _forced(self, src_ids, tgt_ids, batch_tokens):
+    def _forced(self, src_ids, tgt_ids, batch_tokens, given=0):
         for i, (s, t) in enumerate(zip(src_ids, tgt_ids, strict=True)):
             if max(len(s), len(t)) + 1 > self.max_positions:
-                raise ConfigError(f"pair {i} has {len(s) + 1} source and {len(t) + 1} target "
-                                  f"subwords (with EOS), beyond the {self.max_positions} positions "
-                                  f"of {self.model_dir}: export it again with a larger "
-                                  "max_positions=.")
+                raise InputTooLong(f"pair {i} has {len(s) + 1} source and {len(t) + 1} target "
+                                   f"subwords (with EOS), beyond the {self.max_positions} positions "
+                                   "of this export: export it again with a larger max_positions=.",
+                                   i, self.max_positions)
         scored = self.ct2.score_batch(
             [[self._src_pieces[i] for i in s] + ["</s>"] for s in src_ids],
             [[self._tgt_pieces[i] for i in t] for t in tgt_ids],
             max_batch_size=max(int(batch_tokens), 1), batch_type="tokens", max_input_length=0)
-        return [(float(sum(r.log_probs)), len(r.log_probs)) for r in scored]
+        return [(float(sum(r.log_probs[given:])), len(r.log_probs) - given) for r in scored]

@@ -6,13 +6,15 @@ off-target rate (``nmt-evaluate src_lang=de tgt_lang=fr``, ``directions=all``, `
                                {"beam_size": 5})                 # every direction the split has
     Pivot(translator, "en").translate(["Ein Hund ."], src_lang="de", tgt_lang="fr")
     off_target(["Un chien .", "A dog ."], "fr", ["de", "en", "fr"])   # [False, True]
+    off_target_percent([False, True])                                   # 50.0
 
 A direction is *supervised* when the model was trained on it (``data.pairs``), *zero-shot*
 when both languages are the model's, the target one of its target languages (it has a tag),
 but the pair was not trained (Johnson et al. 2017, sec. 5). The *off-target rate* is the
 share of outputs whose language, as py3langid (Lui and Baldwin 2012, langid.py) identifies
 it among the model's languages only (``set_languages``), is not the target; an empty output
-has no language and is not counted off target. ``directions=all``
+has no language and is not counted off target. Scores give it as ``off_target`` (outputs) and
+``off_target_percent`` (0-100). ``directions=all``
 writes each direction's files of :mod:`nmt.evaluation.evaluate` into ``out_dir/<src>-<tgt>/``
 and one table of all of them, ``directions.md`` and ``directions.json``.
 """
@@ -24,10 +26,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from omegaconf import OmegaConf
-
 from nmt.config import ConfigError
-from nmt.data.corpus import CorpusError, iter_parallel
+from nmt.data.corpus import CorpusError, check_split, iter_parallel, with_root
 from nmt.evaluation.evaluate import Evaluation, evaluate_split, write_outputs
 from nmt.inference.translator import direction_tags
 from nmt.runtime import write_json_atomic, write_text_atomic
@@ -61,18 +61,19 @@ def off_target(texts: Sequence[str], tgt_lang: str, languages: Sequence[str]) ->
     return [lang is not None and lang != tgt_lang for lang in identify(texts, languages)]
 
 
-def off_target_rate(texts: Sequence[str], tgt_lang: str, languages: Sequence[str]) -> float:
-    """The share (0-1) of ``texts`` that are :func:`off_target`; 0.0 for no texts."""
-    flags = off_target(texts, tgt_lang, languages)
-    return sum(flags) / len(flags) if flags else 0.0
+def off_target_percent(flags: Sequence[bool]) -> float:
+    """The percentage (0-100, rounded to 2 decimals) of True among :func:`off_target`'s
+    ``flags``; 0.0 for none."""
+    return round(100.0 * sum(flags) / len(flags), 2) if flags else 0.0
 
 
 class Pivot:
     """Pivot translation with one model: ``src -> pivot -> tgt`` (the baseline of a zero-shot
-    direction). ``translate`` takes the translator's arguments; the first step's best
-    translation is the second's input, so results are the second step's (their
-    ``src_tokens`` are the pivot sentences). Everything else (``search_settings``,
-    ``device``, ``score``: the direct direction's) is the wrapped translator's."""
+    direction). ``translate`` and ``translate_with`` take the translator's arguments; the
+    first step's best translation is the second's input, so results are the second step's
+    (their ``src_tokens`` are the pivot sentences; ``return_attention``: the second step's).
+    Everything else (``search_settings``, ``device``, ``score``: the direct direction's) is the
+    wrapped translator's."""
 
     def __init__(self, translator, pivot: str) -> None:
         self.translator, self.pivot = translator, pivot
@@ -81,17 +82,28 @@ class Pivot:
         return getattr(self.translator, name)
 
     def translate(self, sentences, *, src_lang: str | None = None, tgt_lang: str | None = None,
-                  **settings):
-        """``sentences`` (a string or a list) through the pivot; ConfigError: the pivot is the
-        source or target language, or a direction the model cannot translate."""
+                  return_attention: bool = False, quiet: bool = False, **search):
+        """``sentences`` (a string or a list) through the pivot, ``search`` checked once
+        (``search_settings``); ConfigError: a bad setting, the pivot is the source or target
+        language, or a direction the model cannot translate."""
+        return self.translate_with(sentences, self.translator.search_settings(**search),
+                                   src_lang=src_lang, tgt_lang=tgt_lang,
+                                   return_attention=return_attention, quiet=quiet)
+
+    def translate_with(self, sentences, settings, *, src_lang: str | None = None,
+                       tgt_lang: str | None = None, return_attention: bool = False,
+                       quiet: bool = False):
+        """:meth:`translate` with settings that ``search_settings`` checked already."""
         data = self.translator.config.data
         src, tgt = src_lang or data.src_lang, tgt_lang or data.tgt_lang
         check_direction(self.translator, src, tgt, self.pivot)
         single = isinstance(sentences, str)
-        first = self.translator.translate([sentences] if single else list(sentences),
-                                          src_lang=src, tgt_lang=self.pivot, **settings)
-        out = self.translator.translate([r.text for r in first], src_lang=self.pivot,
-                                        tgt_lang=tgt, **settings)
+        first = self.translator.translate_with([sentences] if single else list(sentences),
+                                               settings, src_lang=src, tgt_lang=self.pivot,
+                                               quiet=quiet)
+        out = self.translator.translate_with([r.text for r in first], settings,
+                                             src_lang=self.pivot, tgt_lang=tgt,
+                                             return_attention=return_attention, quiet=quiet)
         return out[0] if single else out
 
 
@@ -111,33 +123,27 @@ def direction_kind(translator, src_lang: str, tgt_lang: str) -> str:
     return "supervised" if (src_lang, tgt_lang) in translator.directions else "zero-shot"
 
 
-def _rooted(data_cfg: Any, root: str | None) -> Any:
-    """A copy of a checkpoint's ``data`` section reading from ``root`` (None: its own)."""
-    data = OmegaConf.create(OmegaConf.to_container(data_cfg, resolve=True))
-    data.root = str(root or data.root)
-    return data
-
-
 def read_direction(data_cfg: Any, split: str, src_lang: str, tgt_lang: str,
                    root: str | None = None) -> tuple[list[str], list[str]]:
     """``(sources, references)`` of one direction of ``split``, read as the checkpoint's data
     config reads it (:func:`~nmt.data.corpus.iter_parallel`), from ``root`` if given;
     CorpusError when the split lacks it."""
-    pairs = list(iter_parallel(_rooted(data_cfg, root), split, (src_lang, tgt_lang)))
+    pairs = list(iter_parallel(with_root(data_cfg, root), split, (src_lang, tgt_lang)))
     return [s for s, _ in pairs], [t for _, t in pairs]
 
 
 def split_directions(translator, data_cfg: Any, split: str, root: str | None = None
                      ) -> list[tuple[str, str]]:
     """Every ordered pair of the model's languages that it can translate (the target has a
-    tag: :func:`~nmt.inference.translator.direction_tags`) and ``split`` has (both sides
-    found): trained directions first, then zero-shot ones, each group in sorted order."""
-    found, data = [], _rooted(data_cfg, root)
+    tag: :func:`~nmt.inference.translator.direction_tags`) and ``split`` has, found before any
+    is read (:func:`~nmt.data.corpus.check_split`: both files, or both languages of the
+    dataset): trained directions first, then zero-shot ones, each group in sorted order."""
+    found, data = [], with_root(data_cfg, root)
     for src in translator.languages:
         for tgt in translator.languages:
             try:
                 direction_tags(translator.config, translator.tokenizer, src, tgt)
-                iter_parallel(data, split, (src, tgt))   # a missing file raises here
+                check_split(data, split, (src, tgt))
             except (ConfigError, CorpusError):
                 continue
             found.append((src, tgt))
@@ -150,24 +156,25 @@ def evaluate_direction(translator, sources: Sequence[str], references: Sequence[
     """:func:`~nmt.evaluation.evaluate.evaluate_split` of one direction (through ``pivot``:
     :class:`Pivot`, no reference loss) with, in its scores, ``src_lang``, ``tgt_lang``,
     ``direction`` (supervised or zero-shot), ``pivot``, ``off_target`` (outputs) and
-    ``off_target_rate`` (percent) among the model's languages (None where py3langid does not
+    ``off_target_percent`` among the model's languages (both None where py3langid does not
     know one of them)."""
     engine = translator if pivot is None else Pivot(translator, pivot)
     evaluation = evaluate_split(engine, sources, references,
                                 {**(search or {}), "src_lang": src_lang, "tgt_lang": tgt_lang},
                                 score_references=pivot is None)
     try:
-        off = sum(off_target([r.text for r in evaluation.results], tgt_lang, translator.languages))
+        flags = off_target([r.text for r in evaluation.results], tgt_lang, translator.languages)
     except ConfigError:   # a language py3langid does not know: no rate, the scores stand
-        off = None
+        flags = None
     evaluation.scores.update(
-        src_lang=src_lang, tgt_lang=tgt_lang, pivot=pivot, off_target=off,
+        src_lang=src_lang, tgt_lang=tgt_lang, pivot=pivot,
         direction=direction_kind(translator, src_lang, tgt_lang),
-        off_target_rate=None if off is None else round(100.0 * off / max(len(sources), 1), 2))
+        off_target=None if flags is None else sum(flags),
+        off_target_percent=None if flags is None else off_target_percent(flags))
     return evaluation
 
 
-TABLE_KEYS = ("direction", "bleu", "chrf", "off_target_rate", "n_sentences", "pivot")
+TABLE_KEYS = ("direction", "bleu", "chrf", "off_target_percent", "n_sentences", "pivot")
 
 
 def evaluate_directions(translator, data_cfg: Any, split: str, out_dir: str | Path,
@@ -182,9 +189,9 @@ def evaluate_directions(translator, data_cfg: Any, split: str, out_dir: str | Pa
     split has no direction of the model's languages."""
     found = split_directions(translator, data_cfg, split, root)
     if not found:
-        raise ConfigError(f"split {split!r} under data.root="
-                          f"{root or data_cfg.root} has no two of the model's languages "
-                          f"({', '.join(translator.languages)}) as {split}.<lang> files.")
+        raise ConfigError(f"split {split!r} under data.root={root or data_cfg.root} "
+                          f"(data.format={data_cfg.format}) has no direction between two of the "
+                          f"model's languages ({', '.join(translator.languages)}).")
     rows = []
     for src, tgt in found:
         sources, references = read_direction(data_cfg, split, src, tgt, root)
@@ -207,12 +214,12 @@ def directions_table(rows: Sequence[dict]) -> str:
         return "n/a" if value is None else f"{value:.1f}"
 
     lines += [f"| {r['src']}-{r['tgt']} | {r['direction']} | {r['bleu']:.2f} | {r['chrf']:.2f} | "
-              f"{rate(r['off_target_rate'])} | {r['pivot'] or ''} |" for r in rows]
+              f"{rate(r['off_target_percent'])} | {r['pivot'] or ''} |" for r in rows]
     for kind in ("supervised", "zero-shot"):
         group = [r for r in rows if r["direction"] == kind]
         if group:
             mean = {k: None if any(r[k] is None for r in group) else
-                    sum(r[k] for r in group) / len(group) for k in ("bleu", "chrf", "off_target_rate")}
+                    sum(r[k] for r in group) / len(group) for k in ("bleu", "chrf", "off_target_percent")}
             lines.append(f"| mean of {len(group)} | {kind} | {mean['bleu']:.2f} | "
-                         f"{mean['chrf']:.2f} | {rate(mean['off_target_rate'])} | |")
+                         f"{mean['chrf']:.2f} | {rate(mean['off_target_percent'])} | |")
     return "\n".join(lines) + "\n"

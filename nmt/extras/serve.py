@@ -6,7 +6,7 @@
 Endpoints (the OpenAPI page ``/docs`` documents their fields):
 
 ``POST /v1/translate``  ``{"text": [...], "beam_size", "n_best", "length_penalty", "alignment",
-                        "tgt_lang"}`` (``tgt_lang``: a multilingual model's target language)
+                        "tgt_lang"}`` (``tgt_lang``: one of the model's target languages)
                         -> ``{"translations": [...]}``, per sentence in order its
                         ``translation``, ``score``, ``tokens`` (subwords, ``</s>`` last) and
                         ``n_best``; with ``alignment`` also ``src_tokens``, ``alignment`` (the
@@ -15,20 +15,24 @@ Endpoints (the OpenAPI page ``/docs`` documents their fields):
                         argmax over the alignment) and ``view`` (the viewer's record,
                         :func:`nmt.extras.viewer.page_data`, every layer and head where the
                         engine gives them, plus ``marks``: the heatmap cells of the links).
-``GET /v1/model``       languages and ``directions``, model config, parameters, tokenizer (no file paths), and
-                        ``scores.json`` if one lies beside the checkpoint (or in the export
-                        directory).
+``GET /v1/model``       languages and ``directions``, model config, parameters, tokenizer, search
+                        defaults and limits (no file paths).
 ``GET /health``         ``{"status": "ok"}``; with the API key (or on a server without one)
-                        also ``"queued"``: sentences not yet answered.
+                        also ``"queued"``: sentences not yet answered. The OpenAPI schema
+                        declares the bearer key where ``serve.api_key`` is set: required on
+                        ``/v1/*``, optional here.
 ``GET /``               the attention viewer (``viewer.html``) with a text box.
 
 Load: a request's decoding *work* bounds its beam search's cost: ``beam_size`` x the sum over
 its sentences of T x (S + T), T its longest output + EOS (``max_len_a`` x S + ``max_len_b``),
 S its source subwords + EOS (:func:`request_work`). Over ``serve.max_request_work`` it gets
-413 at once. A request whose sentences would take the queue (sentences not yet answered)
-over ``serve.max_queue_sentences`` (with room for n - 1 more behind its n, so that a queue full
-of large requests still takes a short one) gets 503 with ``Retry-After`` (the queued work
-over the latest batch's rate, 1-60 s) at once and is never held.
+413 at once; a sentence beyond the engine's positions (an ``nmt-export``'s ``max_positions``)
+gets 413 when its batch is decoded, the model's path going to the server log only. A request
+whose sentences would take the queue (sentences not yet answered) over
+``serve.max_queue_sentences`` (with room for n - 1 more behind its n, so that a queue full of
+large requests still takes a short one; :func:`create_app` refuses a queue too small for the
+largest request) gets 503 with ``Retry-After`` (the queued work over the latest batch's rate
+of decoded work, 1-60 s) at once and is never held.
 
 Dynamic batching: one worker thread (so the event loop never decodes) decodes batches of
 requests with the same search settings, at most ``serve.max_batch_work`` of work each (a
@@ -59,8 +63,7 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 import numpy as np
 import torch
@@ -68,16 +71,15 @@ from fastapi import Depends, FastAPI, HTTPException
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import HTMLResponse, JSONResponse, Response
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from nmt.config import ConfigError, to_plain
+from nmt.config import SEARCH_MINIMUM, ConfigError, InputTooLong, to_plain
 from nmt.evaluation.alignments import Alignment
 from nmt.extras.viewer import attention_page, page_data
 from nmt.extras.word_alignment import ForcedAlignment, piece_words, word_link_cells, word_links
 from nmt.inference.search import max_output_lengths
-from nmt.inference.translator import direction_tags
 from nmt.models import build_model
 
 log = logging.getLogger("nmt.serve")
@@ -241,11 +243,12 @@ class Batcher:
             for job in batch:
                 if not job.future.set_running_or_notify_cancel():
                     self._answered(job)
-            self._run([j for j in batch if j.future.running()])
+            running = [j for j in batch if j.future.running()]
+            self._run(running)
             free_since = self.clock()
             last_decode = free_since - start
-            if last_decode > 0:
-                self._rate = sum(j.work for j in batch) / last_decode
+            if running and last_decode > 0:   # the work decoded, not the cancelled requests'
+                self._rate = sum(j.work for j in running) / last_decode
 
     def _answered(self, job: _Job) -> None:
         """Count ``job`` out of the queue: before its future is set, so that a client that
@@ -267,11 +270,12 @@ class Batcher:
                 for job in batch:
                     self._run([job])
                 return
-            expected = is_out_of_memory(err) or isinstance(err, ConfigError)
-            if is_out_of_memory(err) and torch.cuda.is_available():
+            oom = is_out_of_memory(err)
+            if oom and torch.cuda.is_available():
                 torch.cuda.empty_cache()
-            log.log(logging.WARNING if expected else logging.ERROR, "batch failed: %s", err,
-                    exc_info=not expected)
+            if not isinstance(err, InputTooLong):   # a client's 413, logged by the endpoint
+                log.log(logging.WARNING if oom else logging.ERROR, "batch failed: %s", err,
+                        exc_info=not oom)
             for job in batch:
                 self._answered(job)
                 job.future.set_exception(err)
@@ -329,19 +333,11 @@ def translation_json(result, alignment: bool) -> dict:
 
 
 def model_info(translator, cfg: DictConfig) -> dict:
-    """``GET /v1/model``: what the server translates with (no file paths); files are read
-    here, at start-up."""
+    """``GET /v1/model``: what the server translates with (no file paths)."""
     tok, train_cfg = translator.tokenizer, translator.config
     model = getattr(translator, "model", None)
     if model is None:   # CTranslate2: count the parameters of the model its config builds
         model = build_model(train_cfg.model, tok.src_vocab_size, tok.tgt_vocab_size)
-    first = cfg.checkpoint[0] if OmegaConf.is_list(cfg.checkpoint) else cfg.checkpoint
-    scores_file = (Path(cfg.model_dir) if cfg.engine == "ctranslate2" else
-                   Path(first).parent) / "scores.json"
-    try:
-        scores = json.loads(scores_file.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        scores = None
     data = train_cfg.data
     return {"src_lang": data.src_lang, "tgt_lang": data.tgt_lang, "languages": translator.languages,
             "directions": [f"{s}-{t}" for s, t in translator.directions], "engine": str(cfg.engine),
@@ -350,7 +346,7 @@ def model_info(translator, cfg: DictConfig) -> dict:
             "tokenizer": {**{k: v for k, v in to_plain(data.tokenizer).items() if k != "model"},
                           "src_vocab_size": tok.src_vocab_size,
                           "tgt_vocab_size": tok.tgt_vocab_size, "fingerprint": tok.fingerprint},
-            "attention": "all" if translator.all_attention else "alignment", "scores": scores,
+            "attention": "all" if translator.all_attention else "alignment",
             "defaults": {k: cfg[k] for k in ("beam_size", "n_best", "length_penalty")},
             "limits": {k: cfg.serve[k] for k in ("max_sentences", "max_chars", "max_body_bytes",
                                                   "max_beam_size", "max_request_work")}}
@@ -426,11 +422,19 @@ def create_app(translator, cfg: DictConfig) -> FastAPI:
     """The service for ``translator`` (any :class:`~nmt.inference.translator.TranslatorBase`)
     under a validated ``nmt-serve`` config ``cfg`` (search defaults at the top, ``serve.*``);
     the batcher's thread runs from the app's start-up to its shutdown (``app.state.batcher``:
-    ``stop()`` it on a signal to close the batch window and turn new requests away)."""
+    ``stop()`` it on a signal to close the batch window and turn new requests away).
+    ConfigError: ``serve.max_queue_sentences`` < 2 x ``serve.max_sentences`` - 1, a queue that
+    would refuse the largest request for ever (:meth:`Batcher.submit`)."""
     limits, search = cfg.serve, {k: cfg[k] for k in ("max_len_a", "max_len_b", "batch_sentences",
                                                       "batch_tokens")}
+    if limits.max_queue_sentences < 2 * limits.max_sentences - 1:
+        raise ConfigError(f"serve.max_queue_sentences={limits.max_queue_sentences} must be >= 2 x "
+                          f"serve.max_sentences - 1 = {2 * limits.max_sentences - 1}: a request "
+                          "of n sentences needs room for 2n - 1.")
     info = model_info(translator, cfg)
     keyed = limits.api_key is not None
+    targets = sorted({t for _, t in translator.directions})   # the choices of tgt_lang
+    source = cfg.model_dir if cfg.engine == "ctranslate2" else cfg.checkpoint   # for the log
 
     class TranslateRequest(BaseModel):
         """Sentences and search settings (absent: the server's defaults, ``GET /v1/model``)."""
@@ -438,11 +442,13 @@ def create_app(translator, cfg: DictConfig) -> FastAPI:
         model_config = ConfigDict(strict=True, extra="forbid")
         text: Annotated[list[Annotated[str, Field(max_length=limits.max_chars)]],
                         Field(min_length=1, max_length=limits.max_sentences)]
-        beam_size: Annotated[int, Field(ge=1, le=limits.max_beam_size)] = int(cfg.beam_size)
-        n_best: Annotated[int, Field(ge=1)] = int(cfg.n_best)
-        length_penalty: Annotated[float, Field(ge=0, allow_inf_nan=False)] = float(cfg.length_penalty)
+        beam_size: Annotated[int, Field(ge=SEARCH_MINIMUM["beam_size"],
+                                        le=limits.max_beam_size)] = int(cfg.beam_size)
+        n_best: Annotated[int, Field(ge=SEARCH_MINIMUM["n_best"])] = int(cfg.n_best)
+        length_penalty: Annotated[float, Field(ge=SEARCH_MINIMUM["length_penalty"],
+                                               allow_inf_nan=False)] = float(cfg.length_penalty)
         alignment: bool = False
-        tgt_lang: str = str(translator.config.data.tgt_lang)
+        tgt_lang: Literal[tuple(targets)] = str(translator.config.data.tgt_lang)
 
         @model_validator(mode="after")
         def _check(self):
@@ -482,8 +488,12 @@ def create_app(translator, cfg: DictConfig) -> FastAPI:
         finally:
             await asyncio.to_thread(app_.state.batcher.close)
 
+    async def no_key() -> None:   # a server without serve.api_key reads no header, declares none
+        return None
+
     bearer = HTTPBearer(auto_error=False, description="serve.api_key (NMT_SERVE_API_KEY)")
-    Credentials = Annotated[HTTPAuthorizationCredentials | None, Depends(bearer)]
+    Credentials = Annotated[HTTPAuthorizationCredentials | None,
+                            Depends(bearer if keyed else no_key)]
 
     def key_ok(credentials: HTTPAuthorizationCredentials | None) -> bool:
         return not keyed or credentials is not None and hmac.compare_digest(
@@ -497,9 +507,9 @@ def create_app(translator, cfg: DictConfig) -> FastAPI:
     auth = [Depends(authorized)] if keyed else []
     errors = {400: "malformed JSON, a body that is not UTF-8, or a bad Content-Length",
               **({401: "missing or wrong API key (Authorization: Bearer <key>)"} if keyed else {}),
-              413: "the body is over serve.max_body_bytes, or the request's decoding work over "
-                   "serve.max_request_work",
-              422: "a field is missing, mistyped or out of range (a tgt_lang the model lacks)",
+              413: "the body is over serve.max_body_bytes, the request's decoding work over "
+                   "serve.max_request_work, or a sentence beyond the model's positions",
+              422: "a field is missing, mistyped or out of range",
               500: "an internal error (see the server log)",
               503: "the queue is full (serve.max_queue_sentences), the server is stopping, or "
                    "it ran out of memory: retry after Retry-After seconds"}
@@ -543,10 +553,6 @@ def create_app(translator, cfg: DictConfig) -> FastAPI:
                                f"takes at most {limits.max_request_work} per request "
                                "(serve.max_request_work): send fewer or shorter sentences or a "
                                "smaller beam_size.")
-        try:
-            direction_tags(translator.config, translator.tokenizer, None, request.tgt_lang)
-        except ConfigError as err:
-            return _error(422, f"tgt_lang: {err}")
         key = (request.beam_size, request.n_best, request.length_penalty, request.alignment,
                request.tgt_lang)
         try:
@@ -555,8 +561,11 @@ def create_app(translator, cfg: DictConfig) -> FastAPI:
             return _error(503, str(err), {"Retry-After": str(err.retry_after)})
         try:
             results = await asyncio.wrap_future(future)
-        except ConfigError as err:
-            return _error(422, str(err))
+        except InputTooLong as err:   # its message is for the operator; the client gets this
+            log.warning("413 for a sentence beyond the positions of %s: %s", source, err)
+            return _error(413, f"text.{err.index} is too long for this model, which reads and "
+                               f"writes at most {err.positions} subwords (EOS included) per "
+                               "sentence: send a shorter one.")
         except Exception as err:
             if is_out_of_memory(err):
                 return _error(503, "out of memory while decoding this batch; retry, or send "
@@ -567,10 +576,11 @@ def create_app(translator, cfg: DictConfig) -> FastAPI:
 
     @app.get("/v1/model", dependencies=auth)
     async def model() -> dict:
-        """Languages, model config, parameter count, tokenizer, scores.json, defaults, limits."""
+        """Languages, model config, parameter count, tokenizer, defaults, limits."""
         return info
 
-    @app.get("/health")
+    # with a key, /health takes it or none: OpenAPI's "bearer, or no security" is [{...}, {}]
+    @app.get("/health", openapi_extra={"security": [{}]} if keyed else None)
     async def health(credentials: Credentials) -> dict:
         """``{"status": "ok"}``, with the API key (or on a server without one) also
         ``"queued"``: sentences submitted and not yet answered."""
@@ -580,7 +590,7 @@ def create_app(translator, cfg: DictConfig) -> FastAPI:
 
     page = attention_page([], f"nmt-serve: {info['src_lang']} \u2192 {info['tgt_lang']}",
                           serve={"beam_size": int(cfg.beam_size), "key": keyed, "tgt_lang":
-                                 info["tgt_lang"], "targets": sorted({t for _, t in translator.directions})})
+                                 info["tgt_lang"], "targets": targets})
 
     @app.get("/", response_class=HTMLResponse, include_in_schema=False)
     async def index() -> HTMLResponse:

@@ -25,9 +25,6 @@ Conventions:
   When a hypothesis reaches it, EOS is forced (its model probability is still scored), so
   every sentence gets an output.
 * PAD and BOS are never generated.
-* Sampling (:func:`sample_search`) walks one path per sentence like greedy search, drawing
-  each token from the temperature-scaled, top-k / nucleus / epsilon-filtered distribution
-  with an explicit ``torch.Generator`` (seeded, never the global RNG).
 * Beam search stops a sentence when ``beam_size`` hypotheses have ended (an EOS among the
   ``beam_size`` best candidates of a step, as in fairseq), at the maximum length, or (with
   ``n_best == 1``) when no alive hypothesis can still beat the best ended one: an alive
@@ -35,15 +32,15 @@ Conventions:
   divided by the largest length penalty it can still reach (at the maximum length for
   ``alpha >= 0``).
 
-The batching around these functions (length-sorted batches, input order, empty sources) is
-:func:`nmt.inference.translator.decode`. Arguments are trusted: the search settings were
+Sampling (:mod:`nmt.inference.sampling`, skip on a first reading) walks one path per
+sentence as greedy search does. The batching around these functions (length-sorted batches,
+input order, empty sources) is :func:`nmt.inference.translator.decode`. Arguments are trusted: the search settings were
 validated where they entered (:func:`nmt.config.validate_search`,
 :func:`nmt.inference.translator.search_settings`).
 """
 
 from __future__ import annotations
 
-import contextlib
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -53,7 +50,7 @@ import torch
 from torch import Tensor
 
 from nmt.data.vocab import BOS_ID, EOS_ID, PAD_ID
-from nmt.models.base import Seq2Seq
+from nmt.models.base import Seq2Seq, eval_mode
 
 
 @dataclass
@@ -80,17 +77,6 @@ def max_output_lengths(src_mask: Tensor, max_len_a: float, max_len_b: int) -> Te
     return torch.floor(max_len_a * src_len + max_len_b).clamp_min(0).long()
 
 
-@contextlib.contextmanager
-def _eval_mode(model: torch.nn.Module):
-    """Evaluation mode (no dropout) inside, the model's previous mode restored after."""
-    was_training = model.training
-    model.eval()
-    try:
-        yield
-    finally:
-        model.train(was_training)
-
-
 def _step_log_probs(model: Seq2Seq, last: Tensor, state) -> tuple[Tensor, Tensor | None, Any]:
     """One incremental decoder step: last tokens [N] -> log-probs [N, V], alignment [N, S]."""
     logits, align, state = model.decode(last.unsqueeze(1), None, state, need_alignment=True)
@@ -108,21 +94,13 @@ def _force_eos(logp: Tensor, forced: Tensor) -> None:
         logp[:, EOS_ID] = eos
 
 
-def _force_first(logp: Tensor, first_token: Tensor | None) -> None:
-    """In place: row i may only produce ``first_token[i]`` ([N] int64; None: no change), its
-    log-prob kept: a target-side language tag at step 0 (``data.lang_tag=target``)."""
-    if first_token is not None:
-        kept = logp.gather(1, first_token.unsqueeze(1))
-        logp.fill_(-torch.inf).scatter_(1, first_token.unsqueeze(1), kept)
-
-
 def _collect(src_mask: Tensor, aligns: list[Tensor | None], links: list[tuple[Tensor, Tensor]],
-             fins: list[tuple[Tensor, ...]], n_best: int, skip: int = 0) -> list[list[Hypothesis]]:
+             fins: list[tuple[Tensor, ...]], n_best: int) -> list[list[Hypothesis]]:
     """The ``n_best`` best finished hypotheses of every sentence, best first, rebuilt once from
     backpointers. The rows of step t chose their token with alignment ``aligns[t]`` [N_t, S]
     (None: zeros); ``links[t]`` = (token, parent row at step t) of each row of step t + 1.
     ``fins`` holds per step (sentence [M], score [M], step t [M], row [M]): that row's tokens,
-    then EOS. ``skip`` forced first tokens are cut from each one's tokens and alignment rows."""
+    then EOS."""
     sent, score, step, row = (torch.cat(x).cpu().numpy() for x in zip(*fins, strict=True))
     order = np.lexsort((-score, sent))  # by sentence, then best score first
     first = np.searchsorted(sent[order], np.arange(src_mask.size(0)))
@@ -141,91 +119,24 @@ def _collect(src_mask: Tensor, aligns: list[Tensor | None], links: list[tuple[Te
     real = src_mask.cpu().numpy()
     out: list[list[Hypothesis]] = [[] for _ in range(src_mask.size(0))]
     for h, (b, n) in enumerate(zip(sent, step, strict=True)):
-        out[b].append(Hypothesis(tokens=tokens[h, skip:n].tolist(), score=float(score[h]),
-                                 alignment=np.ascontiguousarray(align[h, skip:n + 1][:, real[b]])))
+        out[b].append(Hypothesis(tokens=tokens[h, :n].tolist(), score=float(score[h]),
+                                 alignment=np.ascontiguousarray(align[h, :n + 1][:, real[b]])))
     return out
 
 
 @torch.inference_mode()
 def greedy_search(model: Seq2Seq, src: Tensor, src_mask: Tensor, max_len_a: float,
-                  max_len_b: int, length_penalty: float = 1.0,
-                  first_token: Tensor | None = None) -> list[list[Hypothesis]]:
+                  max_len_b: int, length_penalty: float = 1.0) -> list[list[Hypothesis]]:
     """Greedy decoding of a batch: at every step the most probable token.
 
     ``src`` [B, S] int64 holds source ids (subwords + EOS, PAD-padded), ``src_mask`` [B, S]
     bool is True at real positions (at least one per row). The model runs in eval mode for
-    the call. ``length_penalty`` only scales the reported score. ``first_token`` [B] int64
-    (None: free): each sentence's forced first output token, a target-side language tag; it
-    counts in the score and the length (not in the maximum) and is cut from the
-    hypothesis' tokens and alignment. Returns per sentence a list with one :class:`Hypothesis`.
+    the call. ``length_penalty`` only scales the reported score. Returns per sentence a list
+    with one :class:`Hypothesis`.
     """
-    with _eval_mode(model):
+    with eval_mode(model):
         return _single_path_search(model, src, src_mask, max_len_a, max_len_b, length_penalty,
-                                   _most_probable, first_token)
-
-
-@torch.inference_mode()
-def sample_search(model: Seq2Seq, src: Tensor, src_mask: Tensor, max_len_a: float,
-                  max_len_b: int, *, temperature: float = 1.0, top_k: int = 0,
-                  top_p: float = 1.0, epsilon: float = 0.0,
-                  generator: torch.Generator | None = None, length_penalty: float = 0.0,
-                  first_token: Tensor | None = None) -> list[list[Hypothesis]]:
-    """Ancestral sampling of one translation per sentence (back-translation; the candidates
-    of MBR decoding, :mod:`nmt.inference.mbr`, as rows repeated ``num`` times).
-
-    Each step draws the next token after four filters, in Hugging Face's order: divide the
-    log-probabilities by ``temperature`` (0 = the most probable token, i.e. greedy search);
-    keep the ``top_k`` most probable (0 = all); keep the nucleus, the smallest set of most
-    probable tokens whose probability reaches ``top_p`` (Holtzman et al. 2020, eq. 2); keep
-    the tokens of probability >= ``epsilon`` (epsilon sampling, Hewitt et al. 2022), see
-    :func:`filter_logits`.
-
-    The score is the sampled tokens' log-probability under the *unfiltered, temperature-1*
-    model (the model log-likelihood, comparable with greedy and beam scores), divided by the
-    length penalty with ``alpha = length_penalty``. ``generator`` lives on ``src.device``
-    (None: a fresh one seeded with 0; the global RNG is never used); a row's draws depend on
-    the whole batch. Tensors and ``first_token`` as :func:`greedy_search`.
-    """
-    if generator is None:
-        generator = torch.Generator(device=src.device).manual_seed(0)
-
-    def draw(logp: Tensor) -> Tensor:
-        probs = torch.softmax(filter_logits(logp / temperature, top_k, top_p, epsilon), dim=-1)
-        return torch.multinomial(probs, 1, generator=generator).squeeze(1)
-
-    choose = _most_probable if temperature == 0 else draw
-    with _eval_mode(model):
-        return _single_path_search(model, src, src_mask, max_len_a, max_len_b, length_penalty,
-                                   choose, first_token)
-
-
-def filter_logits(logits: Tensor, top_k: int = 0, top_p: float = 1.0,
-                  epsilon: float = 0.0) -> Tensor:
-    """Top-k, then nucleus (top-p), then epsilon filtering of ``logits`` [N, V] (unnormalized
-    log-probabilities; -inf = impossible): a new [N, V] tensor, filtered-out entries -inf.
-
-    Top-k keeps exactly k per row (0 or >= V: all). Top-p keeps a token when the softmax
-    mass (after top-k) of the tokens ranked above it is below ``top_p``: the smallest set
-    reaching ``top_p``, never empty (Holtzman et al. 2020). Epsilon keeps the tokens whose
-    softmax probability (after top-k and top-p) is >= ``epsilon`` (0: all), and always a
-    row's most probable token (Hewitt et al. 2022; Hugging Face's EpsilonLogitsWarper).
-    """
-    vocab = logits.size(-1)
-    if 0 < top_k < vocab:
-        top = logits.topk(top_k, dim=-1).indices
-        keep = torch.zeros_like(logits, dtype=torch.bool).scatter_(1, top, True)
-        logits = logits.masked_fill(~keep, -torch.inf)
-    if top_p < 1.0:
-        sorted_logits, order = logits.sort(dim=-1, descending=True)
-        probs = torch.softmax(sorted_logits, dim=-1)
-        mass_above = probs.cumsum(dim=-1) - probs
-        drop = torch.zeros_like(logits, dtype=torch.bool).scatter_(1, order, mass_above >= top_p)
-        logits = logits.masked_fill(drop, -torch.inf)
-    if epsilon > 0.0:
-        probs = torch.softmax(logits, dim=-1)
-        drop = (probs < epsilon) & (logits < logits.max(dim=-1, keepdim=True).values)
-        logits = logits.masked_fill(drop, -torch.inf)
-    return logits
+                                   _most_probable)
 
 
 def _most_probable(logp: Tensor) -> Tensor:
@@ -235,13 +146,13 @@ def _most_probable(logp: Tensor) -> Tensor:
 
 def _single_path_search(model: Seq2Seq, src: Tensor, src_mask: Tensor, max_len_a: float,
                         max_len_b: int, length_penalty: float,
-                        choose: Callable[[Tensor], Tensor],
-                        first_token: Tensor | None = None) -> list[list[Hypothesis]]:
+                        choose: Callable[[Tensor], Tensor]) -> list[list[Hypothesis]]:
     """One hypothesis per sentence, one token per step: ``choose(logp [N, V]) -> [N]`` picks
     each row's next token from the step's log-probs (PAD, BOS and forced EOS applied). The
-    score adds ``logp`` of the chosen tokens. Shared by greedy and sampling search."""
+    score adds ``logp`` of the chosen tokens. Shared by greedy search and sampling
+    (:func:`nmt.inference.sampling.sample_search`)."""
     batch, device = src.size(0), src.device
-    max_lens = max_output_lengths(src_mask, max_len_a, max_len_b) + (first_token is not None)
+    max_lens = max_output_lengths(src_mask, max_len_a, max_len_b)   # [B]
     state = model.init_state(model.encode(src, src_mask))
     active = torch.arange(batch, device=device)      # sentence id of each row
     last = torch.full((batch,), BOS_ID, dtype=torch.long, device=device)
@@ -253,7 +164,6 @@ def _single_path_search(model: Seq2Seq, src: Tensor, src_mask: Tensor, max_len_a
         logp, align, state = _step_log_probs(model, last, state)
         aligns.append(align)
         _force_eos(logp, max_lens[active] <= t)
-        _force_first(logp, first_token if t == 0 else None)
         token = choose(logp)
         scores = scores + logp.gather(1, token.unsqueeze(1)).squeeze(1)
         done = token == EOS_ID
@@ -271,29 +181,40 @@ def _single_path_search(model: Seq2Seq, src: Tensor, src_mask: Tensor, max_len_a
         links.append((token, keep))
         last = token
         t += 1
-    return _collect(src_mask, aligns, links, fins, n_best=1, skip=int(first_token is not None))
+    return _collect(src_mask, aligns, links, fins, n_best=1)
 
 
 @torch.inference_mode()
 def beam_search(model: Seq2Seq, src: Tensor, src_mask: Tensor, beam_size: int,
                 length_penalty: float, max_len_a: float, max_len_b: int,
-                n_best: int = 1, first_token: Tensor | None = None) -> list[list[Hypothesis]]:
+                n_best: int = 1) -> list[list[Hypothesis]]:
     """Batched beam search (all beams of all sentences are rows of one tensor) with the
     length penalty ``((5 + |y|) / 6) ** alpha`` (Wu et al. 2016, eq. 14; alpha 0 = none).
 
-    Tensors and ``first_token`` as :func:`greedy_search`; ``1 <= n_best <= beam_size``.
+    Tensors as :func:`greedy_search`; ``1 <= n_best <= beam_size``.
     Returns per sentence its ``n_best`` hypotheses (fewer only if fewer ended), best first.
     """
-    with _eval_mode(model):
+    with eval_mode(model):
         return _beam_search(model, src, src_mask, beam_size, length_penalty, max_len_a,
-                            max_len_b, n_best, first_token)
+                            max_len_b, n_best)
 
 
-def _beam_search(model, src, src_mask, k, alpha, max_len_a, max_len_b, n_best, first_token=None):
+def _beam_search(model: Seq2Seq, src: Tensor, src_mask: Tensor, k: int, alpha: float,
+                 max_len_a: float, max_len_b: int, n_best: int) -> list[list[Hypothesis]]:
+    """:func:`beam_search` (beam size ``k``, length penalty ``alpha``). Each step, with N =
+    n_act * per rows (``per`` = 1 at step 0, then k: row ``b * per + j`` is beam j of active
+    sentence b):
+
+    1. log-probs [N, V] of the rows' next tokens, added to the rows' scores, viewed as
+       [n_act, per * V] candidates per sentence;
+    2. the 2k best candidates per sentence; an EOS among the k best ends a hypothesis
+       (recorded in ``fins`` with its length-penalised score);
+    3. the k best non-EOS candidates continue: their parent rows reorder the decoder state;
+    4. a sentence is done when k hypotheses ended, at its maximum length, or (n_best 1) when
+       its best alive score can no longer beat its best ended one (the bound below).
+    """
     batch, device = src.size(0), src.device
-    max_lens = max_output_lengths(src_mask, max_len_a, max_len_b) + (first_token is not None)
-    # Largest length penalty a hypothesis of each sentence can still reach (alpha >= 0:
-    # at maximum length; alpha < 0: at the next step) -- bounds the alive scores.
+    max_lens = max_output_lengths(src_mask, max_len_a, max_len_b)   # [B]
     state = model.init_state(model.encode(src, src_mask))
     active = torch.arange(batch, device=device)          # sentence id of each active sentence
     last = torch.full((batch,), BOS_ID, dtype=torch.long, device=device)
@@ -310,7 +231,6 @@ def _beam_search(model, src, src_mask, k, alpha, max_len_a, max_len_b, n_best, f
         n_act, vocab = active.size(0), logp.size(1)
         row_max = max_lens[active].repeat_interleave(per)
         _force_eos(logp, row_max <= t)
-        _force_first(logp, first_token if t == 0 else None)
         cand = logp.add_(scores.unsqueeze(1)).view(n_act, per * vocab)   # in place: no 2nd [N, V]
         top_scores, top_idx = cand.topk(min(2 * k, per * vocab), dim=1)   # [n_act, 2k]
         top_rows = torch.div(top_idx, vocab, rounding_mode="floor") + per * torch.arange(
@@ -333,8 +253,10 @@ def _beam_search(model, src, src_mask, k, alpha, max_len_a, max_len_b, n_best, f
         next_scores = top_scores[go_on].view(n_act, k)
         next_tok = top_tok[go_on].view(n_act, k)
         next_rows = top_rows[go_on].view(n_act, k)
-        # Which sentences are finished?
-        best_alive = next_scores[:, 0]
+        # Which sentences are finished? An alive hypothesis' log-prob only falls, so its final
+        # score is at most best_alive over the largest length penalty it can still reach
+        # (alpha >= 0: at the maximum length; alpha < 0: at the next step).
+        best_alive = next_scores[:, 0]                                        # [n_act]
         if alpha >= 0:
             bound = best_alive / length_penalty_factor(max_lens[active].float() + 1, alpha)
         else:
@@ -355,4 +277,5 @@ def _beam_search(model, src, src_mask, k, alpha, max_len_a, max_len_b, n_best, f
         links.append((last, parents))
         per = k
         t += 1
-    return _collect(src_mask, aligns, links, fins, n_best=n_best, skip=int(first_token is not None))
+    return _collect(src_mask, aligns, links, fins, n_best=n_best)
+

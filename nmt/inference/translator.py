@@ -7,7 +7,7 @@
     translator.score(["Ein Hund ."], ["A dog ."])[0].ppl       # forced decoding
     translator.translate("Ein Hund läuft .", decoding="mbr", mbr={"num": 16}).mbr_cost
     translator.translate("Ein Hund läuft .", tgt_lang="fr")    # a multilingual model: .directions
-    dataclasses.asdict(result)                                 # a plain value: JSON, DataFrames
+    json.dumps(result.to_dict())                               # arrays as nested lists
 
 Both engines (this one and :mod:`nmt.extras.ctranslate2`) share :class:`TranslatorBase` and
 the length-sorted batches of :func:`in_batches`.
@@ -47,10 +47,12 @@ from nmt.data.batching import make_src_batch, make_tgt_batch
 from nmt.data.languages import add_tag, check_target, directions, is_multilingual, languages
 from nmt.data.tokenizer import Tokenizer
 from nmt.data.vocab import EOS_ID, PAD_ID
+from nmt.inference.forced import ForcedFirstToken
 from nmt.inference.mbr import MbrCost, mbr_select
-from nmt.inference.search import Hypothesis, beam_search, greedy_search, sample_search
+from nmt.inference.sampling import sample_search
+from nmt.inference.search import Hypothesis, beam_search, greedy_search
 from nmt.models import Ensemble, build_model
-from nmt.models.base import Seq2Seq
+from nmt.models.base import Seq2Seq, eval_mode
 from nmt.runtime import progress_enabled
 
 
@@ -86,18 +88,19 @@ def search_settings(**overrides: Any) -> dict:
 
 @dataclass
 class Translation:
-    """One translation of one sentence, a plain value (``dataclasses.asdict``, ``==``, pickle).
+    """One translation of one sentence: ``==``, pickle, and :meth:`to_dict` for JSON.
     ``tokens``/``src_tokens``: subwords ending with ``</s>`` (a source-side language tag
     first in ``src_tokens``; a target-side one is cut everywhere); ``ids``: target ids (no
     BOS/EOS); ``score``: as :class:`Hypothesis`; ``alignment``: float32 [len(tokens),
-    len(src_tokens)]; ``hypotheses``: the n-best list, best first (``[0]`` is this translation;
-    with ``decoding="mbr"`` the distinct candidates by expected utility), as Translations whose
-    own ``hypotheses`` are empty. ``attention`` (``return_attention=True``): float32 ``"cross"``
-    [L, H, T, S] (the RNN's alpha as L = H = 1), ``"decoder"`` [L, H, T, T] (key t reads decoder
-    input t: ``<s>`` or a target tag, then ``tokens[:-1]``), ``"encoder"`` [L, H, S, S] if any.
-    ``decoding="mbr"``: ``utility``, the expected utility, 0-100 (:mod:`nmt.inference.mbr`),
-    and ``mbr_cost``, this sentence's share of the cost. ``==`` compares the fields but the
-    arrays (``alignment``, ``attention``), which follow from them."""
+    len(src_tokens)]; ``hypotheses``: the n-best list, best first (with ``decoding="mbr"`` the
+    distinct candidates by expected utility), as Translations whose own ``hypotheses`` are
+    empty: ``[0]`` is this translation without its list and ``mbr_cost``. ``attention``
+    (``return_attention=True``): float32 ``"cross"`` [L, H, T, S] (the RNN's alpha as L = H =
+    1), ``"decoder"`` [L, H, T, T] (key t reads decoder input t: ``<s>`` or a target tag, then
+    ``tokens[:-1]``), ``"encoder"`` [L, H, S, S] if any. ``decoding="mbr"``: ``utility``, the
+    expected utility, 0-100 (:mod:`nmt.inference.mbr`), and ``mbr_cost``, this sentence's
+    share of the cost. ``==`` compares the fields but the arrays (``alignment``,
+    ``attention``), which follow from them, and ``mbr_cost`` (wall-clock seconds)."""
 
     text: str
     tokens: list[str]
@@ -108,7 +111,19 @@ class Translation:
     hypotheses: list[Translation] = field(default_factory=list, repr=False)
     attention: dict[str, np.ndarray] | None = field(default=None, repr=False, compare=False)
     utility: float | None = None
-    mbr_cost: MbrCost | None = field(default=None, repr=False)
+    mbr_cost: MbrCost | None = field(default=None, repr=False, compare=False)
+
+    def to_dict(self) -> dict:
+        """Every field as plain values that ``json.dumps`` accepts: the arrays as nested lists
+        of floats, ``hypotheses`` as such dicts, ``mbr_cost`` as a dict (or None)."""
+        def plain(value: Any) -> Any:
+            if isinstance(value, np.ndarray):
+                return value.tolist()
+            if isinstance(value, dict):
+                return {k: plain(v) for k, v in value.items()}
+            return [plain(v) for v in value] if isinstance(value, list) else value
+
+        return plain(dataclasses.asdict(self))
 
 
 @dataclass
@@ -127,8 +142,12 @@ def load_for_inference(path: str | Path, device: str | torch.device = "cpu",
     """``(model in eval mode, tokenizer, training config)`` of a checkpoint file. ``weights``
     ``inference`` loads what the run validated with (the EMA of a ``train.ema_decay`` run),
     ``trained`` the weights behind it (one set without EMA). CheckpointError (naming the
-    file): unreadable, or a tokenizer or weights that do not fit."""
-    key = {"inference": "model", "trained": "train_model"}[weights]   # KeyError: another value
+    file): unreadable, or a tokenizer or weights that do not fit; ConfigError: another
+    ``weights``."""
+    keys = {"inference": "model", "trained": "train_model"}
+    if weights not in keys:
+        raise ConfigError(f"weights={weights!r}: use {' or '.join(keys)}.")
+    key = keys[weights]
     ckpt = load_checkpoint(path)
     cfg: DictConfig = OmegaConf.create(ckpt["config"])
     tokenizer = Tokenizer.from_checkpoint(path, ckpt.get("tokenizer"))
@@ -200,22 +219,31 @@ def decode(model: Seq2Seq, src_ids: Sequence[Sequence[int]], settings: Mapping,
     (``settings`` of :class:`nmt.config.SearchSchema` with ``beam_size`` 1), beam search, or
     with ``sampling`` (temperature, top_k, top_p, seed, optional epsilon) one sample from a
     generator seeded on ``device`` and shared by the batches in turn (a function of seed, input
-    and batches). ``settings["first_token"]`` (optional): every output's forced first token."""
+    and batches). ``settings["first_token"]`` (optional): every output's forced first token,
+    a target-side language tag (:class:`~nmt.inference.forced.ForcedFirstToken`: not scored,
+    cut from the hypotheses)."""
     lengths = {k: settings[k] for k in ("max_len_a", "max_len_b", "length_penalty")}
     first = settings.get("first_token")
+    lengths["max_len_b"] += first is not None     # the tag is one more output token
     if sampling is not None:
         generator = torch.Generator(device=device).manual_seed(sampling["seed"])
-        search = functools.partial(sample_search, model, **lengths, generator=generator,
+        search = functools.partial(sample_search, **lengths, generator=generator,
                                    epsilon=sampling.get("epsilon", 0.0),
                                    **{k: sampling[k] for k in ("temperature", "top_k", "top_p")})
     elif settings["beam_size"] == 1:
-        search = functools.partial(greedy_search, model, **lengths)
+        search = functools.partial(greedy_search, **lengths)
     else:
-        search = functools.partial(beam_search, model, **lengths, n_best=settings["n_best"],
+        search = functools.partial(beam_search, **lengths, n_best=settings["n_best"],
                                    beam_size=settings["beam_size"])
-    return in_batches(src_ids, settings, lambda batch: search(
-        *make_src_batch(batch, device), first_token=None if first is None else
-        torch.full((len(batch),), first, dtype=torch.long, device=device)))
+
+    def run(batch: list[list[int]]) -> list[list[Hypothesis]]:
+        src, src_mask = make_src_batch(batch, device)
+        if first is None:
+            return search(model, src, src_mask)
+        tags = torch.full((len(batch),), first, dtype=torch.long, device=device)
+        return ForcedFirstToken.strip(search(ForcedFirstToken(model, tags), src, src_mask))
+
+    return in_batches(src_ids, settings, run)
 
 
 def _teacher_forced_batches(src_ids: Sequence[Sequence[int]], tgt_ids: Sequence[Sequence[int]],
@@ -238,9 +266,7 @@ def capture_attention(model: Seq2Seq, src_ids: Sequence[Sequence[int]],
     (S and T with EOS): one teacher-forced ``need_alignment="all"`` pass per batch in eval mode
     (the model's mode restored after), for a model with ``all_attention`` (not an ensemble)."""
     out: list[dict[str, np.ndarray] | None] = [None] * len(src_ids)
-    was_training = model.training
-    model.eval()
-    try:
+    with eval_mode(model):
         for batch, src, src_mask, tgt_in, _, _ in _teacher_forced_batches(
                 src_ids, tgt_ids, device, batch_sentences, batch_tokens):
             _, attention = model(src, src_mask, tgt_in, need_alignment="all")
@@ -251,23 +277,21 @@ def capture_attention(model: Seq2Seq, src_ids: Sequence[Sequence[int]],
                 size = {"cross": (t, s), "decoder": (t, t), "encoder": (s, s)}
                 out[i] = {name: np.ascontiguousarray(w[k, :, :, : size[name][0], : size[name][1]])
                           for name, w in kinds.items()}
-    finally:
-        model.train(was_training)
     return out  # type: ignore[return-value]
 
 
 class TranslatorBase:
-    """``translate`` and ``score`` of raw sentences for both engines; ``config`` is the training
-    config. An engine implements ``_hypotheses`` (:func:`decode`'s contract), ``_forced`` (per
-    pair the teacher-forced log-probability sum and length, EOS included) and ``_attention``
+    """``translate`` (``translate_with``: settings checked already) and ``score`` of raw
+    sentences for both engines; ``config`` is the training config. An engine implements ``_hypotheses`` (:func:`decode`'s contract), ``_forced`` (per
+    pair the teacher-forced log-probability sum and length, EOS included, the first ``given``
+    target tokens left out) and ``_attention``
     (:func:`capture_attention`'s), and states what it can do: ``all_attention`` (every layer's
     and head's attention, ``return_attention``; not an ensemble, not CTranslate2) and
-    ``epsilon_sampling`` (``mbr.epsilon`` > 0; not CTranslate2). Both sample
-    (``supports_sampling``). Nothing is stored per call: one translator serves many threads."""
+    ``epsilon_sampling`` (``mbr.epsilon`` > 0; not CTranslate2). Nothing is stored per call:
+    one translator serves many threads."""
 
     search_settings = staticmethod(search_settings)
     all_attention: bool = True
-    supports_sampling: bool = True
     epsilon_sampling: bool = True
 
     def __init__(self, tokenizer: Tokenizer, config: DictConfig,
@@ -296,15 +320,28 @@ class TranslatorBase:
         ``tgt_lang`` / ``src_lang``: the direction (None: the model's ``data.tgt_lang``; the
         source language is only checked). ConfigError: a bad setting, one the engine cannot
         serve (its capabilities), or a direction the model cannot (:func:`direction_tags`)."""
+        settings = search_settings(
+            beam_size=beam_size, n_best=n_best, length_penalty=length_penalty,
+            max_len_a=max_len_a, max_len_b=max_len_b, batch_sentences=batch_sentences,
+            batch_tokens=batch_tokens, sampling=sampling, temperature=temperature, top_k=top_k,
+            top_p=top_p, seed=seed, decoding=decoding, mbr=mbr)
+        return self.translate_with(sentences, settings, return_attention=return_attention,
+                                   quiet=quiet, tgt_lang=tgt_lang, src_lang=src_lang)
+
+    def translate_with(self, sentences: str | Sequence[str], settings: Mapping, *,
+                       return_attention: bool = False, quiet: bool = False,
+                       tgt_lang: str | None = None, src_lang: str | None = None
+                       ) -> Translation | list[Translation]:
+        """:meth:`translate` with ``settings`` that :func:`search_settings` checked already
+        (nmt-evaluate's split, a pivot's two steps: checked once, where they entered)."""
         single = isinstance(sentences, str)
-        settings = search_settings(**{k: v for k, v in locals().items() if k in _DEFAULTS})
+        settings = dict(settings)
         mbr = settings["mbr"] if settings["decoding"] == "mbr" else None
-        sampled = settings["sampling"] or (mbr is not None and mbr["candidates"] == "sample")
+        epsilon = mbr is not None and mbr["candidates"] == "sample" and mbr["epsilon"] > 0
         for needed, able, what in (
                 (return_attention, self.all_attention, "return_attention (every layer's and "
                  "head's attention: one model, engine=pytorch)"),
-                (sampled, self.supports_sampling, "sampling"),
-                (sampled and mbr is not None and mbr["epsilon"] > 0, self.epsilon_sampling,
+                (epsilon, self.epsilon_sampling,
                  "mbr.epsilon > 0 (epsilon sampling: engine=pytorch; or mbr.epsilon=0)")):
             if needed and not able:
                 raise ConfigError(f"{type(self).__name__} cannot do {what}.")
@@ -387,14 +424,16 @@ class TranslatorBase:
         """Log-probability of given translations, teacher-forced (JoeyNMT's ``return_prob:
         ref``, fairseq's ``--score-reference``): subwords and EOS, no label smoothing, no length
         penalty; ``batch_tokens`` padded target subwords per pass; the direction and its tags
-        as :meth:`translate` (a target-side tag is scored). ConfigError: not pairs."""
+        as :meth:`translate` (a target-side tag is given: not scored, not counted).
+        ConfigError: not pairs."""
         if len(sources) != len(targets):
             raise ConfigError(f"{len(sources)} sources but {len(targets)} targets: give pairs.")
         src_tag, first = direction_tags(self.config, self.tokenizer, src_lang, tgt_lang)
         src_ids = _tagged(self.tokenizer.encode_src_batch(list(sources)), src_tag)
         tgt_ids = _tagged(self.tokenizer.encode_tgt_batch(list(targets)), first)
         return [ForcedScore(logprob=total, tokens=n, ppl=math.exp(-total / max(n, 1)))
-                for total, n in self._forced(src_ids, tgt_ids, batch_tokens)]
+                for total, n in self._forced(src_ids, tgt_ids, batch_tokens,
+                                             given=int(first is not None))]
 
 
 class Translator(TranslatorBase):
@@ -442,7 +481,7 @@ class Translator(TranslatorBase):
                                            for k, w in a.items()} for a in out]
 
     @torch.inference_mode()
-    def _forced(self, src_ids, tgt_ids, batch_tokens):
+    def _forced(self, src_ids, tgt_ids, batch_tokens, given=0):
         out: list[tuple[float, int] | None] = [None] * len(src_ids)
         for batch, src, src_mask, tgt_in, tgt_out, tgt_mask in _teacher_forced_batches(
                 src_ids, tgt_ids, self.device, len(src_ids), batch_tokens):
@@ -450,7 +489,8 @@ class Translator(TranslatorBase):
             logp = torch.log_softmax(logits.float(), dim=-1)
             token_logp = logp.gather(-1, tgt_out.unsqueeze(-1)).squeeze(-1)
             token_logp = token_logp.masked_fill(~tgt_mask | (tgt_out == PAD_ID), 0.0)
+            token_logp[:, :given] = 0.0                   # given first tokens: not scored
             sums, counts = token_logp.sum(1).tolist(), tgt_mask.sum(1).tolist()
             for i, total, n in zip(batch, sums, counts, strict=True):
-                out[i] = (total, int(n))
+                out[i] = (total, int(n) - given)
         return out  # type: ignore[return-value]

@@ -15,6 +15,8 @@ positions, 0 on padding). Attention is an output: ``need_alignment=False`` compu
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
 
 import torch
@@ -46,6 +48,18 @@ class Attention:
     cross: Tensor  # [B,L,H,T,S] cross-attention (the RNN's alpha_ij: L = H = 1)
     decoder: Tensor | None = None  # [B,L,H,T,steps+T] causal self-attention (RNN: None)
     encoder: Tensor | None = None  # [B,L,H,S,S], filled by Seq2Seq.forward only
+
+
+@contextlib.contextmanager
+def eval_mode(model: nn.Module) -> Iterator[None]:
+    """Evaluation mode (no dropout) inside, the model's previous mode restored after, also
+    when the block raises: search, validation and attention capture run in it."""
+    was_training = model.training
+    model.eval()
+    try:
+        yield
+    finally:
+        model.train(was_training)
 
 
 def check_need_alignment(need_alignment: bool | str) -> bool:

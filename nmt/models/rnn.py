@@ -183,7 +183,10 @@ class BahdanauRNN(Seq2Seq):
         h_r, h_z, h_n = gh.chunk(3, 1)
         r = torch.sigmoid(i_r + h_r)
         z = torch.sigmoid(i_z + h_z)
-        cand = torch.tanh(i_n + r * h_n)
+        # One deviation from the paper: Bahdanau et al. (A.2.2) have U [r o s_{i-1}], the reset
+        # gate before the matrix; we use r o (U s_{i-1} + b), PyTorch's (and cuDNN's) GRU,
+        # which lets U_n share the fused matmul above (nn.GRUCell computes the same).
+        cand = torch.tanh(i_n + r * h_n)                 # s~_i [B, n]
         return cand + z * (s - cand), context, alpha  # (1 - z) * cand + z * s_{i-1}
 
     def compiled(self, mode: str | None = None) -> nn.Module:

@@ -102,48 +102,46 @@ class FeedForward(nn.Module):
 
 
 class _Residual(nn.Module):
-    """Sub-layer connection (section 5.4): pre-norm x + drop(f(LN(x))) (Wang et al. 2019) or
-    post-norm LN(x + drop(f(x))) (the paper); ``residual=False`` drops the ``x +``."""
+    """Sub-layer connection (section 5.4; the Annotated Transformer's SublayerConnection):
+    post-norm LN(x + drop(f(x))) (the paper) or pre-norm x + drop(f(LN(x))) (Wang et al. 2019),
+    x [B,T,d]. The attention sub-layers, which also return weights, call ``inp`` and ``out``
+    around their call."""
 
-    def __init__(self, d_model: int, dropout: float, pre_norm: bool, residual: bool = True):
+    def __init__(self, d_model: int, dropout: float, pre_norm: bool):
         super().__init__()
         self.norm = nn.LayerNorm(d_model)
-        self.dropout, self.pre_norm, self.residual = dropout, pre_norm, residual
+        self.dropout, self.pre_norm = dropout, pre_norm
 
-    def forward(self, x: Tensor, sublayer) -> tuple[Tensor, Tensor | None]:
-        """x [B,T,d], f = ``sublayer`` returning y or (y, weights) -> (new x, weights or None)."""
-        y = sublayer(self.inp(x))
-        y, weights = y if isinstance(y, tuple) else (y, None)
-        return self.out(x, y), weights
+    def forward(self, x: Tensor, sublayer) -> Tensor:
+        return self.out(x, sublayer(self.inp(x)))
 
-    def inp(self, x: Tensor) -> Tensor:  # f's input
+    def inp(self, x: Tensor) -> Tensor:              # f's input: LN(x) (pre-norm) or x
         return self.norm(x) if self.pre_norm else x
 
-    def out(self, x: Tensor, y: Tensor) -> Tensor:  # (x plus) f's output y
-        if self.dropout > 0.0 and self.training:
+    def out(self, x: Tensor, y: Tensor) -> Tensor:   # around f's output y [B,T,d]
+        if self.dropout > 0.0 and self.training:     # residual dropout
             y = F.dropout(y, self.dropout, True)
-        y = x + y if self.residual else y
-        return y if self.pre_norm else self.norm(y)
+        return x + y if self.pre_norm else self.norm(x + y)
 
 
 class EncoderLayer(nn.Module):
-    """Self-attention, then feed-forward, each in a residual connection (section 3.1);
-    ``attn_residual=False``: none around the self-attention (Liu et al. 2021, section 3.1)."""
+    """Self-attention, then feed-forward, each in a residual connection (section 3.1)."""
 
     def __init__(self, d_model, heads, ff_dim, dropout, attention_dropout, activation_dropout,
-                 activation, pre_norm, attn_residual=True):
+                 activation, pre_norm):
         super().__init__()
         self.self_attn = MultiHeadAttention(d_model, heads, attention_dropout, self_attention=True)
         self.ff = FeedForward(d_model, ff_dim, activation, activation_dropout)
-        self.res1 = _Residual(d_model, dropout, pre_norm, attn_residual)
+        self.res1 = _Residual(d_model, dropout, pre_norm)
         self.res2 = _Residual(d_model, dropout, pre_norm)
 
     def forward(self, x: Tensor, mask: Tensor, need_weights: bool = False) -> tuple[Tensor, Tensor | None]:
         """x [B,S,d], ``mask`` [B,1,1,S] (True at real positions) -> x [B,S,d] and, with
         ``need_weights``, the self-attention [B,h,S,S]."""
-        x, weights = self.res1(x, lambda h: self.self_attn(h, h, mask, need_weights=need_weights))
-        x, _ = self.res2(x, self.ff)
-        return x, weights
+        h = self.res1.inp(x)
+        y, weights = self.self_attn(h, h, mask, need_weights=need_weights)
+        x = self.res1.out(x, y)
+        return self.res2(x, self.ff), weights
 
 
 class DecoderLayer(nn.Module):
@@ -163,12 +161,12 @@ class DecoderLayer(nn.Module):
                 need_self_weights: bool = False) -> tuple[Tensor, Tensor | None, Tensor | None]:
         """Teacher forcing: x [B,T,d], ``memory`` [B,S,d], ``src_mask`` [B,1,1,S] -> (x [B,T,d],
         cross-attention [B,h,T,S] or None, self-attention [B,h,T,T] or None)."""
-        x, self_weights = self.res1(
-            x, lambda h: self.self_attn(h, h, causal=True, need_weights=need_self_weights))
-        x, weights = self.res2(
-            x, lambda h: self.cross_attn(h, memory, src_mask, need_weights=need_weights))
-        x, _ = self.res3(x, self.ff)
-        return x, weights, self_weights
+        h = self.res1.inp(x)
+        y, self_weights = self.self_attn(h, h, causal=True, need_weights=need_self_weights)
+        x = self.res1.out(x, y)
+        y, weights = self.cross_attn(self.res2.inp(x), memory, src_mask, need_weights=need_weights)
+        x = self.res2.out(x, y)
+        return self.res3(x, self.ff), weights, self_weights
 
     def step(self, x: Tensor, cross_kv: tuple[Tensor, Tensor], src_mask: Tensor,
              self_kv: tuple[Tensor, Tensor] | None, order: Tensor | None, need_weights: bool,
@@ -177,25 +175,38 @@ class DecoderLayer(nn.Module):
         """:meth:`forward` of T new positions from :class:`TransformerState`'s caches: ``self_kv``
         2 x [B0,h,t0,d_head] or None, of which rows ``order`` [B] (None: all); ``cross_kv`` 2 x
         [B/g,h,S,d_head] and ``src_mask`` serve g = ``group`` rows each (a sentence's beams,
-        folded into one call). Adds the t0+T keys/values."""
-        q, k, v = self.self_attn.project_qkv(self.res1.inp(x))
-        if self_kv is not None:
+        folded into one call). Adds the t0+T keys/values. The same equations as
+        :meth:`forward`; skip on a first reading (cached decoding and the beam fold)."""
+        q, k, v = self.self_attn.project_qkv(self.res1.inp(x))        # [B,h,T,dh] each
+        if self_kv is not None:                                      # -> [B,h,t0+T,dh]
             k, v = _append(self_kv[0], k, order), _append(self_kv[1], v, order)
         y, self_weights = self.self_attn.attend(q, k, v, causal=True, need_weights=need_self_weights)
         x = self.res1.out(x, y)
-        q = self.cross_attn.project_q(self.res2.inp(x))
+        q = self.cross_attn.project_q(self.res2.inp(x))               # [B,h,T,dh]
         b, h, t, dh = q.shape
-        if group > 1:
+        if group > 1:   # a sentence's g beams as g*T queries of one row: [B/g,h,g*T,dh]
             q = q.view(b // group, group, h, t, dh).transpose(1, 2).reshape(b // group, h, group * t, dh)
         y, weights = self.cross_attn.attend(q, cross_kv[0], cross_kv[1], src_mask,
-                                            need_weights=need_weights)
-        if group > 1:
+                                            need_weights=need_weights)  # [B/g,g*T,d], [B/g,h,g*T,S]
+        if group > 1:   # unfold: [B,T,d] and [B,h,T,S]
             y = y.reshape(b, t, -1)
             if weights is not None:
                 weights = weights.view(b // group, h, group, t, -1).transpose(1, 2).reshape(b, h, t, -1)
         x = self.res2.out(x, y)
-        x, _ = self.res3(x, self.ff)
-        return x, weights, self_weights, (k, v)
+        return self.res3(x, self.ff), weights, self_weights, (k, v)
+
+
+class ResidualFree(_Residual):
+    """A sub-layer connection without the residual: LN(drop(f(x))) or drop(f(LN(x))). Liu et
+    al. (2021, "Improving zero-shot translation by disentangling positional information",
+    section 3.1) remove it around one middle encoder layer's self-attention, so that encoder
+    states keep less of their source position (``model.encoder_drop_residual``; a research
+    option, off by default: :meth:`Transformer.drop_encoder_residual`)."""
+
+    def out(self, x: Tensor, y: Tensor) -> Tensor:
+        if self.dropout > 0.0 and self.training:
+            y = F.dropout(y, self.dropout, True)
+        return y if self.pre_norm else self.norm(y)
 
 
 def _append(past: Tensor, new: Tensor, order: Tensor | None) -> Tensor:
@@ -257,8 +268,7 @@ class Transformer(Seq2Seq):
             tgt_vocab_size, d_model, padding_idx=pad_id)
         args = (d_model, heads, ff_dim, dropout, attention_dropout, activation_dropout, activation,
                 pre_norm)
-        self.encoder = nn.ModuleList(EncoderLayer(*args, attn_residual=i != encoder_drop_residual)
-                                     for i in range(encoder_layers))
+        self.encoder = nn.ModuleList(EncoderLayer(*args) for _ in range(encoder_layers))
         self.decoder = nn.ModuleList(DecoderLayer(*args) for _ in range(decoder_layers))
         self.encoder_norm = nn.LayerNorm(d_model) if pre_norm else nn.Identity()
         self.decoder_norm = nn.LayerNorm(d_model) if pre_norm else nn.Identity()
@@ -267,6 +277,14 @@ class Transformer(Seq2Seq):
                              persistent=False)
         self.emb_scale = math.sqrt(d_model)
         self._reset_parameters()
+        if encoder_drop_residual is not None:
+            self.drop_encoder_residual(encoder_drop_residual)
+
+    def drop_encoder_residual(self, layer: int) -> None:
+        """The hook of ``model.encoder_drop_residual``: encoder layer ``layer``'s self-attention
+        gets a :class:`ResidualFree` connection (its LayerNorm is the same: 1 and 0)."""
+        old = self.encoder[layer].res1
+        self.encoder[layer].res1 = ResidualFree(self.d_model, old.dropout, old.pre_norm)
 
     def _reset_parameters(self) -> None:
         for p in self.parameters():

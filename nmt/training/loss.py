@@ -12,16 +12,21 @@ instead spreads it over the V - 1 others). The per-token loss is the cross-entro
 
 Padding (``ignore_index``) contributes nothing. The functions return *sums* over tokens; the
 trainer divides by the target tokens of the whole (accumulated, distributed) batch.
-Consistency regularisation (R-Drop, SimCut) builds on it in :mod:`nmt.training.consistency`.
+
+:func:`objective` is one training step's loss: this cross-entropy first, then the add-ons
+(guided alignment; a consistency regulariser, R-Drop or SimCut, from :mod:`nmt.extras.consistency`).
 """
 
 from __future__ import annotations
 
 import math
+from typing import Protocol
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor
+
+from nmt.data.vocab import PAD_ID
 
 
 def _at_least_fp32(x: Tensor) -> Tensor:   # fp16/bf16 -> fp32; fp32/fp64 unchanged
@@ -116,3 +121,45 @@ def alignment_loss(alignment: Tensor, links: Tensor) -> Tensor:
     _, inverse, counts = torch.unique(cell, return_inverse=True, return_counts=True)
     probs = _at_least_fp32(alignment[row, t, s])
     return -(probs.clamp_min(1e-12).log() / counts[inverse]).sum()
+
+
+class Regulariser(Protocol):
+    """The objective's hook for a consistency regulariser (R-Drop, SimCut:
+    :mod:`nmt.extras.consistency`): it replaces the plain forward and cross-entropy."""
+
+    def prepare(self, model: torch.nn.Module) -> None:
+        """Called once on the training model, before ``torch.compile`` and DDP."""
+
+    def __call__(self, model: torch.nn.Module, batch, t, autocast, need_alignment: bool
+                 ) -> tuple[Tensor, dict[str, Tensor], Tensor | None]:
+        """``(objective_sum, named parts, alignment [B', T, S] or None)``, as :func:`objective`."""
+
+
+def objective(model: torch.nn.Module, batch, t, autocast,
+              regulariser: Regulariser | None = None) -> tuple[Tensor, dict[str, Tensor]]:
+    """One teacher-forced forward of ``batch`` (:class:`~nmt.data.batching.Batch`: src [B, S],
+    tgt_in / tgt_out [B, T]) under the ``autocast`` context and its training loss, with the
+    ``train`` settings ``t``:
+
+        L = label-smoothed cross-entropy (section 5.4)  [+ lambda * L_align]
+
+    Returns ``(objective_sum, parts)``: the objective in nats summed over the batch's target
+    tokens (carries the gradient; the trainer divides it by the tokens of the whole step) and
+    its named parts, detached 0-dim sums for logging: ``loss`` (smoothed) and ``nll``, plus
+    ``alignment_loss`` with guided alignment (``t.alignment_loss_weight`` = lambda > 0,
+    :func:`alignment_loss` of the model's alignment [B, T, S] against ``batch.links``; else
+    the fused attention kernels run) and what a ``regulariser`` adds (``consistency_kl``)."""
+    guided = t.alignment_loss_weight > 0
+    if regulariser is None:
+        with autocast:
+            logits, alignment = model(batch.src, batch.src_mask, batch.tgt_in,
+                                      need_alignment=guided)          # [B, T, V], [B, T, S]
+        total, nll = label_smoothed_nll(logits, batch.tgt_out, t.label_smoothing, PAD_ID)
+        parts = {"loss": total.detach(), "nll": nll}
+    else:
+        total, parts, alignment = regulariser(model, batch, t, autocast, guided)
+    if guided:   # Garg et al. 2019: the supervised heads' cross-entropy against the links
+        align = alignment_loss(alignment, batch.links)
+        total = total + t.alignment_loss_weight * align
+        parts["alignment_loss"] = align.detach()
+    return total, parts

@@ -9,12 +9,12 @@ resumes, is refused or is left alone, and from which weights and tokenizer, is
 
     group  = epoch_batches[b : b + world * accum]        # b = batch_in_epoch
     mine   = group[rank::world]                          # this rank's micro-batches
-    for each micro-batch: forward_loss * world / tokens(group) -> backward (DDP sync on the last)
+    for each micro-batch: loss.objective * world / tokens(group) -> backward (DDP sync on the last)
     clip grad norm; lr = schedule(s + 1); optimizer.step(); ema.update(s + 1) (if on)
     s += 1; b += len(group)
     epoch end -> epoch += 1, b = 0 (the next epoch's batches: resampled segmentation, if on)
-    every eval_every_steps and at epoch end: validate (loss, ppl, greedy BLEU per direction and
-        their mean: nmt.training.validation), checkpoint
+    every eval_every_steps (null: at each epoch end): validate (loss, ppl, greedy BLEU per
+        direction and their mean: nmt.training.validation), checkpoint
 
 With ``train.ema_decay`` validation and the checkpoints' ``model`` use the weights' moving
 average (:mod:`nmt.training.ema`). Checkpoints hold the RNG states, so a run killed at any
@@ -57,9 +57,8 @@ from nmt.runtime import (
 )
 from nmt.training import distributed as dist
 from nmt.training import run
-from nmt.training.consistency import add_token_cutoff, forward_loss
 from nmt.training.ema import WeightAverage
-from nmt.training.loss import perplexity
+from nmt.training.loss import Regulariser, objective, perplexity
 from nmt.training.schedule import build_schedule
 from nmt.training.throughput import Throughput
 from nmt.training.validation import valid_sets, validate
@@ -106,6 +105,17 @@ def autocast_dtype(precision: str, device: torch.device) -> torch.dtype | None:
     return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
 
 
+def compile_mode(t, device: torch.device, world_size: int) -> str | None:
+    """``torch.compile``'s mode for the ``train`` section ``t``: ``"reduce-overhead"`` (CUDA
+    graphs: each static shape's kernels replayed in one launch) only with static shapes
+    (``train.shape_buckets``) on CUDA, one process and no gradient accumulation; else None.
+    CUDA-graph trees overwrite a replay's outputs at the next replay, which gradient
+    accumulation across micro-batches and DDP's bucketed all-reduce can read: an error or
+    silently wrong gradients (pytorch#169545, pytorch#96693)."""
+    static = bool(t.shape_buckets) and device.type == "cuda"
+    return "reduce-overhead" if static and t.accum_steps == 1 and world_size == 1 else None
+
+
 def build_optimizer(params: list[torch.nn.Parameter], t) -> torch.optim.Optimizer:
     """Adam / AdamW of the ``train`` section ``t``, fused where the device has the kernel."""
     cls = torch.optim.AdamW if t.optimizer == "adamw" else torch.optim.Adam
@@ -120,11 +130,14 @@ def build_optimizer(params: list[torch.nn.Parameter], t) -> torch.optim.Optimize
 
 class Trainer:
     """Model, optimizer, schedule, data and the loop (module docstring). ``plan``:
-    :func:`nmt.training.run.plan_run`'s decision; ``record``: how the command was launched."""
+    :func:`nmt.training.run.plan_run`'s decision; ``record``: how the command was launched;
+    ``regulariser``: the objective's consistency hook (:func:`nmt.training.loss.objective`)."""
 
     def __init__(self, cfg: DictConfig, info: dist.DistInfo, device: torch.device,
-                 plan: run.RunPlan | None = None, record: run.RunRecord | None = None) -> None:
+                 plan: run.RunPlan | None = None, record: run.RunRecord | None = None,
+                 regulariser: Regulariser | None = None) -> None:
         self.cfg, self.info, self.device, self.record = cfg, info, device, record
+        self.regulariser = regulariser
         self.plan = plan or run.RunPlan("fresh")
         # The train section as plain Python values (DictConfig access is slow in a loop).
         self.t = SimpleNamespace(**to_plain(cfg.train))
@@ -224,16 +237,15 @@ class Trainer:
             self.ema = WeightAverage(self.model, float(t.ema_decay))
             if ckpt is not None and "train_model" in ckpt:   # its "model" is the average
                 self.ema.load_state_dict(ckpt["model"])
-        if t.consistency == "simcut":     # after the average's copy, before compile
-            add_token_cutoff(self.model, t.cutoff_p)
+        if self.regulariser is not None:     # after the average's copy, before compile
+            self.regulariser.prepare(self.model)
         # Step checkpoints closer than half a validation interval are not both kept as "last".
         steps_per_epoch = -(-len(self.epoch_data(0)[1]) // (info.world_size * t.accum_steps))
-        self.manager.min_gap = max(1, min(t.eval_every_steps, steps_per_epoch) // 2)
+        self.manager.min_gap = max(1, (t.eval_every_steps or steps_per_epoch) // 2)
         self.state.segments.append(run.segment(self.record, self.state.step,
                                                machine_info(self.device), info.world_size))
-        # Static shapes: CUDA graphs replay each shape's kernels, one launch for them all.
-        graphs = "reduce-overhead" if t.shape_buckets and self.device.type == "cuda" else None
-        self.train_model: torch.nn.Module = self.model.compiled(graphs) if t.compile else self.model
+        mode = compile_mode(t, self.device, info.world_size)
+        self.train_model: torch.nn.Module = self.model.compiled(mode) if t.compile else self.model
         if info.enabled:
             ids = [self.device.index] if self.device.type == "cuda" else None
             self.train_model = DistributedDataParallel(   # buffers are constants: no broadcast
@@ -301,25 +313,26 @@ class Trainer:
     def train_step(self, group: list[np.ndarray], collated: list | None = None,
                    split=None) -> tuple[torch.Tensor, torch.Tensor, int]:
         """One optimizer step over the global ``group`` of batches (rows of ``split``;
-        ``collated``: this rank's share, from the prefetcher). Returns ``(sums [4] = (smoothed
-        loss, nll, consistency KL, alignment loss) over this rank's tokens, grad_norm, target
-        tokens of the whole group)``."""
+        ``collated``: this rank's share, from the prefetcher). Returns ``(sums, grad_norm,
+        target tokens of the whole group)``: ``sums`` the objective's named parts summed over
+        this rank's micro-batches (:func:`nmt.training.loss.objective`)."""
         split = self.train_split if split is None else split
-        tokens = int(sum(int(split.tgt_lens[idx].sum()) for idx in group))
+        tokens = sum(split.target_tokens(idx) for idx in group)
         scale = self.info.world_size / max(tokens, 1)
         mine = collated if collated is not None else self._collate_share(split, group)
-        sums = torch.zeros(4, device=self.device)
+        sums: dict[str, torch.Tensor] = {}
         for i, batch in enumerate(mine):
             batch = batch.to(self.device, non_blocking=self.device.type == "cuda")
             last = i == len(mine) - 1       # DDP averages the gradients at its backward
             sync = contextlib.nullcontext() if (last or not self.info.enabled) else \
                 self.train_model.no_sync()
             with sync:
-                objective, parts = forward_loss(self.train_model, batch, self.t,
-                                                self._autocast())
-                loss = objective * scale
+                total, parts = objective(self.train_model, batch, self.t, self._autocast(),
+                                         self.regulariser)
+                loss = total * scale
                 (loss if self.scaler is None else self.scaler.scale(loss)).backward()
-            sums += parts
+            for name, value in parts.items():
+                sums[name] = sums[name] + value if name in sums else value
         if self.scaler is not None:
             self.scaler.unscale_(self.optimizer)      # clip the true gradients
         if self.t.clip_grad_norm > 0:
@@ -331,7 +344,7 @@ class Trainer:
         self.schedule.set_step(self.state.step + 1, self._progress(self.state.step + 1))
         if self.scaler is None:
             self.optimizer.step()
-        else:                                     # skips the step on inf/nan gradients
+        else:   # skips the step on inf/nan gradients (fp16 only: a CPU-GPU sync point)
             self.scaler.step(self.optimizer)
             self.scaler.update()
         self.optimizer.zero_grad(set_to_none=True)
@@ -352,7 +365,7 @@ class Trainer:
             result, hyps = validate(self.eval_model, self.valid_sets, self.tokenizer,
                                     to_plain(self.cfg.search), self.t.label_smoothing,
                                     self.device, self._autocast)
-            if self.writer is not None:
+            if self.writer is not None and self.t.log_figures:
                 for tag, fig in tensorboard_figures(self.eval_model, self.valid_sets[0].src_ids,
                                                     hyps, self.tokenizer, self.device,
                                                     self.state.step).items():
@@ -437,7 +450,7 @@ class Trainer:
         patience = t.early_stopping_patience
         if patience is not None and st.bad_validations >= patience:
             return f"early stopping: no BLEU gain in {patience} validations"
-        if check_time and t.max_minutes is not None:
+        if check_time and t.max_minutes is not None:   # under DDP a collective: a sync point
             used = dist.max_over_ranks(st.elapsed_s + time.perf_counter() - self._start,
                                        self.info, self.device)
             self._time_progress = used / (60.0 * float(t.max_minutes))
@@ -463,7 +476,7 @@ class Trainer:
         bar = tqdm(total=total, initial=st.step, unit="step", dynamic_ncols=True, disable=not tty)
         self.model.train()
         self._pause = 0.0
-        acc = torch.zeros(4, device=self.device)
+        acc: dict[str, torch.Tensor] = {}    # the objective's parts since the last log line
         acc_tokens, grad_norm = 0, torch.zeros(())
         t_log = self._mark = time.perf_counter()
         # The next step's batches are collated in a background thread while this step runs.
@@ -488,7 +501,8 @@ class Trainer:
                 key, *split_group = self._next_group(st.epoch, st.batch_in_epoch, group_size)
                 ahead = (key, prefetch.submit(self._collate_share, *split_group))
             sums, grad_norm, tokens = self.train_step(group, collated, split)
-            acc += sums
+            for name, value in sums.items():
+                acc[name] = acc[name] + value if name in acc else value
             acc_tokens += tokens
             st.train_tokens += tokens
             st.train_flops += self.speed.add(split.src_lens, split.tgt_lens, group)
@@ -502,32 +516,31 @@ class Trainer:
             log_step = st.step % t.log_every_steps == 0
             if log_step:
                 now = time.perf_counter()
-                dist.all_reduce_sum(acc, info)
-                loss, nll, kl, align = (acc / max(acc_tokens, 1)).tolist()
+                sums = torch.stack(tuple(acc.values()))
+                dist.all_reduce_sum(sums, info)
+                # note: .tolist() and float(grad_norm) wait for the device (a CPU-GPU sync point)
+                means = dict(zip(acc, (sums / max(acc_tokens, 1)).tolist(), strict=True))
+                loss, nll = means.pop("loss"), means.pop("nll")   # the rest: the add-ons' parts
                 seconds = max(now - t_log - self._pause, 1e-9)
                 tps, speed = acc_tokens / seconds, self.speed.take(seconds)
                 lr, gn = self.schedule.last_lr, float(grad_norm)
-                # With consistency the KL apart (loss, nll: forward_loss's docstring).
-                kl_part = {} if t.consistency == "none" else {"consistency_kl": kl}
-                if t.alignment_loss_weight:   # guided alignment's cross-entropy
-                    kl_part["alignment_loss"] = align
                 if self.writer is not None:
                     for key, value in (("loss", loss), ("nll", nll), ("ppl", perplexity(nll)),
                                        ("lr", lr), ("grad_norm", gn), ("tokens_per_s", tps),
-                                       *kl_part.items(), *speed.items()):
+                                       *means.items(), *speed.items()):
                         self.writer.add_scalar(f"train/{key}", value, st.step)
                 bar.set_postfix(loss=f"{loss:.3f}", lr=f"{lr:.2e}", tok_s=f"{tps:.0f}")
                 log.info("train | step %d | epoch %d | loss %.4f | ppl %.2f | lr %.3g | "
                          "grad_norm %.3f | tokens/s %.0f%s%s", st.step, st.epoch, loss,
                          perplexity(nll), lr, gn, tps, self.speed.describe(speed),
-                         "".join(f" | {'kl' if k == 'consistency_kl' else 'align'} {v:.4f}"
-                                 for k, v in kl_part.items()))
-                acc.zero_()
+                         "".join(f" | {k} {v:.4f}" for k, v in means.items()))
+                acc = {}
                 acc_tokens, t_log, self._pause = 0, now, 0.0
             # Stop conditions known before validating (steps, epochs, time) make this step's
             # checkpoint the last one; early stopping is decided by the validation itself.
             reason = self._stop_reason(check_time=not info.enabled or log_step)
-            if st.step % t.eval_every_steps == 0 or epoch_end or reason:
+            every = t.eval_every_steps            # None: at epoch ends
+            if (epoch_end if every is None else st.step % every == 0) or reason:   # syncs
                 reason = self._validate_and_save(epoch_end, stop_reason=reason)
             self.stop_reason = reason
         bar.close()
@@ -542,10 +555,17 @@ class Trainer:
             self.writer.close()     # a second call does nothing
 
 
-def train(cfg: DictConfig, record: run.RunRecord | None = None) -> dict[str, Any]:
+def train(cfg: DictConfig, record: run.RunRecord | None = None,
+          regulariser: Regulariser | None = None) -> dict[str, Any]:
     """Run, resume or (finished) leave alone the training described by ``cfg``; returns its
-    summary (``summary.json``). ``record``: how ``nmt-train`` was launched."""
+    summary (``summary.json``). ``record``: how ``nmt-train`` was launched; ``regulariser``:
+    ``train.consistency``'s (``nmt.extras.consistency.regulariser``, which ``nmt-train`` and
+    ``nmt.train()`` pass). Raises ConfigError for a consistency setting without one."""
     # First, before any data is read or file written; the typed section from here on.
+    if (cfg.train.consistency != "none") != (regulariser is not None):
+        raise ConfigError(f"train.consistency={cfg.train.consistency} and the regulariser given "
+                          "disagree: train through nmt-train or nmt.train(), which pass "
+                          "nmt.extras.consistency.regulariser(cfg.train).")
     model_cfg = validate_model(to_plain(cfg.model))
     cfg = cfg.copy()
     with read_write(cfg), open_dict(cfg):
@@ -561,7 +581,7 @@ def train(cfg: DictConfig, record: run.RunRecord | None = None) -> dict[str, Any
         if plan.kind == "finished":
             return plan.summary
         with run.logging_to(Path(cfg.run_dir), info):
-            trainer = Trainer(cfg, info, device, plan, record)
+            trainer = Trainer(cfg, info, device, plan, record, regulariser)
             try:
                 trainer.setup()
                 return trainer.fit()

@@ -17,6 +17,7 @@ from nmt.data.batching import TokenizedSplit
 from nmt.data.sampler import TokenBatchSampler
 from nmt.data.vocab import PAD_ID
 from nmt.inference.translator import decode
+from nmt.models.base import eval_mode
 from nmt.training.loss import label_smoothed_nll, perplexity
 
 
@@ -55,23 +56,22 @@ def validate(model: torch.nn.Module, sets: list[ValidSet], tokenizer, search: di
     the first direction)`` of ``model`` in eval mode: loss and nll per target token over all
     directions, ``bleu`` the mean of the directions' greedy BLEU (``search``: the search
     settings, searched in fp32 as nmt-evaluate does, so that the figures agree); with one
-    direction no ``bleu_directions``."""
-    was_training = model.training
-    model.eval()
+    direction no ``bleu_directions``; the model's mode is restored after."""
     sums, tokens, bleus, first_hyps = torch.zeros(2, device=device), 0, {}, None
-    for vs in sets:
-        with autocast():
-            for idx in vs.batches:
-                batch = vs.split.collate(idx).to(device)
-                logits, _ = model(batch.src, batch.src_mask, batch.tgt_in, need_alignment=False)
-                sums += torch.stack(label_smoothed_nll(logits, batch.tgt_out, label_smoothing,
-                                                       PAD_ID))
-                tokens += batch.n_tgt_tokens
-        hyps = decode(model, vs.src_ids, {**search, "first_token": vs.first_token}, device=device)
-        texts = [tokenizer.decode_tgt(h[0].tokens) if h else "" for h in hyps]
-        bleus[vs.name] = float(BLEU().corpus_score(texts, [vs.refs]).score) if texts else 0.0
-        first_hyps = first_hyps if first_hyps is not None else hyps
-    model.train(was_training)
+    with eval_mode(model):
+        for vs in sets:
+            with autocast():
+                for idx in vs.batches:
+                    batch = vs.split.collate(idx).to(device)
+                    logits, _ = model(batch.src, batch.src_mask, batch.tgt_in, need_alignment=False)
+                    sums += torch.stack(label_smoothed_nll(logits, batch.tgt_out, label_smoothing,
+                                                           PAD_ID))
+                    tokens += batch.n_tgt_tokens
+            hyps = decode(model, vs.src_ids, {**search, "first_token": vs.first_token},
+                          device=device)
+            texts = [tokenizer.decode_tgt(h[0].tokens) if h else "" for h in hyps]
+            bleus[vs.name] = float(BLEU().corpus_score(texts, [vs.refs]).score) if texts else 0.0
+            first_hyps = first_hyps if first_hyps is not None else hyps
     loss, nll = (sums / max(tokens, 1)).tolist()
     result = {"loss": loss, "nll": nll, "ppl": perplexity(nll),
               "bleu": float(np.mean(list(bleus.values())))}

@@ -37,7 +37,7 @@ def test_nmt_train_aligns_with_eflomal_then_trains_a_guided_head(overrides, tmp_
     links = cfg["data"]["alignments"]
     assert "/alignments/" in links and len(open(links).read().splitlines()) == 200
     log = (run / "train.log").read_text()
-    assert "word links of" in log and " | align " in log
+    assert "word links of" in log and " | alignment_loss " in log
     assert main(args) == 0                       # the same command: finished, the links cached
     assert "eflomal aligns" not in capsys.readouterr().err
     corpus = overrides[0].split("=", 1)[1]
@@ -71,8 +71,8 @@ def test_sigkill_then_resume_equals_uninterrupted_run_with_the_alignment_loss(ov
     resumed = load_checkpoint(killed_dir / "checkpoints" / "last.pt")
     for name in full["model"]:
         torch.testing.assert_close(resumed["model"][name], full["model"][name], atol=1e-6, rtol=0)
-    aligns = [[float(line.rsplit("| align ", 1)[1].split()[0])
-               for line in (d / "train.log").read_text().splitlines() if "| align " in line]
+    aligns = [[float(line.rsplit("| alignment_loss ", 1)[1].split()[0])
+               for line in (d / "train.log").read_text().splitlines() if "| alignment_loss " in line]
               for d in (full_dir, killed_dir)]
     assert aligns[0] and aligns[1][-3:] == pytest.approx(aligns[0][-3:], rel=1e-5)
     assert json.loads((killed_dir / "summary.json").read_text())["steps"] == 12

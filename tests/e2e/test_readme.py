@@ -299,7 +299,7 @@ def test_alignments_command_trains_a_guided_head(tmp_path: Path, monkeypatch):
     summary = json.loads((tmp_path / "runs/tf_en_fr_guided/summary.json").read_text())
     assert summary["steps"] == 6
     log = (tmp_path / "runs/tf_en_fr_guided/train.log").read_text(encoding="utf-8")
-    assert "| align " in log
+    assert "| alignment_loss " in log
 
 
 def test_multilingual_commands_train_evaluate_and_translate(tmp_path: Path, monkeypatch, capsys):

@@ -14,7 +14,14 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import REPO_ROOT, TINY_MODEL, TINY_TRAIN, free_port, write_multilingual_corpus
+from conftest import (
+    REPO_ROOT,
+    TINY_MODEL,
+    TINY_TRAIN,
+    free_port,
+    train,
+    write_multilingual_corpus,
+)
 from omegaconf import OmegaConf
 from paused_train import kill_when_paused, popen
 
@@ -22,7 +29,6 @@ from nmt.checkpoint import load_checkpoint
 from nmt.cli.train import main
 from nmt.config import compose_config
 from nmt.inference.translator import load_for_inference
-from nmt.training.trainer import train
 
 pytestmark = pytest.mark.slow
 

@@ -1,7 +1,10 @@
-"""Consistency regularisation (``train.consistency``), off the learner's path: R-Drop (Liang et
-al. 2021) between two dropout passes, SimCut (Gao et al. 2022) between a pass and a copy whose
-token embeddings were cut off. Both run one forward over the batch concatenated with itself
-([2B, ...]) and add a KL term to the label-smoothed loss of :mod:`nmt.training.loss`.
+"""Consistency regularisation (``train.consistency``), a room of its own (off by default, and
+measured behind the plain objective at equal steps: docs/results.md): R-Drop (Liang et al. 2021)
+between two dropout passes, SimCut (Gao et al. 2022) between a pass and a copy whose token
+embeddings were cut off. Both run one forward over the batch concatenated with itself
+([2B, ...]) and add a KL term to the label-smoothed loss of :mod:`nmt.training.loss`. They
+enter the training objective through its hook (:class:`~nmt.training.loss.Regulariser`):
+``nmt-train`` and ``nmt.train()`` pass :func:`regulariser` to the trainer.
 """
 
 from __future__ import annotations
@@ -11,7 +14,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from nmt.data.vocab import EOS_ID, PAD_ID
-from nmt.training.loss import alignment_loss, label_smoothed_nll
+from nmt.training.loss import label_smoothed_nll
 
 
 def _halves_fp32(logits: Tensor) -> Tensor:
@@ -98,30 +101,29 @@ def add_token_cutoff(model: torch.nn.Module, p: float) -> list:
     return [emb.register_forward_hook(cut) for emb in embeddings]
 
 
-def forward_loss(model: torch.nn.Module, batch, t, autocast) -> tuple[Tensor, Tensor]:
-    """A teacher-forced forward of ``batch`` under the ``autocast`` context and its loss:
-    ``(objective_sum, [smoothed loss, nll, consistency KL, alignment loss] sums)`` in nats
-    over the batch's target tokens (the KL 0 without consistency): :func:`label_smoothed_nll`,
-    or with ``t.consistency`` one forward of the batch concatenated with itself ([2B, ...])
-    and :func:`rdrop_loss` (loss, nll: the two passes' mean) or :func:`simcut_loss` (the uncut
-    half's; the caller registers :func:`add_token_cutoff`'s hooks on ``model``). With
-    ``t.alignment_loss_weight`` > 0 the objective adds it times :func:`alignment_loss` of the
-    model's alignment (the first B rows) against ``batch.links`` (else the part is 0 and the
-    fused attention kernels run)."""
-    inputs = (batch.src, batch.src_mask, batch.tgt_in)
-    if t.consistency != "none":
-        inputs = tuple(torch.cat((x, x)) for x in inputs)
-    guided = t.alignment_loss_weight > 0
-    with autocast:
-        logits, alignment = model(*inputs, need_alignment=guided)
-    if t.consistency != "none":
-        objective, *parts = CONSISTENCY_LOSSES[t.consistency](
-            logits, batch.tgt_out, t.label_smoothing, t.consistency_alpha, PAD_ID)
-    else:
-        objective, nll_sum = label_smoothed_nll(logits, batch.tgt_out, t.label_smoothing, PAD_ID)
-        parts = [objective.detach(), nll_sum, torch.zeros_like(nll_sum)]
-    align_sum = torch.zeros_like(parts[0])
-    if guided:
-        align_sum = alignment_loss(alignment, batch.links)
-        objective = objective + t.alignment_loss_weight * align_sum
-    return objective, torch.stack((*parts, align_sum.detach()))
+class Consistency:
+    """R-Drop or SimCut (``t.consistency``) as :func:`nmt.training.loss.objective`'s
+    regulariser: one forward of the batch concatenated with itself ([2B, ...]), then
+    :func:`rdrop_loss` (loss, nll: the two passes' mean) or :func:`simcut_loss` (the uncut
+    half's). The alignment is the doubled batch's ([2B, T, S]); the links name its first B
+    rows."""
+
+    def __init__(self, t) -> None:
+        self.kind, self.alpha, self.cutoff_p = t.consistency, t.consistency_alpha, t.cutoff_p
+
+    def prepare(self, model: torch.nn.Module) -> None:
+        if self.kind == "simcut":    # after the weight average's copy, before compile
+            add_token_cutoff(model, self.cutoff_p)
+
+    def __call__(self, model, batch, t, autocast, need_alignment: bool):
+        inputs = (torch.cat((x, x)) for x in (batch.src, batch.src_mask, batch.tgt_in))
+        with autocast:
+            logits, alignment = model(*inputs, need_alignment=need_alignment)   # [2B, T, V]
+        total, loss, nll, kl = CONSISTENCY_LOSSES[self.kind](
+            logits, batch.tgt_out, t.label_smoothing, self.alpha, PAD_ID)
+        return total, {"loss": loss, "nll": nll, "consistency_kl": kl}, alignment
+
+
+def regulariser(t) -> Consistency | None:
+    """The trainer's regulariser for the ``train`` section ``t`` (None: ``consistency=none``)."""
+    return None if t.consistency == "none" else Consistency(t)
