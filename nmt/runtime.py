@@ -60,9 +60,9 @@ def tune_cuda() -> None:
 # 242 -> 121, 120 -> 60, 30.3; T4 (T4 Tensor Core GPU datasheet): mixed fp16 65, fp32 8.1, no
 # bf16 or TF32 tensor cores. Any other card: train.peak_tflops.
 GPU_PEAK_TFLOPS: tuple[tuple[str, dict[str, float]], ...] = (
-    (r"H100 (80GB HBM3|SXM)|H200(?! NVL)",
+    (r"\bH100 (80GB HBM3|SXM)|\bH200\b(?! NVL)",
      {"bf16": 989.4, "fp16": 989.4, "tf32": 494.7, "fp32": 66.9}),
-    (r"A100", {"bf16": 312.0, "fp16": 312.0, "tf32": 156.0, "fp32": 19.5}),
+    (r"\bA100\b", {"bf16": 312.0, "fp16": 312.0, "tf32": 156.0, "fp32": 19.5}),
     (r"\bL4\b", {"bf16": 121.0, "fp16": 121.0, "tf32": 60.0, "fp32": 30.3}),
     (r"\bT4\b", {"fp16": 65.0, "fp32": 8.1}),
 )
@@ -120,15 +120,16 @@ def peak_flops(device, amp_dtype=None, override_tflops: float | None = None) -> 
 
 
 def train_flops(flop_params: tuple[int, int], src_tokens: int, tgt_tokens: int,
-                copies: int = 1) -> float:
+                copies: int = 1, attention: float = 0.0) -> float:
     """Model FLOPs of a training step (forward and backward) over ``src_tokens`` and
     ``tgt_tokens`` real (non-padding) tokens, by the 6N rule (Kaplan et al. 2020, section 2.1:
-    2N per token forward, 4N backward): ``6 * copies * (N_src * src_tokens + N_tgt *
-    tgt_tokens)``, ``flop_params`` = (N_src, N_tgt) of ``Seq2Seq.flop_params`` (the output
-    projection counted, lookups and attention scores not); ``copies``: 2 when every pair
-    runs twice (``train.consistency``)."""
+    2N per token forward, 4N backward) plus the attention scores (PaLM, appendix B):
+    ``copies * (6 * (N_src * src_tokens + N_tgt * tgt_tokens) + attention)``, ``flop_params`` =
+    (N_src, N_tgt) of ``Seq2Seq.flop_params`` (the output projection counted, lookups not),
+    ``attention`` = ``Seq2Seq.attention_flops`` of the step's pairs; ``copies``: 2 when every
+    pair runs twice (``train.consistency``)."""
     n_src, n_tgt = flop_params
-    return 6.0 * copies * (n_src * src_tokens + n_tgt * tgt_tokens)
+    return copies * (6.0 * (n_src * src_tokens + n_tgt * tgt_tokens) + attention)
 
 
 def cpu_has_bf16() -> bool:

@@ -135,9 +135,10 @@ def test_static_lengths_pad_least_and_batches_take_their_fixed_shape(hand_split)
     # Widths (longer side) 2, 2, 3, 5, 9; two lengths: {3, 9} pads 1+1+0+4+0 = 6 positions,
     # {5, 9} pads 8, {2, 9} pads 10: the dynamic programme picks (3, 9).
     src, tgt = np.array([2, 1, 3, 5, 9]), np.array([1, 2, 2, 4, 3])
-    assert BatchShapes.fit(src, tgt, 2, 20).lengths == (3, 9)
-    assert BatchShapes.fit(src, tgt, 1, 20).lengths == (9,)
-    assert BatchShapes.fit(src, tgt, 9, 20).lengths == (2, 3, 5, 9)   # one per distinct width
+    assert BatchShapes.fit(src, tgt, 2, 20, multiple=1).lengths == (3, 9)
+    assert BatchShapes.fit(src, tgt, 1, 20, multiple=1).lengths == (9,)
+    assert BatchShapes.fit(src, tgt, 9, 20, multiple=1).lengths == (2, 3, 5, 9)   # one per width
+    assert BatchShapes.fit(src, tgt, 9, 20).lengths == (8, 16)   # rounded up to multiples of 8
     shapes = BatchShapes((3, 9), 20)
     assert shapes.shape(3) == (6, 3) and shapes.shape(4) == (2, 9)
     with pytest.raises(ValueError, match="longer than the longest static shape"):
@@ -162,7 +163,9 @@ def test_sampler_with_static_shapes_keeps_the_budget_and_few_shapes():
     src, tgt = _lens()
     shapes = BatchShapes.fit(src, tgt, 4, 200)
     sampler = TokenBatchSampler(src, tgt, batch_tokens=200, seed=3, shapes=shapes)
-    assert len(shapes.lengths) == 4 and shapes.lengths[-1] == max(src.max(), tgt.max())
+    longest = max(src.max(), tgt.max())
+    assert len(shapes.lengths) <= 4 and all(n % 8 == 0 for n in shapes.lengths)
+    assert longest <= shapes.lengths[-1] < longest + 8
     seen = set()
     for epoch in range(3):
         batches = sampler.batches(epoch)

@@ -237,8 +237,8 @@ def test_build_model_types_and_param_split():
     assert t.src_embed is t.tgt_embed  # tied (transformer.yaml default)
     enc, dec = t.flop_params()
     assert enc > 0 and dec > V_TGT * 16
-    enc, dec = r.flop_params()
-    assert enc == sum(p.numel() for p in r.encoder.parameters())
+    enc, dec = r.flop_params()     # U_a h_j: once per source token
+    assert enc == sum(p.numel() for m in (r.encoder, r.attention.key_proj) for p in m.parameters())
 
 
 def test_unknown_model_name_lists_the_known_ones():

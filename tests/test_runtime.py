@@ -76,6 +76,8 @@ def test_machine_info_names_what_the_figures_depend_on():
     ("NVIDIA H100 PCIe", "bf16", None),            # other cards: train.peak_tflops
     ("NVIDIA H200 NVL", "bf16", None),
     ("NVIDIA L40S", "bf16", None),
+    ("NVIDIA RTX A1000", "bf16", None),            # whole names: not an A100
+    ("NVIDIA GH200 480GB", "bf16", None),          # not an H200
 ])
 def test_gpu_peaks_are_the_dense_datasheet_figures_of_known_cards(name, precision, tflops):
     assert gpu_peak_tflops(name, precision) == tflops

@@ -30,10 +30,12 @@ class BatchShapes:
 
     @classmethod
     def fit(cls, src_lens: np.ndarray, tgt_lens: np.ndarray, buckets: int,
-            batch_tokens: int) -> BatchShapes:
+            batch_tokens: int, multiple: int = 8) -> BatchShapes:
         """The ``buckets`` lengths (fewer if the pairs have fewer distinct widths) that pad
         the pairs' longer sides least in total, ``sum_rows (L(w) - w)``: exact dynamic
-        programming over the distinct widths v_0 < ... < v_{n-1}, O(buckets * n^2)."""
+        programming over the distinct widths v_0 < ... < v_{n-1}, O(buckets * n^2); then each
+        rounded up to a multiple of ``multiple`` (8: tensor-core tiles; the fused attention
+        kernels would pad to 8 on every call)."""
         vals, counts = np.unique(np.maximum(src_lens, tgt_lens), return_counts=True)
         c, s = (np.concatenate(([0], np.cumsum(x))) for x in (counts, counts * vals))
         # best[j]: least padding of the rows of widths v_0..v_j in m buckets, the last v_j;
@@ -52,7 +54,8 @@ class BatchShapes:
         for choice in reversed(choices):
             j = int(choice[j]) - 1
             lengths.append(int(vals[j]))
-        shapes = cls(tuple(sorted(lengths)), int(batch_tokens))
+        shapes = cls(tuple(sorted({-(-n // multiple) * multiple for n in lengths})),
+                     int(batch_tokens))
         log.info("static batch shapes (rows x positions): %s",
                  ", ".join(f"{r}x{n}" for r, n in map(shapes.shape, lengths)))
         return shapes

@@ -109,3 +109,6 @@ class Ensemble(Seq2Seq):
     def flop_params(self) -> tuple[int, int]:
         counts = [m.flop_params() for m in self.members]
         return sum(c[0] for c in counts), sum(c[1] for c in counts)
+
+    def attention_flops(self, src_lens, tgt_lens) -> float:
+        return sum(m.attention_flops(src_lens, tgt_lens) for m in self.members)

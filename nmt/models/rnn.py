@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 from omegaconf import MISSING
@@ -138,11 +139,17 @@ class BahdanauRNN(Seq2Seq):
             else:
                 nn.init.zeros_(p)
 
-    def flop_params(self) -> tuple[int, int]:  # W_s and U_a (once per sentence) count as decoder
-        enc = sum(p.numel() for p in self.encoder.parameters())
+    def flop_params(self) -> tuple[int, int]:  # U_a h_j per source token; W_s (once) as decoder
+        enc = sum(p.numel() for m in (self.encoder, self.attention.key_proj) for p in m.parameters())
         embeds = {id(p) for p in (self.src_embed.weight, self.tgt_embed.weight)}
         total = sum(p.numel() for p in self.parameters() if id(p) not in embeds)
         return enc, total - enc
+
+    def attention_flops(self, src_lens: np.ndarray, tgt_lens: np.ndarray) -> float:
+        # per (i, j): v_a^T tanh(.) over attention_dim and alpha_ij h_j over 2 * encoder_hidden,
+        # 2 FLOPs each, x3 with the backward
+        t_s = float((np.asarray(tgt_lens, np.float64) * np.asarray(src_lens, np.float64)).sum())
+        return 6.0 * (self.attention.key_proj.out_features + self.attention.key_proj.in_features) * t_s
 
     def _drop(self, x: Tensor) -> Tensor:
         return F.dropout(x, self.dropout, True) if self.dropout > 0.0 and self.training else x

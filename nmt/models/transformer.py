@@ -14,6 +14,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 from omegaconf import MISSING
@@ -300,7 +301,14 @@ class Transformer(Seq2Seq):
     def flop_params(self) -> tuple[int, int]:
         enc = sum(p.numel() for m in (self.encoder, self.encoder_norm) for p in m.parameters())
         dec = sum(p.numel() for m in (self.decoder, self.decoder_norm) for p in m.parameters())
-        return enc, dec + self.tgt_vocab_size * self.d_model
+        kv = sum(p.numel() for layer in self.decoder for p in layer.cross_attn.kv_proj.parameters())
+        return enc + kv, dec - kv + self.tgt_vocab_size * self.d_model   # K, V per source token
+
+    def attention_flops(self, src_lens: np.ndarray, tgt_lens: np.ndarray) -> float:
+        # QK^T and AV: 2 matmuls x 2 FLOPs x d per query-key pair, x3 with the backward
+        s, t = np.asarray(src_lens, np.float64), np.asarray(tgt_lens, np.float64)
+        pairs = len(self.encoder) * (s * s).sum() + len(self.decoder) * (t * t + t * s).sum()
+        return 12.0 * self.d_model * float(pairs)
 
     def _embed(self, emb: nn.Embedding, ids: Tensor, start: int) -> Tensor:
         """sqrt(d) * E[ids] + PE[start:start+T], then dropout: [B,T] -> [B,T,d]. Positions past

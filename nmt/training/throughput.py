@@ -1,8 +1,10 @@
 """Model FLOP/s and MFU of training, for every ``train.log`` line and ``summary.json``.
 
 MFU (model FLOPs utilisation; Chowdhery et al. 2022, appendix B) = model FLOPs of the steps
-(:func:`nmt.runtime.train_flops`: 6N per real token, padding and recomputation not counted)
-/ their seconds / the peak FLOP/s of all devices (:func:`nmt.runtime.peak_flops`).
+(:func:`nmt.runtime.train_flops`: 6N per real token plus the attention scores, padding and
+recomputation not counted) / their seconds / the peak FLOP/s of all devices
+(:func:`nmt.runtime.peak_flops`). On a CPU without ``train.peak_tflops`` the divisor is a
+matmul rate measured at start-up, not a peak: the figure is then called ``matmul_util``.
 ``scripts/bench_model.py`` counts with the same function.
 """
 
@@ -22,14 +24,17 @@ log = logging.getLogger("nmt")
 class Throughput:
     """FLOPs of the steps since the last :meth:`take`, the peak of ``world_size`` devices.
 
-    ``flop_params``: ``model.flop_params()``; ``copies``: 2 when every pair runs twice
-    (``train.consistency``); ``peak_tflops``: ``train.peak_tflops`` (None: the device's).
+    ``model``: its ``flop_params()`` and ``attention_flops``; ``copies``: 2 when every pair
+    runs twice (``train.consistency``); ``peak_tflops``: ``train.peak_tflops`` (None: the
+    device's). ``name``: ``mfu``, or ``matmul_util`` for a measured CPU matmul rate.
     """
 
-    def __init__(self, flop_params: tuple[int, int], device: torch.device,
-                 amp_dtype: torch.dtype | None, peak_tflops: float | None, world_size: int,
-                 copies: int = 1) -> None:
-        self.flop_params, self.copies, self.flops = flop_params, copies, 0.0
+    def __init__(self, model, device: torch.device, amp_dtype: torch.dtype | None,
+                 peak_tflops: float | None, world_size: int, copies: int = 1) -> None:
+        self.model, self.flop_params = model, model.flop_params()
+        self.copies, self.flops = copies, 0.0
+        measured = device.type != "cuda" and peak_tflops is None
+        self.name = "matmul_util" if measured else "mfu"
         peak = peak_flops(device, amp_dtype, peak_tflops)
         self.peak = None if peak is None else peak * world_size     # FLOP/s, all devices
         if self.peak is None:
@@ -45,17 +50,18 @@ class Throughput:
             group: Sequence[np.ndarray]) -> float:
         """Count a step over the batches ``group`` (row indices into the split's lengths);
         returns its FLOPs. Host arithmetic only (no device sync)."""
-        src = sum(int(src_lens[idx].sum()) for idx in group)
-        tgt = sum(int(tgt_lens[idx].sum()) for idx in group)
-        flops = train_flops(self.flop_params, src, tgt, self.copies)
+        rows = np.concatenate(group)
+        src, tgt = src_lens[rows], tgt_lens[rows]
+        flops = train_flops(self.flop_params, int(src.sum()), int(tgt.sum()), self.copies,
+                            self.model.attention_flops(src, tgt))
         self.flops += flops
         return flops
 
     def figures(self, flops: float, seconds: float) -> dict[str, float]:
-        """``{"model_tflops_per_s", "mfu"}`` of ``flops`` in ``seconds`` (no mfu: no peak)."""
+        """``{"model_tflops_per_s", name}`` of ``flops`` in ``seconds`` (no ``name``: no peak)."""
         rate = flops / max(seconds, 1e-9)
         return {"model_tflops_per_s": rate / 1e12,
-                **({} if self.peak is None else {"mfu": rate / self.peak})}
+                **({} if self.peak is None else {self.name: rate / self.peak})}
 
     def take(self, seconds: float) -> dict[str, float]:
         """:meth:`figures` of the steps since the last call (``seconds`` long), then reset."""
@@ -64,12 +70,12 @@ class Throughput:
 
     def summary(self, flops: float, seconds: float) -> dict[str, float | None]:
         """:meth:`figures` of a whole run, with ``peak_tflops`` (all devices; None: unknown)."""
-        figures = {"mfu": None, **self.figures(flops, seconds),
+        figures = {self.name: None, **self.figures(flops, seconds),
                    "peak_tflops": None if self.peak is None else self.peak / 1e12}
         return {k: v if v is None else float(f"{v:.4g}") for k, v in figures.items()}
 
-    @staticmethod
-    def describe(figures: dict[str, float]) -> str:
-        """`` | TFLOP/s 0.0123 | mfu 0.0456`` for a log line (``mfu n/a``: no peak)."""
-        mfu = f"{figures['mfu']:.3g}" if "mfu" in figures else "n/a"
-        return f" | TFLOP/s {figures['model_tflops_per_s']:.3g} | mfu {mfu}"
+    def describe(self, figures: dict[str, float]) -> str:
+        """`` | TFLOP/s 0.0123 | mfu 0.0456`` for a log line (``mfu n/a``: no peak; on a CPU
+        ``matmul_util``)."""
+        util = f"{figures[self.name]:.3g}" if self.name in figures else "n/a"
+        return f" | TFLOP/s {figures['model_tflops_per_s']:.3g} | {self.name} {util}"

@@ -257,7 +257,7 @@ class Trainer:
             purge = self.state.step + 1 if self.state.step > 0 else None
             self.writer = SummaryWriter(str(self.run_dir / "tensorboard"), purge_step=purge)
         self.n_params = self.model.num_parameters()
-        self.speed = Throughput(self.model.flop_params(), self.device, self.amp_dtype,
+        self.speed = Throughput(self.model, self.device, self.amp_dtype,
                                 t.peak_tflops, info.world_size, 1 + (t.consistency != "none"))
         amp = f"{str(self.amp_dtype).removeprefix('torch.')} autocast" if self.amp_dtype else "fp32"
         log.info("model %s: %s parameters; vocab src %d tgt %d; train %d pairs, valid %d; device "
