@@ -14,6 +14,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import enum
+import importlib.resources
 import math
 import re
 from collections.abc import Callable, Mapping
@@ -37,6 +38,14 @@ def _config_path() -> str:
 
 
 CONFIG_PATH = _config_path()   # config_path of every hydra.main entry point
+
+
+def config_file(name: str) -> DictConfig:
+    """``configs/<name>`` (e.g. ``"sampling.yaml"``) from :data:`CONFIG_PATH`, untyped: the
+    command line's defaults, which the Python API reads too."""
+    root = (importlib.resources.files(CONFIG_MODULE) if CONFIG_PATH.startswith("pkg://")
+            else Path(CONFIG_PATH))
+    return OmegaConf.create(root.joinpath(name).read_text(encoding="utf-8"))
 
 
 class ConfigError(ValueError):
@@ -75,9 +84,6 @@ Optimizer = _choice_type("Optimizer", "adam", "adamw")
 Schedule = _choice_type("Schedule", "inverse_sqrt", "constant", "plateau")
 Precision = _choice_type("Precision", "auto", "fp32", "bf16", "fp16")
 Resume = _choice_type("Resume", "auto", "force")
-Decoding = _choice_type("Decoding", "search", "mbr")
-MbrCandidates = _choice_type("MbrCandidates", "beam", "sample")
-MbrUtility = _choice_type("MbrUtility", "chrf", "bleu")
 Consistency = _choice_type("Consistency", "none", "rdrop", "simcut")
 LangTag = _choice_type("LangTag", "source", "target")
 
@@ -193,29 +199,6 @@ class SamplingSchema:
     top_k: int = MISSING
     top_p: float = MISSING
     seed: int = MISSING
-
-
-@dataclass
-class MbrSchema:
-    """Minimum-Bayes-risk decoding (``decoding=mbr``; :mod:`nmt.inference.mbr`): of ``num``
-    candidates per sentence, the one with the highest mean utility against all of them.
-    Defaults and meaning: configs/mbr.yaml."""
-
-    candidates: MbrCandidates = MISSING
-    num: int = MISSING
-    utility: MbrUtility = MISSING
-    epsilon: float = MISSING
-    compare_beam: bool = MISSING
-
-
-@dataclass
-class DecodingSchema:
-    """How nmt-evaluate, nmt-translate and ``Translator.translate`` choose a translation:
-    ``decoding=search`` (beam or greedy search, or one sample with ``sampling=true``) or
-    ``decoding=mbr`` with the ``mbr.*`` settings."""
-
-    decoding: Decoding = MISSING
-    mbr: MbrSchema = field(default_factory=MbrSchema)
 
 
 TOOL_SCHEMAS: dict[str, type] = {"nmt_train": TrainConfig}   # the other tools': nmt/cli/schemas.py
@@ -365,13 +348,11 @@ def _fields(schema: type) -> list[str]:
 
 
 def validate_decoding(settings: Mapping) -> dict:
-    """The keys of :class:`SearchSchema`, :class:`SamplingSchema` and :class:`DecodingSchema`
-    (the top level of nmt-evaluate and nmt-translate; ``Translator.translate``'s arguments),
-    checked where they enter, before any checkpoint loads, and returned as plain values. A
-    ConfigError names the key of a wrong type or choice, or of a value out of range: those of
-    :func:`validate_search`, ``temperature`` finite and >= 0, ``top_k`` >= 0, ``top_p`` in
-    (0, 1], ``mbr.num`` >= 1, ``mbr.epsilon`` in [0, 1); ``decoding=mbr`` draws its own
-    candidates, so neither ``sampling=true`` nor ``n_best`` > 1."""
+    """The keys of :class:`SearchSchema` and :class:`SamplingSchema` (the top level of
+    nmt-evaluate and nmt-translate; ``Translator.translate``'s arguments), checked where they
+    enter, before any checkpoint loads, and returned as plain values. A ConfigError names the
+    key of a wrong type, or of a value out of range: those of :func:`validate_search`,
+    ``temperature`` finite and >= 0, ``top_k`` >= 0, ``top_p`` in (0, 1]."""
     search = validate_search({k: settings[k] for k in _fields(SearchSchema)})
     sampling = merge_typed(SamplingSchema, {k: settings[k] for k in _fields(SamplingSchema)}, "")
     for key, ok, allowed in (("temperature", 0 <= sampling.temperature < math.inf, "finite, >= 0"),
@@ -379,19 +360,7 @@ def validate_decoding(settings: Mapping) -> dict:
                              ("top_p", 0 < sampling.top_p <= 1, "in (0, 1]")):
         if not ok:
             raise ConfigError(f"{key}={sampling[key]} must be {allowed}.")
-    section = merge_typed(DecodingSchema, {k: settings[k] for k in _fields(DecodingSchema)}, "")
-    check_positive(section, "mbr.num")
-    if not 0.0 <= section.mbr.epsilon < 1.0:
-        raise ConfigError(f"mbr.epsilon={section.mbr.epsilon} must lie in [0, 1) (0 = no epsilon cut).")
-    if section.decoding == "mbr":
-        if sampling.sampling:
-            raise ConfigError("sampling=true draws one translation per sentence; decoding=mbr draws "
-                              "its own candidates: drop sampling=true and use "
-                              "mbr.candidates=sample (temperature, top_k, top_p, seed apply).")
-        if search.n_best > 1:
-            raise ConfigError(f"n_best={search.n_best} with decoding=mbr: MBR returns one "
-                              "translation per sentence (mbr.num sets its candidates); drop n_best.")
-    return {**to_plain(search), **to_plain(sampling), **to_plain(section)}
+    return {**to_plain(search), **to_plain(sampling)}
 
 
 def config_diff(a: Any, b: Any, prefix: str = "") -> list[str]:

@@ -24,13 +24,16 @@ speedup is the median of the per-pair ratios):
                          warmed up on every timed batch first, so no timed step compiles;
                          ``compile_s`` is the wall time of that warm-up minus the eager
                          time of the same steps, ``graphs`` the graphs Dynamo built.
+                         Before anything compiles, the eager steps alone are timed and
+                         printed at once (``eager: eager_tgt_tokens_per_s=... eager_mfu=...``),
+                         so a run stopped while compiling keeps the eager figures.
 ``--compare-precision``  fp32 (A) vs bf16 autocast (B).
 ``--compare-consistency`` ``train.consistency=none`` (A) vs ``rdrop`` or, when the overrides
                          say so, ``simcut`` (B), the same model and optimizer;
                          ``<B>_speedup`` < 1 is B's cost per step.
 
 One step = forward (teacher forcing, ``need_alignment=False``) and loss as
-:func:`nmt.training.consistency.forward_loss` computes them (label-smoothed cross-entropy with
+:func:`nmt.training.loss.objective` computes them (label-smoothed cross-entropy with
 ``train.label_smoothing``; with ``train.consistency=rdrop|simcut`` one forward over the batch
 twice and the KL term, with simcut the token cutoff's hooks on the model), summed over real
 target tokens / their number, backward, gradient clipping (``train.clip_grad_norm``) and a
@@ -85,6 +88,8 @@ from nmt.cli.common import tune_malloc  # noqa: E402
 from nmt.config import ConfigError, compose_config  # noqa: E402
 from nmt.data.batching import prepare_data  # noqa: E402
 from nmt.data.sampler import BatchShapes, TokenBatchSampler  # noqa: E402
+from nmt.data.vocab import PAD_ID  # noqa: E402
+from nmt.extras.consistency import add_token_cutoff, regulariser  # noqa: E402
 from nmt.models import build_model  # noqa: E402
 from nmt.runtime import (  # noqa: E402
     bound_onednn_cache,
@@ -95,9 +100,9 @@ from nmt.runtime import (  # noqa: E402
     train_flops,
     tune_cuda,
 )
-from nmt.training.consistency import add_token_cutoff, forward_loss  # noqa: E402
 from nmt.training.ema import WeightAverage  # noqa: E402
-from nmt.training.trainer import build_optimizer  # noqa: E402
+from nmt.training.loss import objective  # noqa: E402
+from nmt.training.trainer import build_optimizer, compile_mode  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -153,17 +158,18 @@ def main(argv: list[str] | None = None) -> dict:
     trainable = [p for p in model.parameters() if p.requires_grad]
     opt = build_optimizer(trainable, t)
     clip = float(t.clip_grad_norm)
-    graphs = "reduce-overhead" if shapes is not None and device.type == "cuda" else None
+    graphs = compile_mode(t, device, 1)   # CUDA graphs: static shapes, no accumulation
     compiled = model.compiled(graphs) if (args.compile or t.compile) else None
 
     def step(b, fwd, bf16: bool, t) -> float:
         # SimCut's hooks cut the second half of a lookup's rows: on for its steps only.
+        reg = regulariser(t)
         cutoff = add_token_cutoff(model, t.cutoff_p) if t.consistency == "simcut" else []
-        objective, _ = forward_loss(fwd, b, t, torch.autocast(device.type, dtype=torch.bfloat16,
-                                                              enabled=bf16))
+        total, _ = objective(fwd, b, t, torch.autocast(device.type, dtype=torch.bfloat16,
+                                                       enabled=bf16), reg)
         for hook in cutoff:
             hook.remove()
-        loss = objective / b.n_tgt_tokens
+        loss = total / b.n_tgt_tokens
         opt.zero_grad(set_to_none=True)
         loss.backward()
         if clip > 0:
@@ -184,11 +190,35 @@ def main(argv: list[str] | None = None) -> dict:
         variants = {"run": (compiled or model, bf16, t)}
     timed = batches[args.warmup:]
     extra: dict = {}
+    # --compile: the eager variant warms up and is timed before anything compiles, and its
+    # figures are printed at once (the `eager:` line), so a run killed while compiling keeps them.
+    eager_first = args.compile
     t0 = time.perf_counter()
     for b in batches[: args.warmup]:
-        for variant in variants.values():
-            step(b, *variant)
+        for name, variant in variants.items():
+            if not (eager_first and name == "compiled"):
+                step(b, *variant)
     print(f"warm-up: {args.warmup} steps per variant in {time.perf_counter() - t0:.1f} s", flush=True)
+    if eager_first:
+        eager_times = []
+        for b in timed:
+            t0 = time.perf_counter()
+            step(b, model, bf16, t)
+            eager_times.append(time.perf_counter() - t0)
+        def step_flops(b) -> float:   # as the timed pairs below count them (a sync: untimed)
+            lens = b.src_mask.sum(1).cpu().numpy(), (b.tgt_in != PAD_ID).sum(1).cpu().numpy()
+            return train_flops(model.flop_params(), b.n_src_tokens, b.n_tgt_tokens,
+                               1 if t.consistency == "none" else 2, model.attention_flops(*lens))
+
+        eager_flops = sum(step_flops(b) for b in timed)
+        eager_peak = peak_for(bf16)
+        print(f"eager: eager_tgt_tokens_per_s={sum(b.n_tgt_tokens for b in timed) / sum(eager_times):.1f} "
+              f"eager_mfu={None if eager_peak is None else round(eager_flops / sum(eager_times) / eager_peak, 4)} "
+              f"eager_step_ms={1e3 * statistics.median(eager_times):.1f} batches={len(timed)}", flush=True)
+        t0 = time.perf_counter()
+        for b in batches[: args.warmup]:
+            step(b, compiled, bf16, t)
+        print(f"warm-up, compiled: {args.warmup} steps in {time.perf_counter() - t0:.1f} s", flush=True)
     if compiled is not None:
         # Compile every shape now (Dynamo marks dims dynamic after the first recompile), so
         # that the timed pairs measure steady-state steps; charge the excess to compiling.
@@ -219,7 +249,9 @@ def main(argv: list[str] | None = None) -> dict:
             times[name].append(time.perf_counter() - t0)
             line.append(f"{name} {1e3 * times[name][-1]:.0f} ms")
         tgt_tokens += b.n_tgt_tokens
-        flops += train_flops(model.flop_params(), b.n_src_tokens, b.n_tgt_tokens, copies)
+        lens = b.src_mask.sum(1).cpu().numpy(), (b.tgt_in != PAD_ID).sum(1).cpu().numpy()
+        flops += train_flops(model.flop_params(), b.n_src_tokens, b.n_tgt_tokens, copies,
+                             model.attention_flops(*lens))
         print(f"  step {i + 1}: {', '.join(line)}  B={len(b)} S={b.src.shape[1]} "
               f"T={b.tgt_in.shape[1]} tgt_tokens={b.n_tgt_tokens} loss={loss:.3f}", flush=True)
     wall = sum(times[main_name])

@@ -250,15 +250,17 @@ def test_positions_beyond_the_export_and_all_attention_are_clear_errors(tmp_path
 
 
 def test_mbr_on_ctranslate2_over_its_beam_or_samples_without_epsilon(engines):
+    from nmt.extras.mbr import mbr_translate
+
     ct2, src = engines["float32"], _generated()[0][:4]
     beam, sample = {"candidates": "beam", "num": 3}, {"candidates": "sample", "num": 3}
-    ours = engines["pytorch"].translate(src, decoding="mbr", mbr=beam)
-    assert [r.text for r in ct2.translate(src, decoding="mbr", mbr=beam)] == [r.text for r in ours]
-    sampled = ct2.translate(src, decoding="mbr", mbr={**sample, "epsilon": 0.0}, top_p=0.9)
+    ours = mbr_translate(engines["pytorch"], src, **beam)
+    assert [r.text for r in mbr_translate(ct2, src, **beam)] == [r.text for r in ours]
+    sampled = mbr_translate(ct2, src, **sample, epsilon=0.0, top_p=0.9)
     assert [r.mbr_cost.candidates for r in sampled] == [3] * 4 and all(r.text for r in sampled)
     assert not ct2.epsilon_sampling and not ct2.all_attention
-    with pytest.raises(ConfigError, match="mbr.epsilon > 0"):
-        ct2.translate(src, decoding="mbr", mbr=sample)
+    with pytest.raises(ConfigError, match="CTranslate2Translator cannot do mbr.epsilon > 0"):
+        mbr_translate(ct2, src, **sample)
 
 
 # --------------------------------------------------------------------- command line

@@ -124,8 +124,9 @@ def test_learnt_translations_score_bleu_100_through_the_whole_path(tokenizer):
 
 
 def test_evaluate_split_checks_its_settings_once(tokenizer, monkeypatch):
-    """search_settings once per split, MBR's search baseline included: the translations run
-    on the checked settings (translate_with)."""
+    """search_settings once per split: the translations run on the checked settings
+    (translate_with), which the evaluation keeps; nothing else joins the scores (MBR's come
+    from nmt.extras.mbr, tests/test_mbr.py)."""
     from nmt.inference import translator as translator_module
 
     calls = []
@@ -136,8 +137,10 @@ def test_evaluate_split_checks_its_settings_once(tokenizer, monkeypatch):
                           "model.decoder_hidden=16", "model.attention_dim=16", "model.output_dim=16"])
     torch.manual_seed(0)
     model = build_model(cfg.model, tokenizer.src_vocab_size, tokenizer.tgt_vocab_size).eval()
-    search = {"beam_size": 2, "max_len_a": 0.0, "max_len_b": 4, "decoding": "mbr", "quiet": True,
-              "mbr": {"num": 2, "compare_beam": True}}
+    search = {"beam_size": 2, "max_len_a": 0.0, "max_len_b": 4, "batch_sentences": 1,
+              "return_attention": False}
     evaluation = evaluate_split(Translator(model, tokenizer, cfg), SRC[:3], REF[:3], search)
     assert len(calls) == 1
-    assert evaluation.scores["mbr"]["num"] == 2 and evaluation.scores["search_baseline"]["beam_size"] == 2
+    assert evaluation.settings == translator_module.search_settings(
+        beam_size=2, max_len_a=0.0, max_len_b=4, batch_sentences=1)
+    assert not {"decoding", "mbr", "search_baseline"} & set(evaluation.scores)

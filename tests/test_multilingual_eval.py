@@ -355,6 +355,31 @@ def test_every_direction_of_an_hf_split_without_one_language(trained, multi, tmp
                             root=str(tmp_path / "hf"))
 
 
+def test_mbr_goes_through_a_pivot_and_every_direction(trained, multi, tmp_path):
+    """decoding=mbr (nmt.extras.mbr, around evaluate_direction) composes with pivot= and
+    directions=all: each direction's scores.json has MBR's cost and the search it replaces."""
+    from nmt.extras.mbr import MbrTranslator, mbr_settings
+
+    base = [f"checkpoint={trained['source']}", "max_len_a=0", "max_len_b=5", "device=cpu",
+            "decoding=mbr", "mbr.num=2", "mbr.compare_beam=true"]
+    assert cli_evaluate.main([*base, "src_lang=de", "tgt_lang=fr", "pivot=en",
+                              f"out_dir={tmp_path / 'pivot'}"]) == 0
+    scores = json.loads((tmp_path / "pivot" / "scores.json").read_text())
+    assert (scores["decoding"], scores["pivot"], scores["mbr"]["num"]) == ("mbr", "en", 2)
+    assert "search_baseline" in scores and "loss" not in scores
+    src = (trained["corpus"] / "test.de").read_text(encoding="utf-8").splitlines()
+    want = Pivot(MbrTranslator(multi, mbr_settings(num=2)), "en").translate(
+        src, src_lang="de", tgt_lang="fr", max_len_a=0, max_len_b=5)
+    assert (tmp_path / "pivot" / "hyps.txt").read_text(encoding="utf-8").splitlines() == \
+        [w.text for w in want] and all(w.mbr_cost is not None for w in want)
+    assert cli_evaluate.main([*base, "directions=all", f"out_dir={tmp_path / 'all'}"]) == 0
+    rows = json.loads((tmp_path / "all" / "directions.json").read_text())["directions"]
+    for r in rows:
+        scores = json.loads((tmp_path / "all" / f"{r['src']}-{r['tgt']}" / "scores.json").read_text())
+        assert scores["decoding"] == "mbr" and scores["mbr"]["n_candidates"] > 0
+        assert scores["search_baseline"]["beam_size"] == scores["beam_size"]
+
+
 @pytest.mark.parametrize("args, message", [
     (["tgt_lang=cs"], "tgt_lang='cs' is not a language of this model (it knows de, en, fr)"),
     (["src_lang=de", "tgt_lang=fr", "pivot=fr"], "pivot=fr is the source or target language"),

@@ -1,6 +1,6 @@
 """The Python API (nmt.Translator, nmt.plot_alignment, nmt.train; nmt/inference/translator.py)
 and the CLI features on it: search settings, n-best lists, forced scores, sampling, ensembles,
-batching by tokens, TER and per-sentence files."""
+batching by tokens, TER and per-sentence files. MBR decoding: tests/test_mbr.py."""
 
 from __future__ import annotations
 
@@ -16,7 +16,6 @@ from conftest import REPO_ROOT
 import nmt
 import nmt.cli.schemas  # noqa: F401 - registers nmt-translate's schema for compose_config
 from nmt.config import ConfigError, compose_config
-from nmt.inference.mbr import mbr_select
 from nmt.inference.search import length_penalty_factor
 from nmt.inference.translator import length_sorted_batches, search_settings
 from nmt.models import build_model
@@ -58,17 +57,14 @@ def test_translate_one_sentence_or_many(translator):
 
 
 def test_search_settings_default_to_the_command_lines_yaml_and_are_checked_once():
-    """The Python API's defaults are those of configs/search/default.yaml, sampling.yaml and
-    mbr.yaml, as nmt-translate composes them (but its own batch_sentences=100)."""
+    """The Python API's defaults are those of configs/search/default.yaml and sampling.yaml,
+    as nmt-translate composes them (but its own batch_sentences=100); MBR is no search
+    setting (nmt.extras.mbr)."""
     cli = compose_config(["checkpoint=x"], config_name="translate", validate_fn=None)
-    keys = set(search_settings()) - {"mbr"}
-    assert search_settings() == {**{k: cli[k] for k in keys}, "batch_sentences": 200,
-                                 "mbr": dict(cli.mbr)}
-    assert search_settings()["mbr"] == {"candidates": "beam", "num": 16, "utility": "chrf",
-                                        "epsilon": 0.02, "compare_beam": False}
+    assert search_settings() == {**{k: cli[k] for k in search_settings()}, "batch_sentences": 200}
     assert search_settings(beam_size=1, top_p=None)["beam_size"] == 1
-    assert search_settings(decoding="mbr", mbr={"num": 4})["mbr"]["utility"] == "chrf"
-    for bad in ({"beam": 3}, {"n_best": 6}, {"temperature": -1.0}, {"top_k": -1}, {"top_p": 1.5}):
+    for bad in ({"beam": 3}, {"n_best": 6}, {"temperature": -1.0}, {"top_k": -1}, {"top_p": 1.5},
+                {"decoding": "mbr"}, {"mbr": {"num": 4}}):
         with pytest.raises(ConfigError, match=next(iter(bad))):
             search_settings(**bad)
 
@@ -100,61 +96,6 @@ def test_sampling_is_seeded_and_greedy_at_temperature_zero(translator):
     assert [r.text for r in cold] == [r.text for r in greedy]
     with pytest.raises(ConfigError, match="top_p"):
         translator.translate(SOURCES[0], sampling=True, top_p=0.0)
-
-
-# ------------------------------------------------------------ minimum-Bayes-risk decoding
-@pytest.mark.parametrize("utility", ["chrf", "bleu"])
-def test_mbr_over_the_beam_picks_from_its_n_best_deterministically(translator, utility):
-    """candidates=beam: the beam's n-best (beam_size = n_best = num), weighted uniformly."""
-    mbr = {"candidates": "beam", "num": 4, "utility": utility}
-    results = translator.translate(SOURCES, decoding="mbr", mbr=mbr, **SHORT)
-    again = translator.translate(SOURCES, decoding="mbr", mbr=mbr, **SHORT)
-    beam = translator.translate(SOURCES, beam_size=4, n_best=4, **SHORT)
-    assert [(r.text, r.utility) for r in again] == [(r.text, r.utility) for r in results]
-    for r, b in zip(results, beam, strict=True):
-        n_best = [h.text for h in b.hypotheses]
-        (choice,) = mbr_select([n_best], utility)
-        assert r.text == n_best[choice.best] and r.utility == choice.utility[0]
-        assert [h.text for h in r.hypotheses] == [n_best[k] for k in choice.order]
-        assert (r.ids, r.score) == (b.hypotheses[choice.best].ids, b.hypotheses[choice.best].score)
-    # Each result's cost: its N = 4 candidates (1 for the empty source, searched without
-    # the model) and its distinct texts.
-    assert [(r.mbr_cost.sentences, r.mbr_cost.candidates, r.mbr_cost.distinct)
-            for r in results] == [(1, len(b.hypotheses), len(r.hypotheses))
-                                  for r, b in zip(results, beam, strict=True)]
-
-
-def test_mbr_samples_are_seeded_and_collapse_to_greedy_at_a_high_epsilon(translator):
-    """candidates=sample: num samples per sentence, a function of seed and input."""
-    mbr = {"candidates": "sample", "num": 5, "epsilon": 0.02}
-
-    def draw(seed, **kw):
-        return translator.translate(SOURCES, decoding="mbr", mbr=mbr, seed=seed, **SHORT, **kw)
-
-    def texts(results):
-        return [[h.text for h in r.hypotheses] for r in results]
-
-    a, b, c = draw(1), draw(1), draw(2)
-    assert texts(a) == texts(b) and texts(a) != texts(c)
-    assert [r.mbr_cost.candidates for r in a] == [5] * len(SOURCES)
-    assert [len(r.hypotheses) for r in a][3] == 1           # an empty source: 5 x ""
-    cold = translator.translate(SOURCES, decoding="mbr", mbr={**mbr, "epsilon": 0.99}, **SHORT)
-    # epsilon 0.99 keeps only each step's most probable token: 5 greedy paths, one candidate
-    greedy = translator.translate(SOURCES, beam_size=1, **SHORT)
-    assert [r.text for r in cold] == [r.text for r in greedy]
-    assert [len(r.hypotheses) for r in cold] == [1] * 4 and cold[0].utility == 100.0
-
-
-@pytest.mark.parametrize("bad,message", [
-    ({"mbr": {"num": 0}}, "mbr.num=0 must be > 0"),
-    ({"mbr": {"utility": "ter"}}, "mbr.utility"),
-    ({"mbr": {"epsilon": 1.0}}, "mbr.epsilon=1.0"),
-    ({"sampling": True}, "drop sampling=true"),
-    ({"n_best": 2, "beam_size": 2}, "n_best=2 with decoding=mbr"),
-    ({"decoding": "mbrr"}, "decoding")])
-def test_mbr_settings_are_checked_once_at_entry(bad, message):
-    with pytest.raises(ConfigError, match=message):
-        search_settings(**{"decoding": "mbr", **bad})
 
 
 def test_batching_by_tokens_changes_nothing_but_the_batches(translator):
@@ -282,9 +223,9 @@ def test_a_translation_is_a_plain_value(translator):
     assert plain["alignment"].shape == result.alignment.shape and plain["attention"].keys() == \
         result.attention.keys()
     loaded = json.loads(json.dumps(result.to_dict()))
-    assert loaded.keys() == plain.keys() and loaded["mbr_cost"] is None
-    assert {k: loaded[k] for k in ("text", "tokens", "src_tokens", "ids", "score", "utility")} == \
-        {k: plain[k] for k in ("text", "tokens", "src_tokens", "ids", "score", "utility")}
+    assert loaded.keys() == plain.keys()
+    assert {k: loaded[k] for k in ("text", "tokens", "src_tokens", "ids", "score")} == \
+        {k: plain[k] for k in ("text", "tokens", "src_tokens", "ids", "score")}
     assert loaded["alignment"] == result.alignment.tolist()
     assert {k: np.asarray(v).shape for k, v in loaded["attention"].items()} == \
         {k: v.shape for k, v in result.attention.items()}
@@ -313,27 +254,6 @@ def test_weights_other_than_inference_or_trained_is_a_clear_error():
         nmt.Translator.from_checkpoint(CKPT, weights="x")
 
 
-def test_mbr_cost_comes_with_the_results_so_threads_can_share_a_translator(translator):
-    from concurrent.futures import ThreadPoolExecutor
-
-    def run(num):
-        return translator.translate(SOURCES[:3], decoding="mbr", quiet=True,
-                                    mbr={"candidates": "sample", "num": num}, **SHORT)
-
-    with ThreadPoolExecutor(2) as pool:
-        runs = list(pool.map(run, [2, 5, 2, 5]))
-    assert [[r.mbr_cost.candidates for r in results] for results in runs] == \
-        [[2] * 3, [5] * 3, [2] * 3, [5] * 3]
-    assert [r.text for r in runs[0]] == [r.text for r in runs[2]]
-    assert not hasattr(translator, "mbr_cost")
-    # the cost (wall-clock seconds) is no part of ==; [0] is the result without list and cost
-    assert runs[0] == runs[2] and [r.mbr_cost for r in runs[0]] != [r.mbr_cost for r in runs[2]]
-    for r in runs[1]:
-        assert r.hypotheses[0] == dataclasses.replace(r, hypotheses=[])
-        assert r.hypotheses[0].mbr_cost is None and r.hypotheses[0].utility == r.utility
-        assert json.loads(json.dumps(r.to_dict()))["mbr_cost"] == dataclasses.asdict(r.mbr_cost)
-
-
 # ---------------------------------------------------------------- the CLIs on the API
 def test_evaluate_writes_ter_loss_sentences_and_n_best(tmp_path, capsys):
     from conftest import write_corpus
@@ -357,40 +277,6 @@ def test_evaluate_writes_ter_loss_sentences_and_n_best(tmp_path, capsys):
     assert len((out / "sentences.tsv").read_text(encoding="utf-8").splitlines()) == 7
 
 
-def test_evaluate_mbr_reports_its_cost_and_on_request_the_search_it_replaces(tmp_path, capsys):
-    """The cost always; the search baseline only with mbr.compare_beam=true, and then it is
-    exactly what nmt-evaluate gives with that search alone."""
-    from conftest import write_corpus
-
-    from nmt.cli import evaluate as cli_evaluate
-
-    corpus = write_corpus(tmp_path / "corpus", {"test": 4})
-    args = [f"checkpoint={CKPT}", f"src_file={corpus / 'test.de'}", f"ref_file={corpus / 'test.en'}",
-            "max_len_a=0", "max_len_b=8", "save_alignments=false", "beam_size=2"]
-    mbr_args = [*args, "decoding=mbr", "mbr.candidates=sample", "mbr.num=3"]
-    assert cli_evaluate.main([*mbr_args, f"out_dir={tmp_path / 'e'}"]) == 0
-    printed = capsys.readouterr().out
-    assert "MBR (sample x3, chrf)" in printed and "per sentence: beam_size" not in printed
-    scores = json.loads((tmp_path / "e" / "scores.json").read_text())
-    mbr = scores["mbr"]
-    assert scores["decoding"] == "mbr" and "search_baseline" not in scores
-    assert {k: mbr[k] for k in ("candidates", "num", "utility", "epsilon", "seed", "n_candidates",
-                                "compare_beam")} \
-        == {"candidates": "sample", "num": 3, "utility": "chrf", "epsilon": 0.02, "seed": 0,
-            "n_candidates": 12, "compare_beam": False}
-    assert 1 <= mbr["distinct_per_sentence"] <= 3
-
-    assert cli_evaluate.main([*mbr_args, "mbr.compare_beam=true", f"out_dir={tmp_path / 'c'}"]) == 0
-    assert "per sentence: beam_size=2" in capsys.readouterr().out
-    base = json.loads((tmp_path / "c" / "scores.json").read_text())["search_baseline"]
-    assert cli_evaluate.main([*args, f"out_dir={tmp_path / 'b'}"]) == 0
-    plain = json.loads((tmp_path / "b" / "scores.json").read_text())
-    assert {k: base[k] for k in ("beam_size", "bleu", "chrf", "bleu_lowercase")} == \
-        {k: plain[k] for k in ("beam_size", "bleu", "chrf", "bleu_lowercase")}
-    assert cli_evaluate.main([*mbr_args, "mbr.num=0"]) == 2
-    assert "mbr.num=0 must be > 0" in capsys.readouterr().err
-
-
 def test_sampling_ranges_are_checked_before_the_checkpoint_loads(tmp_path, capsys):
     from nmt.cli import evaluate as cli_evaluate
     from nmt.cli import translate as cli_translate
@@ -401,19 +287,6 @@ def test_sampling_ranges_are_checked_before_the_checkpoint_loads(tmp_path, capsy
             assert cli.main([f"checkpoint={missing}", *extra, "sampling=true", bad]) == 2
             err = capsys.readouterr().err
             assert bad.split("=")[0] in err and "missing.pt" not in err and "Traceback" not in err
-
-
-def test_translate_cli_mbr_writes_the_apis_choice(translator, tmp_path):
-    from nmt.cli import translate as cli_translate
-
-    inp, out = tmp_path / "in.de", tmp_path / "out.en"
-    inp.write_text("\n".join(SOURCES) + "\n", encoding="utf-8")
-    assert cli_translate.main([f"checkpoint={CKPT}", f"input={inp}", f"output={out}", "decoding=mbr",
-                               "mbr.candidates=beam", "mbr.num=3", "mbr.utility=bleu",
-                               "max_len_a=0", "max_len_b=8"]) == 0
-    api = translator.translate(
-        SOURCES, decoding="mbr", mbr={"candidates": "beam", "num": 3, "utility": "bleu"}, **SHORT)
-    assert out.read_text(encoding="utf-8") == "".join(r.text + "\n" for r in api)
 
 
 def test_translate_cli_samples_and_ensembles(tmp_path):

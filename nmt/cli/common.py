@@ -24,11 +24,11 @@ from omegaconf import DictConfig, OmegaConf
 import nmt.cli.schemas  # noqa: F401 - registers the tools' schemas with Hydra
 from nmt.config import (
     ConfigError,
-    DecodingSchema,
     SamplingSchema,
     SearchSchema,
     compose_config,
     finish_config,
+    to_plain,
     validate_decoding,
 )
 from nmt.data.corpus import CorpusError
@@ -163,19 +163,25 @@ def require(cfg: DictConfig, *keys: str) -> None:
             raise ConfigError(f"{key} is required: add {key}=... to the command line.")
 
 
-def decode_settings(cfg: DictConfig, schemas: tuple[type, ...] = (SearchSchema, SamplingSchema,
-                                                                  DecodingSchema)) -> dict:
-    """The top-level keys of ``schemas`` (default: search, sampling, and decoding with its
-    ``mbr`` section) in an nmt-evaluate or nmt-translate config, as keyword arguments of
-    ``Translator.translate``."""
+def decode_settings(cfg: DictConfig, schemas: tuple[type, ...] = (SearchSchema, SamplingSchema)
+                    ) -> dict:
+    """The top-level keys of ``schemas`` (default: search and sampling) in an nmt-evaluate or
+    nmt-translate config, as keyword arguments of ``Translator.translate``."""
     return {f.name: cfg[f.name] for schema in schemas for f in dataclasses.fields(schema)}
 
 
 def check_decoding(cfg: DictConfig) -> DictConfig:
-    """ConfigError, naming the key, for a bad search, sampling or decoding setting
-    (``beam_size``, ``top_p``, ``mbr.num``, ...; :func:`nmt.config.validate_decoding`) of an
-    nmt-evaluate or nmt-translate config, before any checkpoint loads."""
-    validate_decoding(decode_settings(cfg))
+    """ConfigError, naming the key, for a bad search or sampling setting (``beam_size``,
+    ``top_p``, ...; :func:`nmt.config.validate_decoding`) of an nmt-evaluate or nmt-translate
+    config and, with ``decoding=mbr``, a bad ``mbr.*`` setting or a search MBR cannot take
+    (:func:`nmt.extras.mbr.mbr_settings`, :func:`~nmt.extras.mbr.check_search`; the room loads
+    only then), before any checkpoint loads."""
+    settings = validate_decoding(decode_settings(cfg))
+    if cfg.decoding == "mbr":
+        from nmt.extras.mbr import check_search, mbr_settings
+
+        mbr_settings(**to_plain(cfg.mbr))
+        check_search(settings)
     return cfg
 
 

@@ -11,16 +11,21 @@
 The split is read with the checkpoint's data config; every sentence is translated (nothing
 filtered or truncated). ``out_dir`` (default ``<checkpoint dir>/eval_<split>_beam<k>``, with
 ``decoding=mbr`` ``eval_<split>_mbr_<candidates><num>_<utility>``) gets the files of
-:mod:`nmt.evaluation.evaluate`. With ``decoding=mbr mbr.compare_beam=true`` the split is also
-translated by the search without MBR (``beam_size``, ...), and both are printed side by side:
-BLEU, chrF, ms/sentence. A multilingual model (or ``src_lang``/``tgt_lang``/``pivot``) also
-gets the off-target rate, and ``directions=all`` scores every direction of the split
-(:mod:`nmt.extras.multilingual`): ``out_dir/<src>-<tgt>/`` each, ``directions.{md,json}``.
+:mod:`nmt.evaluation.evaluate`, scores.json with ``decoding`` too. ``decoding=mbr`` translates
+by minimum-Bayes-risk decoding (:func:`nmt.extras.mbr.evaluate_mbr`: its cost in scores.json,
+``nbest.txt`` the distinct candidates by expected utility); with ``mbr.compare_beam=true`` the
+split is also translated by the search without MBR (``beam_size``, ...), and both are printed
+side by side: BLEU, chrF, ms/sentence. A multilingual model (or ``src_lang``/``tgt_lang``/
+``pivot``) also gets the off-target rate, and ``directions=all`` scores every direction of
+the split (:mod:`nmt.extras.multilingual`): ``out_dir/<src>-<tgt>/`` each,
+``directions.{md,json}``.
 Options: configs/evaluate.yaml (``nmt-evaluate --help``).
 """
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Callable
 from pathlib import Path
 
 import hydra
@@ -35,7 +40,7 @@ from nmt.cli.common import (
     run_app,
     run_task,
 )
-from nmt.config import CONFIG_PATH, ConfigError, is_multilingual
+from nmt.config import CONFIG_PATH, ConfigError, is_multilingual, to_plain
 from nmt.data.corpus import iter_parallel, iter_text_pair, with_root
 from nmt.runtime import ensure_writable_dir
 
@@ -93,15 +98,27 @@ def _run(cfg: DictConfig) -> None:
     out_dir, source = _out_dir(cfg, translator, name + named)
     search = {**decode_settings(cfg), "return_attention": cfg.attention == "all"}
     if is_multilingual(translator.config.data) or cfg.src_lang or cfg.tgt_lang or cfg.pivot:
-        evaluation = multilingual.evaluate_direction(translator, src, ref, src_lang, tgt_lang,
-                                                     search, cfg.pivot)
+        evaluation = _decoded(cfg, multilingual.evaluate_direction)(
+            translator, src, ref, search=search, src_lang=src_lang, tgt_lang=tgt_lang,
+            pivot=cfg.pivot)
     else:
-        evaluation = evaluate_split(translator, src, ref, search)
+        evaluation = _decoded(cfg, evaluate_split)(translator, src, ref, search=search)
     scores = evaluation.scores
-    scores.update(**source, weights=cfg.weights, split=name)
+    scores.update(**source, weights=cfg.weights, split=name, decoding=str(cfg.decoding))
     written = write_outputs(out_dir, evaluation, save_alignments_npz=bool(cfg.save_alignments))
     _print(name, scores)
     print(f"wrote {out_dir}/{{{','.join(written)}}}")
+
+
+def _decoded(cfg: DictConfig, evaluate: Callable) -> Callable:
+    """``evaluate`` (an evaluation of one split, called as ``evaluate_split``), or with
+    ``decoding=mbr`` the same by MBR (:func:`nmt.extras.mbr.evaluate_mbr`, the ``mbr.*``
+    settings, checked by ``check_decoding``)."""
+    if cfg.decoding != "mbr":
+        return evaluate
+    from nmt.extras.mbr import evaluate_mbr
+
+    return functools.partial(evaluate_mbr, settings=to_plain(cfg.mbr), evaluate=evaluate)
 
 
 def _out_dir(cfg: DictConfig, translator, name: str) -> tuple[Path, dict]:
@@ -125,14 +142,16 @@ def _out_dir(cfg: DictConfig, translator, name: str) -> tuple[Path, dict]:
 
 def _run_all(cfg: DictConfig, translator) -> None:
     """``directions=all``: every direction of the split, each in its directory, one table."""
-    from nmt.extras.multilingual import directions_table, evaluate_directions
+    from nmt.extras.multilingual import directions_table, evaluate_direction, evaluate_directions
 
     name = cfg.split or translator.config.data.test_split
     out_dir, source = _out_dir(cfg, translator, f"{name}_all")
     rows = evaluate_directions(translator, translator.config.data, name, out_dir,
                                {**decode_settings(cfg), "return_attention": cfg.attention == "all"},
                                cfg.pivot, cfg.data.root, bool(cfg.save_alignments),
-                               extra={**source, "weights": cfg.weights})
+                               extra={**source, "weights": cfg.weights,
+                                      "decoding": str(cfg.decoding)},
+                               evaluate=_decoded(cfg, evaluate_direction))
     print(directions_table(rows), end="")
     print(f"wrote {out_dir}/directions.{{md,json}} and {len(rows)} directions' files "
           f"({', '.join(r['src'] + '-' + r['tgt'] for r in rows)})")

@@ -9,14 +9,7 @@ from typing import Any
 
 from omegaconf import MISSING
 
-from nmt.config import (
-    TOOL_SCHEMAS,
-    Choice,
-    DecodingSchema,
-    SamplingSchema,
-    SearchSchema,
-    register_configs,
-)
+from nmt.config import TOOL_SCHEMAS, Choice, SamplingSchema, SearchSchema, register_configs
 
 
 def _choice_type(name: str, *values: str) -> type[Choice]:
@@ -32,6 +25,9 @@ LinkMethod = _choice_type("LinkMethod", "argmax", "threshold")
 ExportFormat = _choice_type("ExportFormat", "ctranslate2")
 Quantization = _choice_type("Quantization", "float32", "int8")
 Directions = _choice_type("Directions", "all")
+Decoding = _choice_type("Decoding", "search", "mbr")
+MbrCandidates = _choice_type("MbrCandidates", "beam", "sample")   # nmt.extras.mbr.CHOICES
+MbrUtility = _choice_type("MbrUtility", "chrf", "bleu")
 
 
 @dataclass
@@ -44,6 +40,29 @@ class EngineSchema:
     engine: Engine = MISSING
     model_dir: str | None = MISSING      # the nmt-export directory (engine=ctranslate2)
     weights: Weights = MISSING           # engine=pytorch
+
+
+@dataclass
+class MbrSchema:
+    """Minimum-Bayes-risk decoding (``decoding=mbr``; :mod:`nmt.extras.mbr`, whose
+    ``mbr_settings`` checks the ranges): of ``num`` candidates per sentence, the one with the
+    highest mean utility against all of them. Defaults and meaning: configs/mbr.yaml."""
+
+    candidates: MbrCandidates = MISSING
+    num: int = MISSING
+    utility: MbrUtility = MISSING
+    epsilon: float = MISSING
+    compare_beam: bool = MISSING
+
+
+@dataclass
+class DecodingSchema:
+    """How nmt-evaluate and nmt-translate choose a translation: ``decoding=search`` (beam or
+    greedy search, or one sample with ``sampling=true``) or ``decoding=mbr`` with the
+    ``mbr.*`` settings."""
+
+    decoding: Decoding = MISSING
+    mbr: MbrSchema = field(default_factory=MbrSchema)
 
 
 @dataclass

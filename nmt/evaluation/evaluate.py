@@ -9,13 +9,10 @@ Files written by :func:`write_outputs` (``nmt-evaluate`` writes them all), each 
 ===================  =========================================================================
 ``hyps.txt``         one detokenized best translation per source line
 ``scores.json``      BLEU, chrF, TER (sacreBLEU, with signatures), lowercased BLEU, ``loss`` and
-                     ``ppl`` of the references (forced decoding), search settings, timing; with
-                     ``decoding=mbr`` its settings and cost (and with ``mbr.compare_beam``
-                     the search it replaces)
+                     ``ppl`` of the references (forced decoding), search settings, timing
 ``sentences.tsv``    per sentence, in input order: BLEU, chrF, model score, lengths and the texts
                      (the source as given)
-``nbest.txt``        with ``n_best`` > 1: sentence index, rank, score, text (tab-separated); with
-                     ``decoding=mbr``: the distinct candidates by expected utility
+``nbest.txt``        with ``n_best`` > 1: sentence index, rank, score, text (tab-separated)
 ``alignments.npz``   the best hypotheses' alignments with their subwords, and with
                      ``return_attention`` (``nmt-evaluate attention=all``) every layer and
                      head of their attention (:mod:`nmt.evaluation.alignments`)
@@ -29,7 +26,7 @@ import json
 import math
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
@@ -37,63 +34,44 @@ import torch
 from nmt.config import ConfigError
 from nmt.evaluation.alignments import save_alignments
 from nmt.evaluation.metrics import corpus_scores, sentence_scores
-from nmt.inference.mbr import MbrCost
 from nmt.runtime import atomic_path, write_text_atomic
 
 
 @dataclass
 class Evaluation:
     """What :func:`evaluate_split` computed: one ``Translation`` per source sentence (with its
-    n-best ``hypotheses``), the sources and references as given, corpus ``scores`` and
-    per-sentence ``sentences``."""
+    n-best ``hypotheses``), the sources and references as given, corpus ``scores``,
+    per-sentence ``sentences`` and the checked search ``settings`` it translated with."""
 
     results: list
     sources: list[str]
     references: list[str]
     scores: dict
     sentences: dict
+    settings: dict = field(default_factory=dict)
 
 
 def evaluate_split(translator, src_texts: Sequence[str], ref_texts: Sequence[str],
                    search: dict | None = None, score_references: bool = True) -> Evaluation:
     """Translate every source sentence (nothing filtered or truncated) and score it.
 
-    ``translator``: a :class:`~nmt.inference.translator.Translator` or the CTranslate2 engine;
-    ``search``: keyword arguments of its ``translate``, its settings checked once here
-    (``search_settings``; ``src_lang``/``tgt_lang`` also of the reference score). ``scores``:
-    :func:`corpus_scores`,
-    the search settings, ``decoding``, ``n_sentences``, ``seconds`` (wall clock of
-    tokenization + search (+ MBR selection) + detokenization), ``ms_per_sentence``,
+    ``translator``: anything with the ``search_settings``, ``translate_with``, ``score`` and
+    ``device`` of :class:`~nmt.inference.translator.TranslatorBase` (a ``Translator``, the
+    CTranslate2 engine, a pivot or MBR wrapped around one: the hook by which decoders outside
+    the core come in); ``search``: keyword arguments of its ``translate``, its settings
+    checked once here (``search_settings``; ``src_lang``/``tgt_lang`` also of the reference
+    score). ``scores``: :func:`corpus_scores`, the search settings, ``n_sentences``,
+    ``seconds`` (wall clock of tokenization + search + detokenization), ``ms_per_sentence``,
     ``n_tgt_tokens`` (output subwords with EOS), ``sents_per_s``, ``tgt_tokens_per_s`` and,
     with ``score_references``, ``loss`` (mean negative log-probability per reference subword
-    with EOS, nats) and ``ppl`` (its exponential).
-
-    With ``decoding="mbr"`` also ``mbr``: its settings (and the sampling ones with
-    ``candidates=sample``), ``generation_seconds``, ``selection_seconds``,
-    ``candidates_per_s``, ``n_candidates`` and ``distinct_per_sentence``
-    (:class:`~nmt.inference.mbr.MbrCost`); with ``mbr.compare_beam`` also
-    ``search_baseline``: the same sentences translated first by the search those settings name
-    without MBR (``beam_size``, ``length_penalty``, ...), measured alike: its ``bleu``,
-    ``chrf``, ``bleu_lowercase``, ``seconds`` and ``ms_per_sentence``, so the two can be
-    weighed side by side. ValueError when ``src_texts`` and ``ref_texts`` differ in length.
+    with EOS, nats) and ``ppl`` (its exponential). ValueError when ``src_texts`` and
+    ``ref_texts`` differ in length.
     """
     if len(src_texts) != len(ref_texts):
         raise ValueError(f"{len(src_texts)} source sentences but {len(ref_texts)} references.")
     search, refs = dict(search or {}), list(ref_texts)
-    how = {k: search.pop(k) for k in ("return_attention", "quiet", "src_lang", "tgt_lang")
-           if k in search}
+    how = {k: search.pop(k) for k in ("return_attention", "src_lang", "tgt_lang") if k in search}
     settings = translator.search_settings(**search)
-    mbr = settings["decoding"] == "mbr"
-    baseline = None
-    if mbr and settings["mbr"]["compare_beam"]:   # first: it pays the warm-up, as any search
-        base_results, base_seconds = _timed_translate(
-            translator, src_texts, {**settings, "decoding": "search"},
-            {**how, "return_attention": False})
-        base = corpus_scores([r.text for r in base_results], refs)
-        baseline = {"beam_size": int(settings["beam_size"]),
-                    "length_penalty": float(settings["length_penalty"]),
-                    **{k: base[k] for k in ("bleu", "chrf", "bleu_lowercase")},
-                    **_speed(base_seconds, len(src_texts))}
     results, seconds = _timed_translate(translator, src_texts, settings, how)
     hyps = [r.text for r in results]
     scores = corpus_scores(hyps, refs)
@@ -101,30 +79,17 @@ def evaluate_split(translator, src_texts: Sequence[str], ref_texts: Sequence[str
     scores.update(
         beam_size=int(settings["beam_size"]), length_penalty=float(settings["length_penalty"]),
         n_best=int(settings["n_best"]), sampling=bool(settings["sampling"]),
-        decoding=settings["decoding"], n_sentences=len(hyps), **_speed(seconds, len(hyps)),
-        n_tgt_tokens=n_tokens, sents_per_s=round(len(hyps) / max(seconds, 1e-9), 1),
+        n_sentences=len(hyps), **_speed(seconds, len(hyps)), n_tgt_tokens=n_tokens,
+        sents_per_s=round(len(hyps) / max(seconds, 1e-9), 1),
         tgt_tokens_per_s=round(n_tokens / max(seconds, 1e-9), 1),
     )
-    if mbr:
-        cost = sum((r.mbr_cost for r in results), MbrCost())
-        sampled = settings["mbr"]["candidates"] == "sample"
-        scores["mbr"] = {
-            **settings["mbr"],
-            **({k: settings[k] for k in ("temperature", "top_k", "top_p", "seed")} if sampled
-               else {}),
-            "generation_seconds": round(cost.generation_seconds, 3),
-            "selection_seconds": round(cost.selection_seconds, 3),
-            "candidates_per_s": round(cost.candidates_per_s, 1), "n_candidates": cost.candidates,
-            "distinct_per_sentence": round(cost.distinct / max(cost.sentences, 1), 2)}
-        if baseline is not None:
-            scores["search_baseline"] = baseline
     if score_references and refs:
         forced = translator.score(list(src_texts), refs, src_lang=how.get("src_lang"),
                                   tgt_lang=how.get("tgt_lang"))
         loss = -sum(f.logprob for f in forced) / max(sum(f.tokens for f in forced), 1)
         scores.update(loss=round(loss, 4), ppl=round(math.exp(loss), 3))
     return Evaluation(results=results, sources=list(src_texts), references=refs, scores=scores,
-                      sentences=sentence_scores(hyps, refs))
+                      sentences=sentence_scores(hyps, refs), settings=settings)
 
 
 def _timed_translate(translator, src_texts: Sequence[str], settings: dict, how: dict

@@ -22,7 +22,7 @@ and one table of all of them, ``directions.md`` and ``directions.json``.
 from __future__ import annotations
 
 import functools
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -82,28 +82,26 @@ class Pivot:
         return getattr(self.translator, name)
 
     def translate(self, sentences, *, src_lang: str | None = None, tgt_lang: str | None = None,
-                  return_attention: bool = False, quiet: bool = False, **search):
+                  return_attention: bool = False, **search):
         """``sentences`` (a string or a list) through the pivot, ``search`` checked once
         (``search_settings``); ConfigError: a bad setting, the pivot is the source or target
         language, or a direction the model cannot translate."""
         return self.translate_with(sentences, self.translator.search_settings(**search),
                                    src_lang=src_lang, tgt_lang=tgt_lang,
-                                   return_attention=return_attention, quiet=quiet)
+                                   return_attention=return_attention)
 
     def translate_with(self, sentences, settings, *, src_lang: str | None = None,
-                       tgt_lang: str | None = None, return_attention: bool = False,
-                       quiet: bool = False):
+                       tgt_lang: str | None = None, return_attention: bool = False):
         """:meth:`translate` with settings that ``search_settings`` checked already."""
         data = self.translator.config.data
         src, tgt = src_lang or data.src_lang, tgt_lang or data.tgt_lang
         check_direction(self.translator, src, tgt, self.pivot)
         single = isinstance(sentences, str)
         first = self.translator.translate_with([sentences] if single else list(sentences),
-                                               settings, src_lang=src, tgt_lang=self.pivot,
-                                               quiet=quiet)
+                                               settings, src_lang=src, tgt_lang=self.pivot)
         out = self.translator.translate_with([r.text for r in first], settings,
                                              src_lang=self.pivot, tgt_lang=tgt,
-                                             return_attention=return_attention, quiet=quiet)
+                                             return_attention=return_attention)
         return out[0] if single else out
 
 
@@ -180,13 +178,16 @@ TABLE_KEYS = ("direction", "bleu", "chrf", "off_target_percent", "n_sentences", 
 def evaluate_directions(translator, data_cfg: Any, split: str, out_dir: str | Path,
                         search: dict | None = None, pivot: str | None = None,
                         root: str | None = None, save_alignments: bool = True,
-                        extra: dict | None = None) -> list[dict]:
+                        extra: dict | None = None,
+                        evaluate: Callable[..., Evaluation] | None = None) -> list[dict]:
     """Score every direction of ``split`` (:func:`split_directions`) by
     :func:`evaluate_direction` (through ``pivot`` where it is neither side; directly where
-    it is), write each one's files into ``out_dir/<src>-<tgt>/`` (``extra`` added to each
-    scores.json) and the table ``directions.md`` / ``directions.json`` into ``out_dir``;
-    returns the table's rows (``src``, ``tgt`` and :data:`TABLE_KEYS`). ConfigError: the
-    split has no direction of the model's languages."""
+    it is; ``evaluate``: another function called as it is, with keywords after the texts,
+    e.g. :func:`nmt.extras.mbr.evaluate_mbr` around it), write each one's files into
+    ``out_dir/<src>-<tgt>/`` (``extra`` added to each scores.json) and the table
+    ``directions.md`` / ``directions.json`` into ``out_dir``; returns the table's rows (``src``,
+    ``tgt`` and :data:`TABLE_KEYS`). ConfigError: the split has no direction of the model's
+    languages."""
     found = split_directions(translator, data_cfg, split, root)
     if not found:
         raise ConfigError(f"split {split!r} under data.root={root or data_cfg.root} "
@@ -196,7 +197,9 @@ def evaluate_directions(translator, data_cfg: Any, split: str, out_dir: str | Pa
     for src, tgt in found:
         sources, references = read_direction(data_cfg, split, src, tgt, root)
         via = pivot if pivot not in (None, src, tgt) else None
-        evaluation = evaluate_direction(translator, sources, references, src, tgt, search, via)
+        evaluation = (evaluate or evaluate_direction)(translator, sources, references,
+                                                      src_lang=src, tgt_lang=tgt, search=search,
+                                                      pivot=via)
         evaluation.scores.update(extra or {}, split=split)
         write_outputs(Path(out_dir) / f"{src}-{tgt}", evaluation, save_alignments)
         rows.append({"src": src, "tgt": tgt, **{k: evaluation.scores[k] for k in TABLE_KEYS}})

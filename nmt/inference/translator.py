@@ -5,7 +5,7 @@
     result = translator.translate("Ein Hund läuft .", return_attention=True)
     result.attention["cross"].shape                            # [layers, heads, T, S]
     translator.score(["Ein Hund ."], ["A dog ."])[0].ppl       # forced decoding
-    translator.translate("Ein Hund läuft .", decoding="mbr", mbr={"num": 16}).mbr_cost
+    mbr_translate(translator, "Ein Hund läuft .", num=16).utility   # MBR: nmt.extras.mbr
     translator.translate("Ein Hund läuft .", tgt_lang="fr")    # a multilingual model: .directions
     json.dumps(result.to_dict())                               # arrays as nested lists
 
@@ -18,9 +18,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import functools
-import importlib.resources
 import math
-import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -29,16 +27,13 @@ from typing import Any
 import numpy as np
 import torch
 from omegaconf import DictConfig, OmegaConf
-from tqdm.auto import tqdm
 
 from nmt.checkpoint import CheckpointError, load_checkpoint
 from nmt.config import (
-    CONFIG_MODULE,
-    CONFIG_PATH,
     ConfigError,
-    DecodingSchema,
     SamplingSchema,
     SearchSchema,
+    config_file,
     merge_typed,
     to_plain,
     validate_decoding,
@@ -48,41 +43,26 @@ from nmt.data.languages import add_tag, check_target, directions, is_multilingua
 from nmt.data.tokenizer import Tokenizer
 from nmt.data.vocab import EOS_ID, PAD_ID
 from nmt.inference.forced import ForcedFirstToken
-from nmt.inference.mbr import MbrCost, mbr_select
 from nmt.inference.sampling import sample_search
 from nmt.inference.search import Hypothesis, beam_search, greedy_search
 from nmt.models import Ensemble, build_model
 from nmt.models.base import Seq2Seq, eval_mode
-from nmt.runtime import progress_enabled
 
-
-def _yaml_defaults() -> dict:
-    """configs/search/default.yaml, sampling.yaml and mbr.yaml, typed by their schemas (``mbr``
-    a plain dict): the command line's defaults are the Python API's."""
-    root = (importlib.resources.files(CONFIG_MODULE) if CONFIG_PATH.startswith("pkg://")
-            else Path(CONFIG_PATH))
-    out: dict = {}
-    for schema, name in ((SearchSchema, "search/default.yaml"), (SamplingSchema, "sampling.yaml"),
-                         (DecodingSchema, "mbr.yaml")):
-        yaml = OmegaConf.create(root.joinpath(name).read_text(encoding="utf-8"))
-        out.update(to_plain(merge_typed(schema, yaml, name)))
-    return out
-
-
-_DEFAULTS = _yaml_defaults()   # translate's settings (keyword arguments) and their defaults
+# translate's settings (keyword arguments) and their defaults: the command line's
+_DEFAULTS = {k: v for schema, name in ((SearchSchema, "search/default.yaml"),
+                                       (SamplingSchema, "sampling.yaml"))
+             for k, v in to_plain(merge_typed(schema, config_file(name), name)).items()}
 
 
 def search_settings(**overrides: Any) -> dict:
-    """The defaults of configs/search/default.yaml, sampling.yaml and mbr.yaml (``mbr``: a
-    dict, given keys over its defaults) with ``overrides`` (None keeps the default), checked
-    by :func:`nmt.config.validate_decoding`: ConfigError for an unknown key or an impossible
-    value (``n_best > beam_size``, ``top_p`` outside (0, 1], ``mbr.num`` < 1, ...)."""
+    """The defaults of configs/search/default.yaml and sampling.yaml with ``overrides`` (None
+    keeps the default), checked by :func:`nmt.config.validate_decoding`: ConfigError for an
+    unknown key or an impossible value (``n_best > beam_size``, ``top_p`` outside (0, 1], ...)."""
     settings = copy.deepcopy(_DEFAULTS)
     if unknown := set(overrides) - set(settings):
         raise ConfigError(f"unknown search setting(s) {', '.join(sorted(unknown))}: use "
                           f"{', '.join(settings)}.")
-    mbr = {**settings["mbr"], **(overrides.get("mbr") or {})}
-    settings.update({k: v for k, v in overrides.items() if v is not None}, mbr=mbr)
+    settings.update({k: v for k, v in overrides.items() if v is not None})
     return validate_decoding(settings)
 
 
@@ -92,15 +72,12 @@ class Translation:
     ``tokens``/``src_tokens``: subwords ending with ``</s>`` (a source-side language tag
     first in ``src_tokens``; a target-side one is cut everywhere); ``ids``: target ids (no
     BOS/EOS); ``score``: as :class:`Hypothesis`; ``alignment``: float32 [len(tokens),
-    len(src_tokens)]; ``hypotheses``: the n-best list, best first (with ``decoding="mbr"`` the
-    distinct candidates by expected utility), as Translations whose own ``hypotheses`` are
-    empty: ``[0]`` is this translation without its list and ``mbr_cost``. ``attention``
+    len(src_tokens)]; ``hypotheses``: the n-best list, best first, as Translations whose own
+    ``hypotheses`` are empty: ``[0]`` is this translation without its list. ``attention``
     (``return_attention=True``): float32 ``"cross"`` [L, H, T, S] (the RNN's alpha as L = H =
     1), ``"decoder"`` [L, H, T, T] (key t reads decoder input t: ``<s>`` or a target tag, then
-    ``tokens[:-1]``), ``"encoder"`` [L, H, S, S] if any. ``decoding="mbr"``: ``utility``, the
-    expected utility, 0-100 (:mod:`nmt.inference.mbr`), and ``mbr_cost``, this sentence's
-    share of the cost. ``==`` compares the fields but the arrays (``alignment``,
-    ``attention``), which follow from them, and ``mbr_cost`` (wall-clock seconds)."""
+    ``tokens[:-1]``), ``"encoder"`` [L, H, S, S] if any. ``==`` compares the fields but the
+    arrays (``alignment``, ``attention``), which follow from them."""
 
     text: str
     tokens: list[str]
@@ -110,12 +87,10 @@ class Translation:
     alignment: np.ndarray = field(repr=False, compare=False)
     hypotheses: list[Translation] = field(default_factory=list, repr=False)
     attention: dict[str, np.ndarray] | None = field(default=None, repr=False, compare=False)
-    utility: float | None = None
-    mbr_cost: MbrCost | None = field(default=None, repr=False, compare=False)
 
     def to_dict(self) -> dict:
         """Every field as plain values that ``json.dumps`` accepts: the arrays as nested lists
-        of floats, ``hypotheses`` as such dicts, ``mbr_cost`` as a dict (or None)."""
+        of floats, ``hypotheses`` as such dicts, a subclass's dataclass fields as dicts."""
         def plain(value: Any) -> Any:
             if isinstance(value, np.ndarray):
                 return value.tolist()
@@ -282,13 +257,14 @@ def capture_attention(model: Seq2Seq, src_ids: Sequence[Sequence[int]],
 
 class TranslatorBase:
     """``translate`` (``translate_with``: settings checked already) and ``score`` of raw
-    sentences for both engines; ``config`` is the training config. An engine implements ``_hypotheses`` (:func:`decode`'s contract), ``_forced`` (per
-    pair the teacher-forced log-probability sum and length, EOS included, the first ``given``
-    target tokens left out) and ``_attention``
-    (:func:`capture_attention`'s), and states what it can do: ``all_attention`` (every layer's
-    and head's attention, ``return_attention``; not an ensemble, not CTranslate2) and
-    ``epsilon_sampling`` (``mbr.epsilon`` > 0; not CTranslate2). Nothing is stored per call:
-    one translator serves many threads."""
+    sentences for both engines; ``config`` is the training config. An engine implements
+    ``_hypotheses`` (:func:`decode`'s contract), ``_forced`` (per pair the teacher-forced
+    log-probability sum and length, EOS included, the first ``given`` target tokens left out)
+    and ``_attention`` (:func:`capture_attention`'s), and states what it can do:
+    ``all_attention`` (every layer's and head's attention, ``return_attention``; not an
+    ensemble, not CTranslate2) and ``epsilon_sampling`` (``_hypotheses`` with a sampling
+    ``epsilon`` > 0; not CTranslate2). Nothing is stored per call: one translator serves many
+    threads."""
 
     search_settings = staticmethod(search_settings)
     all_attention: bool = True
@@ -308,116 +284,60 @@ class TranslatorBase:
                   batch_sentences: int | None = None, batch_tokens: int | None = None,
                   sampling: bool | None = None, temperature: float | None = None,
                   top_k: int | None = None, top_p: float | None = None, seed: int | None = None,
-                  decoding: str | None = None, mbr: Mapping | None = None,
-                  return_attention: bool = False, quiet: bool = False,
-                  tgt_lang: str | None = None, src_lang: str | None = None
-                  ) -> Translation | list[Translation]:
+                  return_attention: bool = False, tgt_lang: str | None = None,
+                  src_lang: str | None = None) -> Translation | list[Translation]:
         """One raw sentence -> a :class:`Translation`, a list -> a list in input order; settings
-        as :func:`search_settings` (None: the default). ``decoding="mbr"``: minimum-Bayes-risk
-        decoding with the ``mbr`` settings (:meth:`_mbr_hypotheses`; each result carries its
-        ``utility`` and ``mbr_cost``; a progress bar on a terminal unless ``quiet``).
-        ``return_attention`` fills ``Translation.attention`` by one more teacher-forced pass.
-        ``tgt_lang`` / ``src_lang``: the direction (None: the model's ``data.tgt_lang``; the
-        source language is only checked). ConfigError: a bad setting, one the engine cannot
-        serve (its capabilities), or a direction the model cannot (:func:`direction_tags`)."""
+        as :func:`search_settings` (None: the default). ``return_attention`` fills
+        ``Translation.attention`` by one more teacher-forced pass. ``tgt_lang`` / ``src_lang``:
+        the direction (None: the model's ``data.tgt_lang``; the source language is only
+        checked). ConfigError: a bad setting, one the engine cannot serve (its capabilities),
+        or a direction the model cannot (:func:`direction_tags`)."""
         settings = search_settings(
             beam_size=beam_size, n_best=n_best, length_penalty=length_penalty,
             max_len_a=max_len_a, max_len_b=max_len_b, batch_sentences=batch_sentences,
             batch_tokens=batch_tokens, sampling=sampling, temperature=temperature, top_k=top_k,
-            top_p=top_p, seed=seed, decoding=decoding, mbr=mbr)
+            top_p=top_p, seed=seed)
         return self.translate_with(sentences, settings, return_attention=return_attention,
-                                   quiet=quiet, tgt_lang=tgt_lang, src_lang=src_lang)
+                                   tgt_lang=tgt_lang, src_lang=src_lang)
 
     def translate_with(self, sentences: str | Sequence[str], settings: Mapping, *,
-                       return_attention: bool = False, quiet: bool = False,
-                       tgt_lang: str | None = None, src_lang: str | None = None
-                       ) -> Translation | list[Translation]:
+                       return_attention: bool = False, tgt_lang: str | None = None,
+                       src_lang: str | None = None,
+                       search: Callable[[list[list[int]], dict], list[list[Hypothesis]]]
+                       | None = None) -> Translation | list[Translation]:
         """:meth:`translate` with ``settings`` that :func:`search_settings` checked already
-        (nmt-evaluate's split, a pivot's two steps: checked once, where they entered)."""
+        (nmt-evaluate's split, a pivot's two steps: checked once, where they entered).
+        ``search(src_ids, settings)``: a hook that finds each tokenized sentence's hypotheses,
+        best first, instead of the settings' search or sample (``settings["first_token"]``
+        set; minimum-Bayes-risk decoding, :mod:`nmt.extras.mbr`, is one)."""
         single = isinstance(sentences, str)
         settings = dict(settings)
-        mbr = settings["mbr"] if settings["decoding"] == "mbr" else None
-        epsilon = mbr is not None and mbr["candidates"] == "sample" and mbr["epsilon"] > 0
-        for needed, able, what in (
-                (return_attention, self.all_attention, "return_attention (every layer's and "
-                 "head's attention: one model, engine=pytorch)"),
-                (epsilon, self.epsilon_sampling,
-                 "mbr.epsilon > 0 (epsilon sampling: engine=pytorch; or mbr.epsilon=0)")):
-            if needed and not able:
-                raise ConfigError(f"{type(self).__name__} cannot do {what}.")
+        if return_attention and not self.all_attention:
+            raise ConfigError(f"{type(self).__name__} cannot do return_attention (every layer's "
+                              "and head's attention: one model, engine=pytorch).")
         src_tag, settings["first_token"] = direction_tags(self.config, self.tokenizer, src_lang,
                                                           tgt_lang)
         src_ids = _tagged(self.tokenizer.encode_src_batch([sentences] if single else
                                                           list(sentences)), src_tag, True)
-        if mbr is not None:
-            found, utilities, costs = self._mbr_hypotheses(src_ids, settings, quiet)
+        if search is not None:
+            found = search(src_ids, settings)
         else:
             sample = ({k: settings[k] for k in ("temperature", "top_k", "top_p", "seed")}
                       if settings["sampling"] else None)
-            found, utilities, costs = self._hypotheses(src_ids, settings, sample), None, None
+            found = self._hypotheses(src_ids, settings, sample)
         results = []   # the one place that turns hypotheses into text
-        for i, (ids, hyps) in enumerate(zip(src_ids, found, strict=True)):
+        for ids, hyps in zip(src_ids, found, strict=True):
             src_tokens = self.tokenizer.src_pieces(list(ids) + [EOS_ID])
             n_best = [Translation(self.tokenizer.decode_tgt(h.tokens),
                                   self.tokenizer.tgt_pieces(list(h.tokens) + [EOS_ID]),
-                                  src_tokens, list(h.tokens), float(h.score), h.alignment,
-                                  utility=None if utilities is None else utilities[i][rank])
-                      for rank, h in enumerate(hyps)]
-            results.append(dataclasses.replace(n_best[0], hypotheses=n_best,
-                                               mbr_cost=None if costs is None else costs[i]))
+                                  src_tokens, list(h.tokens), float(h.score), h.alignment)
+                      for h in hyps]
+            results.append(dataclasses.replace(n_best[0], hypotheses=n_best))
         if return_attention:
             attentions = self._attention(src_ids, [r.ids for r in results], settings)
             for result, attention in zip(results, attentions, strict=True):
                 result.attention = attention
         return results[0] if single else results
-
-    def _mbr_hypotheses(self, src_ids: Sequence[Sequence[int]], settings: Mapping, quiet: bool
-                        ) -> tuple[list[list[Hypothesis]], list[list[float]], list[MbrCost]]:
-        """Minimum-Bayes-risk decoding (:mod:`nmt.inference.mbr`): per sentence its distinct
-        candidates by expected utility (best first), those utilities and its cost (its chunk's
-        seconds shared evenly by the chunk's sentences).
-
-        ``settings["mbr"]``: ``candidates="beam"`` takes the n-best list of a beam search with
-        ``beam_size = n_best = num`` (uniform weights 1 / N over it); ``"sample"`` draws ``num``
-        samples per sentence with the sampling settings and ``epsilon``, as ``num`` copies of
-        its row in one batch. Sentences go longest first in chunks of ``batch_sentences``
-        (candidates drawn, then selected; a tqdm bar on a terminal, unless ``quiet`` or $CI);
-        each chunk's samples come from a generator seeded with ``seed``, so they are a function
-        of seed, input and batch_sentences, as nmt-translate's chunks."""
-        mbr, chunk_size = settings["mbr"], int(settings["batch_sentences"])
-        num = int(mbr["num"])
-        if mbr["candidates"] == "beam":
-            search, sampling, copies = {**settings, "beam_size": num, "n_best": num}, None, 1
-        else:
-            search = {**settings, "batch_sentences": chunk_size * num,
-                      "batch_tokens": int(settings["batch_tokens"]) * num}
-            sampling = {**{k: settings[k] for k in ("temperature", "top_k", "top_p", "seed")},
-                        "epsilon": mbr["epsilon"]}
-            copies = num
-        found: list = [None] * len(src_ids)
-        utilities: list = [None] * len(src_ids)
-        costs: list = [None] * len(src_ids)
-        order = sorted(range(len(src_ids)), key=lambda i: len(src_ids[i]), reverse=True)
-        show = not quiet and progress_enabled()
-        with tqdm(total=len(src_ids), unit="sent", disable=not show, leave=False,
-                  dynamic_ncols=True, desc=f"MBR ({mbr['candidates']} x{num}, {mbr['utility']})"
-                  ) as bar:
-            for start in range(0, len(order), chunk_size):
-                chunk = order[start:start + chunk_size]
-                begin = time.perf_counter()
-                rows = self._hypotheses([src_ids[i] for i in chunk for _ in range(copies)],
-                                        search, sampling)
-                candidates = [[h for hyps in rows[k * copies:(k + 1) * copies] for h in hyps]
-                              for k in range(len(chunk))]
-                middle = time.perf_counter()
-                choices = mbr_select([[self.tokenizer.decode_tgt(h.tokens) for h in hyps]
-                                      for hyps in candidates], mbr["utility"])
-                shares = [t / len(chunk) for t in (middle - begin, time.perf_counter() - middle)]
-                for i, hyps, choice in zip(chunk, candidates, choices, strict=True):
-                    found[i], utilities[i] = [hyps[k] for k in choice.order], choice.utility
-                    costs[i] = MbrCost(1, len(hyps), len(choice.order), *shares)
-                bar.update(len(chunk))
-        return found, utilities, costs
 
     def score(self, sources: Sequence[str], targets: Sequence[str], batch_tokens: int = 4000,
               tgt_lang: str | None = None, src_lang: str | None = None) -> list[ForcedScore]:

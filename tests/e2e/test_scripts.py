@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -144,32 +145,125 @@ def test_results_table_pastes_val_and_test_scores_of_a_run(tmp_path):
     assert signatures == f"{run}: BLEU nrefs:1|case:mixed | chrF nrefs:1|nc:6"
 
 
-def test_device_check_dry_run_runs_every_step_on_cpu_and_prints_one_line(tmp_path):
-    """scripts/device_check.sh --dry-run: the GPU check's five steps with a tiny model on CPU
-    (what the lead runs on a lent GPU, step for step), its files under the output folder
-    (at most 8, at most 2 folders down: what a device run brings back) and the last line."""
-    write_corpus(tmp_path / "corpus", {"train": 200, "val": 20, "test_2016_flickr": 20})
-    out = tmp_path / "out"
-    proc = subprocess.run(
-        ["bash", str(REPO_ROOT / "scripts" / "device_check.sh"), "--dry-run", str(out)],
+DEVICE_STEPS = ("install", "preflight", "nccl", "syncs", "data", "ddp", "base", "base_eval", "bench",
+                "static", "static_eval")
+
+
+def _device_check(tmp_path, *args: str, **env: str) -> subprocess.CompletedProcess:
+    """scripts/device_check.sh ARGS in tmp_path, on tmp_path/corpus, work and cache in tmp_path."""
+    return subprocess.run(
+        ["bash", str(REPO_ROOT / "scripts" / "device_check.sh"), *args],
         cwd=tmp_path, capture_output=True, text=True, timeout=600,
         env={**os.environ, "OMP_NUM_THREADS": "1", "NMT_DATA_ROOT": str(tmp_path / "corpus"),
              "NMT_CACHE_DIR": str(tmp_path / "cache"), "DEVICE_CHECK_WORK": str(tmp_path / "w"),
-             "DEVICE_CHECK_OVERRIDES": "data.tokenizer.vocab_size=120"})
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+             "DEVICE_CHECK_OVERRIDES": "data.tokenizer.vocab_size=120", **env})
+
+
+def _key_line(proc: subprocess.CompletedProcess, prefix: str = "device_check ") -> dict[str, str]:
     last = proc.stdout.strip().splitlines()[-1]
-    assert last.startswith("device_check ")
-    line = dict(kv.split("=", 1) for kv in last.split()[1:])
-    assert line["failed"] == "none" and line["dry_run"] == "1"
+    assert last.startswith(prefix), proc.stdout[-3000:] + proc.stderr[-3000:]
+    return dict(kv.split("=", 1) for kv in last.split()[1:])
+
+
+def _device_files(out) -> list[str]:
+    """The files a device run would bring back from OUT_DIR: at most 8, at most 2 folders down,
+    named in letters, digits, '.', '_' and '-'."""
+    files = sorted(str(p.relative_to(out)) for p in out.rglob("*") if p.is_file())
+    assert len(files) <= 8, files
+    for name in files:
+        parts = name.split("/")
+        assert len(parts) <= 3 and all(re.fullmatch(r"[A-Za-z0-9._-]+", part) for part in parts), name
+    return files
+
+
+def test_device_check_dry_run_runs_every_step_on_cpu_and_prints_one_line(tmp_path):
+    """scripts/device_check.sh --dry-run: the GPU check's steps with a tiny model on CPU (what a
+    lent GPU runs, step for step: a 2-rank gloo all_reduce, the host-sync test, the data caches,
+    a DDP training with WORLD_SIZE 2, base, bench, static and their evaluations), each step's
+    seconds, its files under the output folder and the last line."""
+    write_corpus(tmp_path / "corpus", {"train": 200, "val": 20, "test_2016_flickr": 20})
+    out = tmp_path / "out"
+    proc = _device_check(tmp_path, "--dry-run", str(out))
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    line = _key_line(proc)
+    assert line["failed"] == "none" and line["skipped"] == "none" and line["dry_run"] == "1"
     assert line["nccl"] == line["syncs"] == "ok"      # gloo all_reduce; the host-sync test
+    assert line["ddp_world"] == "2" and line["ddp_backend"] == "gloo"   # a real process group
     assert line["base_steps"] == "4" and line["static_steps"] == "4" and line["ddp_steps"] == "3"
     for key in ("base_val_bleu", "base_test_bleu", "static_test_bleu", "decode_test_beam5_s",
                 "base_mfu", "static_mfu", "static_pad_pct", "bench_tgt_tokens_per_s", "bench_mfu",
-                "bench_pad_share"):
-        assert float(line[key]) >= 0, key
-    files = sorted(str(p.relative_to(out)) for p in out.rglob("*") if p.is_file())
-    assert files == ["base/summary.json", "base/train.log", "ddp/summary.json", "ddp/train.log",
-                     "device_check.log", "results.json", "static/summary.json",
-                     "static/train.log"]
+                "bench_pad_share"):   # MFU: on a CPU, against its measured matmul rate
+        assert float(line.get(key, line.get(key.replace("mfu", "matmul_util")))) >= 0, key
+    for step in DEVICE_STEPS:                          # every step ran, and took this long
+        assert line[f"{step}_s"].isdigit(), (step, line[f"{step}_s"])
+        if step != "install":                          # no wheels here: nothing to install
+            assert re.search(rf"\] {step}: rc=0 in \d+s \(limit \d+s\)", proc.stdout), step
+    assert _device_files(out) == [
+        "base/summary.json", "base/train.log", "ddp/summary.json", "ddp/train.log",
+        "device_check.log", "results.json", "static/summary.json", "static/train.log"]
     assert json.loads((out / "results.json").read_text())["line"]["failed"] == "none"
     assert "static batch shapes" in (out / "static" / "train.log").read_text()
+
+
+def test_device_check_plan_fits_the_budget_and_a_small_budget_skips_later_steps(tmp_path):
+    """The step limits add up to at most the budget (540 s on the GPU); with a budget that holds
+    only the first steps, the later ones are "skipped for time" (exit 3), not failed."""
+    plan = _key_line(_device_check(tmp_path, "--plan"), "device_check_plan ")
+    limits = {step: plan[step] for step in DEVICE_STEPS}
+    assert plan["budget"] == "540" and all(v.isdigit() for v in limits.values()), limits
+    assert sum(map(int, limits.values())) == int(plan["planned"]) <= 540 - int(plan["reserve"])
+    small = _key_line(_device_check(tmp_path, "--plan", DEVICE_CHECK_BUDGET="300"),
+                      "device_check_plan ")
+    assert "skip" in small.values() and int(small["planned"]) <= 300 - int(small["reserve"])
+
+    dry = _key_line(_device_check(tmp_path, "--dry-run", "--plan"), "device_check_plan ")
+    budget = sum(int(dry[step]) for step in ("install", "preflight", "nccl")) + int(dry["reserve"])
+    write_corpus(tmp_path / "corpus", {"train": 50, "val": 5, "test_2016_flickr": 5})
+    out = tmp_path / "out"
+    proc = _device_check(tmp_path, "--dry-run", str(out), DEVICE_CHECK_BUDGET=str(budget))
+    assert proc.returncode == 3, proc.stdout[-3000:] + proc.stderr[-3000:]
+    line = _key_line(proc)
+    later = DEVICE_STEPS[3:]
+    assert line["failed"] == "none" and line["skipped"] == ",".join(later)
+    assert line["nccl"] == "ok" and line["nccl_s"].isdigit() and line["preflight_s"].isdigit()
+    assert all(line[f"{step}_s"] == "skipped" for step in later)
+    assert proc.stdout.count("skipped for time") == len(later)
+    assert _device_files(out) == ["device_check.log", "results.json"]
+
+
+def test_device_prep_copies_the_data_and_prints_the_device_call(tmp_path):
+    """scripts/device_prep.sh --no-download (no network) in a scratch repository: the Multi30k
+    files into the git-ignored data/multi30k, the carry list, the size that would travel and
+    the command; without the data, one error naming the missing file."""
+    repo = tmp_path / "repo"
+    (repo / "scripts").mkdir(parents=True)
+    (repo / "scripts" / "device_prep.sh").write_text((REPO_ROOT / "scripts" / "device_prep.sh").read_text())
+    (repo / ".gitignore").write_text((REPO_ROOT / ".gitignore").read_text())
+    (repo / "README.md").write_text("tracked\n")
+    (repo / "device_wheels").mkdir()
+    (repo / "device_wheels" / "omegaconf-2.3.1-py3-none-any.whl").write_bytes(b"PK")
+    subprocess.run(["git", "init", "-q"], cwd=repo, check=True)
+    subprocess.run(["git", "add", "."], cwd=repo, check=True)
+    corpus = write_corpus(tmp_path / "corpus", {"train": 30, "val": 5, "test_2016_flickr": 5})
+
+    def prep(root):
+        return subprocess.run(["bash", "scripts/device_prep.sh", "--no-download"], cwd=repo,
+                              capture_output=True, text=True, timeout=60,
+                              env={**os.environ, "NMT_DATA_ROOT": str(root)})
+
+    proc = prep(corpus)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    for split in ("train", "val", "test_2016_flickr"):
+        for lang in ("de", "en"):
+            name = f"{split}.{lang}"
+            assert (repo / "data" / "multi30k" / name).read_bytes() == (corpus / name).read_bytes()
+    lines = proc.stdout.splitlines()
+    carry = next(x for x in lines if x.strip().startswith("carry:"))
+    assert json.loads(carry.split(":", 1)[1]) == ["device_wheels", "data/multi30k"]
+    assert "  command: bash scripts/device_check.sh" in lines
+    travels = next(x for x in lines if x.startswith("device_prep: travels "))
+    assert 0 <= float(travels.split()[2]) < 1         # MiB: a README, a wheel, 40 pairs
+    assert "not git-ignored" not in proc.stdout
+
+    proc = prep(tmp_path / "nowhere")
+    assert proc.returncode == 2 and f"{tmp_path / 'nowhere'}/train.de" in proc.stderr
