@@ -29,10 +29,11 @@ def train(overrides: list[str] | tuple[str, ...] = ()) -> dict:
     batch."""
     from nmt.config import compose_config
     from nmt.extras.consistency import regulariser
+    from nmt.extras.subword_sampling import resampler
     from nmt.training.trainer import train as run
 
     cfg = compose_config(list(overrides))
-    return run(cfg, regulariser=regulariser(cfg.train))
+    return run(cfg, regulariser=regulariser(cfg.train), resampler=resampler(cfg))
 
 
 def __getattr__(name: str):

@@ -53,16 +53,6 @@ class ConfigError(ValueError):
     (the CLIs print it and exit with status 2, no traceback)."""
 
 
-class InputTooLong(ConfigError):
-    """Sentence ``index`` of a call needs more than the ``positions`` an engine has (an
-    ``nmt-export``'s ``max_positions``, EOS included). The message names no file: nmt-serve
-    answers 413 and logs the model's path itself."""
-
-    def __init__(self, message: str, index: int, positions: int) -> None:
-        super().__init__(message)
-        self.index, self.positions = index, positions
-
-
 class Choice(str, enum.Enum):
     """A choice field: Hydra rejects any other value (naming the key and the choices); a
     member compares equal to, prints and formats as its value."""
@@ -150,6 +140,7 @@ class TrainSchema:
     precision: Precision = MISSING
     compile: bool = MISSING
     shape_buckets: int = MISSING
+    shape_multiple: int = MISSING
     peak_tflops: float | None = MISSING
     prefetch: bool = MISSING
     log_figures: bool = MISSING
@@ -407,7 +398,7 @@ def validate(cfg: DictConfig) -> DictConfig:
     check_positive(out, "train.batch_tokens", "train.accum_steps", "train.max_steps", "train.max_epochs",
                    "train.max_minutes", "train.eval_every_steps", "train.log_every_steps", "train.lr",
                    "train.plateau_patience", "train.early_stopping_patience", "train.eps",
-                   "train.peak_tflops")
+                   "train.peak_tflops", "train.shape_multiple")
     check_positive(out, "train.warmup_steps", "train.clip_grad_norm", "train.weight_decay",
                    "train.keep_last", "train.keep_best", "train.min_lr", "train.consistency_alpha",
                    "train.shape_buckets", "train.alignment_loss_weight",

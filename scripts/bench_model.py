@@ -8,6 +8,9 @@ Usage::
     python scripts/bench_model.py model=transformer_base train.batch_tokens=24576 \
         train.shape_buckets=8 --device cuda --precision bf16 --compile     # a GPU, 25k-token steps
 
+With ``--compile`` the compiled variant also computes the loss compiled
+(:func:`nmt.training.loss.compiled_label_smoothed_nll`), as ``nmt-train`` does.
+
 The other arguments, before, between or after the options, are Hydra overrides of
 ``configs/config.yaml`` (``compose_config``). Options: ``--warmup N`` (untimed steps, default
 3), ``--steps N`` (timed steps, default 10), ``--threads N`` (torch threads, default 2),
@@ -37,7 +40,7 @@ One step = forward (teacher forcing, ``need_alignment=False``) and loss as
 ``train.label_smoothing``; with ``train.consistency=rdrop|simcut`` one forward over the batch
 twice and the KL term, with simcut the token cutoff's hooks on the model), summed over real
 target tokens / their number, backward, gradient clipping (``train.clip_grad_norm``) and a
-step of the optimizer that :func:`nmt.training.trainer.build_optimizer` builds from the train
+step of the optimizer that :func:`nmt.training.setup.build_optimizer` builds from the train
 config (Adam/AdamW, fused kernel where available): the same calls as ``nmt-train``'s step
 (fp32, one batch per step, no DDP).
 The batches are the first ``warmup + steps`` batches of epoch 0 of
@@ -56,12 +59,15 @@ Reported (last line, ``key=value``; with an A/B option also ``eager_``/``compile
     analytically (Kaplan et al. 2020 rule, :func:`nmt.runtime.train_flops`, which the
     trainer's log and ``summary.json`` use too)::
 
-        FLOPs = 6 * (N_enc * src_tokens + (N_dec + N_out) * tgt_tokens)
+        FLOPs = 6 * (N_src * src_tokens + N_tgt * tgt_tokens) + attention
 
-    N_enc: encoder parameters, N_dec: decoder parameters, N_out: output-projection parameters
-    (V x d, also when tied), src/tgt_tokens: real (non-padding) tokens of the batch (twice
-    with ``train.consistency`` rdrop or simcut; ``tgt_tokens_per_s`` counts them once).
-    Embedding lookups are not counted, neither are attention score FLOPs.
+    N_src: encoder parameters and the projections of its memory (cross-attention K, V; the
+    RNN's U_a), N_tgt: the other decoder parameters and the output projection (V x d, also
+    when tied), src/tgt_tokens: real (non-padding) tokens of the batch (twice with
+    ``train.consistency`` rdrop or simcut; ``tgt_tokens_per_s`` counts them once), attention:
+    ``Seq2Seq.attention_flops`` (PaLM's 12 d per query-key pair and layer, forward and
+    backward). Embedding lookups are not counted. On a CPU without ``train.peak_tflops`` the
+    divisor is a measured matmul rate, not a peak: the figure is a matmul utilisation.
   * ``params`` (distinct trainable parameters), ``step_ms`` (median), ``peak_gflops``,
     ``model_gflops`` (achieved), ``pad_share`` (padding among the timed batches' positions,
     both sides), ``batch_shapes`` (distinct shapes among them), ``batches``, ``device``,
@@ -101,8 +107,12 @@ from nmt.runtime import (  # noqa: E402
     tune_cuda,
 )
 from nmt.training.ema import WeightAverage  # noqa: E402
-from nmt.training.loss import objective  # noqa: E402
-from nmt.training.trainer import build_optimizer, compile_mode  # noqa: E402
+from nmt.training.loss import (  # noqa: E402
+    compiled_label_smoothed_nll,
+    label_smoothed_nll,
+    objective,
+)
+from nmt.training.setup import build_optimizer, compile_mode  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -145,7 +155,7 @@ def main(argv: list[str] | None = None) -> dict:
     data = prepare_data(cfg.data)
     tok, t = data.tokenizer, cfg.train
     shapes = BatchShapes.fit(data.train.src_lens, data.train.tgt_lens, t.shape_buckets,
-                             t.batch_tokens) if t.shape_buckets else None
+                             t.batch_tokens, t.shape_multiple) if t.shape_buckets else None
     sampler = TokenBatchSampler(data.train.src_lens, data.train.tgt_lens, t.batch_tokens,
                                 shuffle=True, seed=t.seed, shapes=shapes,
                                 directions=data.train.directions,   # as nmt-train draws them
@@ -165,8 +175,9 @@ def main(argv: list[str] | None = None) -> dict:
         # SimCut's hooks cut the second half of a lookup's rows: on for its steps only.
         reg = regulariser(t)
         cutoff = add_token_cutoff(model, t.cutoff_p) if t.consistency == "simcut" else []
+        loss_fn = label_smoothed_nll if fwd is model else compiled_label_smoothed_nll()
         total, _ = objective(fwd, b, t, torch.autocast(device.type, dtype=torch.bfloat16,
-                                                       enabled=bf16), reg)
+                                                       enabled=bf16), reg, loss_fn)
         for hook in cutoff:
             hook.remove()
         loss = total / b.n_tgt_tokens

@@ -230,9 +230,10 @@ def overrides(tiny_overrides, shared_cache) -> list[str]:
 
 
 def train(cfg):
-    """:func:`nmt.training.trainer.train` with ``train.consistency``'s regulariser, as
-    ``nmt-train`` and ``nmt.train()`` pass it."""
+    """:func:`nmt.training.trainer.train` with ``train.consistency``'s regulariser and
+    ``data.tokenizer.sampling_alpha``'s resampler, as ``nmt-train`` and ``nmt.train()`` pass them."""
     from nmt.extras.consistency import regulariser
+    from nmt.extras.subword_sampling import resampler
     from nmt.training.trainer import train as run
 
-    return run(cfg, regulariser=regulariser(cfg.train))
+    return run(cfg, regulariser=regulariser(cfg.train), resampler=resampler(cfg))

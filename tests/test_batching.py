@@ -15,7 +15,6 @@ from nmt.data.batching import (
     TokenizedSplit,
     make_src_batch,
     prepare_data,
-    sample_split,
     write_pairs,
 )
 from nmt.data.corpus import CorpusError
@@ -132,25 +131,31 @@ def test_sampler_covers_each_row_once_within_budget():
 
 
 def test_static_lengths_pad_least_and_batches_take_their_fixed_shape(hand_split):
-    # Widths (longer side) 2, 2, 3, 5, 9; two lengths: {3, 9} pads 1+1+0+4+0 = 6 positions,
-    # {5, 9} pads 8, {2, 9} pads 10: the dynamic programme picks (3, 9).
+    # Source widths 2, 1, 3, 5, 9; two lengths: {3, 9} pads 1+2+0+4+0 = 7 positions, {5, 9}
+    # pads 3+4+2+0+0 = 9, {2, 9} pads 0+1+6+4+0 = 11: the dynamic programme picks (3, 9).
+    # Target widths 1, 2, 2, 4, 3 are bucketed apart: (2, 4).
     src, tgt = np.array([2, 1, 3, 5, 9]), np.array([1, 2, 2, 4, 3])
-    assert BatchShapes.fit(src, tgt, 2, 20, multiple=1).lengths == (3, 9)
-    assert BatchShapes.fit(src, tgt, 1, 20, multiple=1).lengths == (9,)
-    assert BatchShapes.fit(src, tgt, 9, 20, multiple=1).lengths == (2, 3, 5, 9)   # one per width
-    assert BatchShapes.fit(src, tgt, 9, 20).lengths == (8, 16)   # rounded up to multiples of 8
-    shapes = BatchShapes((3, 9), 20)
-    assert shapes.shape(3) == (6, 3) and shapes.shape(4) == (2, 9)
+    two = BatchShapes.fit(src, tgt, 2, 20, multiple=1)
+    assert (two.src_lengths, two.tgt_lengths) == ((3, 9), (2, 4))
+    one = BatchShapes.fit(src, tgt, 1, 20, multiple=1)
+    assert (one.src_lengths, one.tgt_lengths) == ((9,), (4,))
+    assert BatchShapes.fit(src, tgt, 9, 20, multiple=1).src_lengths == (1, 2, 3, 5, 9)   # each width
+    rounded = BatchShapes.fit(src, tgt, 9, 20)                  # multiples of 8
+    assert (rounded.src_lengths, rounded.tgt_lengths) == ((8, 16), (8,))
+    shapes = BatchShapes((3, 9), (2, 4), 20)
+    assert shapes.shape(3, 2) == (6, 3, 2) and shapes.shape(4, 1) == (2, 9, 2)
+    assert shapes.shape(2, 4) == (5, 3, 4)                      # rows: the longer side, 4
+    assert shapes.bucket(shapes.src_lengths, np.array([3, 4, 9])).tolist() == [3, 9, 9]
     with pytest.raises(ValueError, match="longer than the longest static shape"):
-        shapes.shape(10)
-    # hand_split: src_lens [4, 2, 1, 3], tgt_lens [3, 5, 2, 1]; rows 1, 0, 2 -> width 5 -> (2, 6)
-    # in a 12-token budget: 3 rows of 5 positions would not fit, the shape has 2 rows.
-    shapes = BatchShapes((2, 6), 12)
+        shapes.shape(10, 1)
+    # hand_split: src_lens [4, 2, 1, 3], tgt_lens [3, 5, 2, 1]; rows 1, 2: source 2 -> 2,
+    # target 5 -> 6, in a 12-token budget 2 rows (3 rows of 6 positions would not fit).
+    shapes = BatchShapes((2, 6), (2, 6), 12)
     one = hand_split.collate([1, 2], shapes)
     plain = hand_split.collate([1, 2])
-    assert one.src.shape == one.tgt_in.shape == one.tgt_out.shape == (2, 6)
-    assert torch.equal(one.src[:, :2], plain.src) and not one.src_mask[:, 2:].any()
-    padded = hand_split.collate([2], BatchShapes((2,), 12))      # 1 real row of 6
+    assert one.src.shape == (2, 2) and one.tgt_in.shape == one.tgt_out.shape == (2, 6)
+    assert torch.equal(one.src, plain.src) and torch.equal(one.tgt_in[:, :5], plain.tgt_in)
+    padded = hand_split.collate([2], BatchShapes((2,), (2,), 12))      # 1 real row of 6
     P, E, S = PAD_ID, EOS_ID, BOS_ID
     assert padded.src.tolist() == [[E, P]] + [[P, P]] * 5
     assert padded.src_mask.tolist() == [[1, 0]] * 6          # no row without a key
@@ -163,24 +168,24 @@ def test_sampler_with_static_shapes_keeps_the_budget_and_few_shapes():
     src, tgt = _lens()
     shapes = BatchShapes.fit(src, tgt, 4, 200)
     sampler = TokenBatchSampler(src, tgt, batch_tokens=200, seed=3, shapes=shapes)
-    longest = max(src.max(), tgt.max())
-    assert len(shapes.lengths) <= 4 and all(n % 8 == 0 for n in shapes.lengths)
-    assert longest <= shapes.lengths[-1] < longest + 8
+    for lengths, lens in ((shapes.src_lengths, src), (shapes.tgt_lengths, tgt)):
+        assert len(lengths) <= 4 and all(n % 8 == 0 for n in lengths)
+        assert lens.max() <= lengths[-1] < lens.max() + 8
     seen = set()
     for epoch in range(3):
         batches = sampler.batches(epoch)
         assert sorted(np.concatenate(batches).tolist()) == list(range(len(src)))
         for b in batches:
-            rows, length = shapes.shape(int(max(src[b].max(), tgt[b].max())))
-            assert len(b) <= rows and rows * length <= 200
-            seen.add((rows, length))
-    assert len(seen) <= 4
-    # padding: 1 - real / positions, both sides, [B, S] + [B, T] without shapes
+            rows, s_len, t_len = shapes.shape(int(src[b].max()), int(tgt[b].max()))
+            assert len(b) <= rows and rows * max(s_len, t_len) <= 200
+            seen.add((rows, s_len, t_len))
+    assert len(seen) <= 16
+    # padding: 1 - real / positions, both sides, [B, S] + [B, T]
     plain = TokenBatchSampler(np.array([2, 3]), np.array([4, 1]), 100)
     assert plain.padding([np.array([0, 1])]) == pytest.approx(1 - 10 / 14)
     static = TokenBatchSampler(np.array([2, 3]), np.array([4, 1]), 100,
-                               shapes=BatchShapes((5,), 10))
-    assert static.padding([np.array([0, 1])]) == pytest.approx(1 - 10 / 20)
+                               shapes=BatchShapes((5,), (8,), 10))
+    assert static.padding([np.array([0, 1])]) == pytest.approx(1 - 10 / 13)   # 1 row x (5 + 8)
 
 
 def test_sampler_deterministic_in_seed_and_epoch():
@@ -231,54 +236,6 @@ def test_prepare_data_cache_hit_and_invalidation(tiny_cfg, tiny_corpus, tmp_path
     assert len(third.train) == 201 and third.train.path != first.train.path
     assert third.tokenizer.fingerprint != first.tokenizer.fingerprint
     assert third.valid.path != first.valid.path  # valid cache follows the tokenizer
-
-
-class DoublingTokenizer(WordTokenizer):
-    """Test double of sampling: every word's id twice ("a b" -> 10 10 11 11), seed ignored."""
-
-    def encode_sampled(self, src_texts, tgt_texts, alpha, nbest_size, seed):
-        double = lambda t: [i for i in self._enc(t) for _ in range(2)]  # noqa: E731
-        return [double(t) for t in src_texts], [double(t) for t in tgt_texts]
-
-
-def test_sample_split_keeps_pairs_and_falls_back_beyond_the_longest_side(hand_split):
-    # The longest side of hand_split is "z w x y" (4 tokens): a pair with a longer sampled
-    # side keeps its best segmentation (pairs 0 and 1); the others take the sampled one.
-    split = sample_split(hand_split, DoublingTokenizer(), 0.5, -1, seed=(1, 0), cache=False)
-    assert split.path is None and len(split) == 4
-    assert [split.src_ids(i) for i in range(4)] == [[10, 11, 12], [10], [], [11, 11, 11, 11]]
-    assert [split.tgt_ids(i) for i in range(4)] == [[13, 14], [15, 16, 13, 14], [13, 13], []]
-    assert split.src_lens.tolist() == [4, 2, 1, 5] and split.tgt_lens.tolist() == [3, 5, 3, 1]
-    assert split.src_texts() == hand_split.src_texts()
-    b = split.collate([3, 2])
-    assert b.src.tolist() == [[11, 11, 11, 11, EOS_ID], [EOS_ID, PAD_ID, PAD_ID, PAD_ID, PAD_ID]]
-    again = TokenizedSplit.from_bytes(split.ipc_bytes())
-    assert again.tgt_ids(2) == [13, 13] and again.path is None
-
-
-def test_sampled_epochs_of_a_real_tokenizer_are_cached_per_seed(tiny_cfg):
-    data = prepare_data(tiny_cfg.data)
-    tok, train = data.tokenizer, data.train
-    first = sample_split(train, tok, 0.5, -1, seed=(1234, 0))
-    assert first.path.parent == train.path.parent and first.path.name.startswith(train.path.stem)
-    n = len(train)
-
-    def ids(split):
-        return [split.src_ids(i) + [-1] + split.tgt_ids(i) for i in range(n)]
-
-    cached = sample_split(train, tok, 0.5, -1, seed=(1234, 0))          # read, not drawn
-    redrawn = sample_split(train, tok, 0.5, -1, seed=(1234, 0), cache=False)
-    other = sample_split(train, tok, 0.5, -1, seed=(1234, 1))
-    assert cached.path == first.path and ids(cached) == ids(first) == ids(redrawn)
-    assert other.path != first.path
-    assert sum(a != b for a, b in zip(ids(first), ids(other), strict=True)) > n // 2
-    assert sum(first.src_ids(i) != train.src_ids(i) for i in range(n)) > n // 2
-    assert [tok.decode_tgt(first.src_ids(i)) for i in range(n)] == train.src_texts()
-    assert [tok.decode_tgt(first.tgt_ids(i)) for i in range(n)] == train.tgt_texts()
-    assert max(first.src_lens.max(), first.tgt_lens.max()) <= max(train.src_lens.max(),
-                                                                  train.tgt_lens.max())
-    moved = TokenizedSplit.from_bytes(first.ipc_bytes())                 # what DDP ranks get
-    assert moved.path is None and ids(moved) == ids(first)
 
 
 def test_prepare_data_filters_train_only(tiny_overrides, tiny_corpus):
@@ -332,6 +289,21 @@ def test_chunked_stream_writes_the_same_split_as_one_chunk(tmp_path, monkeypatch
     assert _split_contents(a) == _split_contents(b)
     assert a.src_texts() == ["a b", "", "b b", "a b c", "b"]          # a ratio of 2 passes
     assert a.src_ids(4) == [11] and a.tgt_ids(0) == [13, 14] and a.src_ids(1) == []
+
+
+def test_a_split_from_ids_in_memory_holds_what_the_file_holds(hand_split, monkeypatch):
+    """TokenizedSplit.from_ids (subword sampling's epochs): the same pairs as the file, in
+    record batches of _CHUNK_ROWS, readable again from its bytes (what DDP ranks get)."""
+    rows = range(len(hand_split))
+    monkeypatch.setattr(batching, "_CHUNK_ROWS", 3)
+    split = TokenizedSplit.from_ids([hand_split.src_ids(i) for i in rows],
+                                    [hand_split.tgt_ids(i) for i in rows],
+                                    hand_split.src_texts(), hand_split.tgt_texts())
+    assert split.path is None and len(split._chunks) == 2                # 3 + 1 pairs
+    assert _split_contents(split) == _split_contents(hand_split)
+    assert split.src_lens.tolist() == hand_split.src_lens.tolist() == [4, 2, 1, 3]
+    again = TokenizedSplit.from_bytes(split.ipc_bytes())
+    assert again.path is None and _split_contents(again) == _split_contents(hand_split)
 
 
 def test_stream_error_leaves_no_file(tmp_path, monkeypatch):

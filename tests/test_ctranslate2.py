@@ -24,11 +24,12 @@ from conftest import REPO_ROOT, make_pairs
 pytest.importorskip("ctranslate2")
 
 import nmt  # noqa: E402
-from nmt.config import ConfigError, InputTooLong, compose_config, to_plain  # noqa: E402
+from nmt.config import ConfigError, compose_config, to_plain  # noqa: E402
 from nmt.evaluation.alignments import load_alignments  # noqa: E402
 from nmt.evaluation.metrics import corpus_scores  # noqa: E402
 from nmt.extras.ctranslate2 import (  # noqa: E402
     CTranslate2Translator,
+    InputTooLong,  # noqa: E402
     build_spec,
     export,
     require_ctranslate2,

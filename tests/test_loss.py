@@ -52,6 +52,22 @@ def test_padding_positions_do_not_matter():
 
 
 @pytest.mark.parametrize("eps", [0.0, 0.1, 0.2])
+def test_the_reference_is_pytorchs_label_smoothing(eps):
+    """Szegedy's convention (eps / V on every class) is F.cross_entropy's label_smoothing."""
+    import torch.nn.functional as F
+
+    logits = torch.randn(4, 7, 9, generator=torch.Generator().manual_seed(2), dtype=torch.float64)
+    target = torch.randint(1, 9, (4, 7), generator=torch.Generator().manual_seed(3))
+    target[2, 5:] = 0
+    loss, nll = label_smoothed_nll_reference(logits, target, eps, ignore_index=0)
+    flat, gold = logits.reshape(-1, 9), target.reshape(-1)
+    assert loss.item() == pytest.approx(F.cross_entropy(
+        flat, gold, label_smoothing=eps, ignore_index=0, reduction="sum").item(), rel=1e-12)
+    assert nll.item() == pytest.approx(F.cross_entropy(
+        flat, gold, ignore_index=0, reduction="sum").item(), rel=1e-12)
+
+
+@pytest.mark.parametrize("eps", [0.0, 0.1, 0.2])
 def test_fused_equals_the_reference_in_values_and_gradients(eps):
     torch.manual_seed(1)
     target = torch.randint(0, 11, (3, 6))

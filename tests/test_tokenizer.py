@@ -195,30 +195,3 @@ def test_tokenizer_trains_on_a_bounded_sample(tmp_path, train_texts, monkeypatch
     assert seen == ([src + tgt] if joint else [src, tgt])
     assert len(list((tmp_path / "a" / "tokenizers").iterdir())) == 2
     assert whole.fingerprint != small.fingerprint
-
-
-@pytest.mark.parametrize(("model_type", "alpha", "nbest_size"),
-                         [("unigram", 0.5, -1), ("unigram", 0.5, 8), ("bpe", 0.2, -1)])
-def test_sampled_segmentations_decode_to_the_text_and_repeat_with_the_seed(
-        tmp_path, train_texts, model_type, alpha, nbest_size):
-    """Subword regularisation (Kudo 2018; BPE-dropout): another segmentation of the same text,
-    the same one for the same seed (also from another thread), another for another seed."""
-    import threading
-
-    src, tgt = train_texts
-    tok = _train(_cfg(type=model_type, joint=False), src, tgt,
-                                  tmp_path)
-    src, tgt = src[:50], tgt[:50]
-    first = tok.encode_sampled(src, tgt, alpha, nbest_size, seed=(1234, 0))
-    again: list = []
-    thread = threading.Thread(target=lambda: again.append(
-        tok.encode_sampled(src, tgt, alpha, nbest_size, seed=(1234, 0))))
-    thread.start()
-    thread.join()
-    assert again[0] == first
-    other = tok.encode_sampled(src, tgt, alpha, nbest_size, seed=(1234, 1))
-    assert other != first
-    s_ids, t_ids = first
-    assert [decode_src(tok, ids) for ids in s_ids] == src
-    assert [tok.decode_tgt(ids) for ids in t_ids] == tgt
-    assert s_ids != tok.encode_src_batch(src) and t_ids != tok.encode_tgt_batch(tgt)

@@ -108,11 +108,13 @@ def test_bf16_autocast_trains_on_cpu_and_fp16_needs_cuda(overrides, tmp_path, ca
     elsewhere with one paragraph."""
     import math
 
+    from nmt.training import setup as setup_module
     from nmt.training import trainer as trainer_module
-    from nmt.training.trainer import autocast_dtype
+    from nmt.training.setup import autocast_dtype
 
     assert isinstance(trainer_module.cpu_has_bf16(), bool)
-    monkeypatch.setattr(trainer_module, "cpu_has_bf16", lambda: False)   # a CPU without it
+    for module in (trainer_module, setup_module):                         # a CPU without it
+        monkeypatch.setattr(module, "cpu_has_bf16", lambda: False)
 
     run = tmp_path / "bf16"
     args = overrides[:-1] + TINY_MODEL + TINY_TRAIN + ["train.max_steps=4", "train.eval_every_steps=2",
@@ -128,7 +130,7 @@ def test_bf16_autocast_trains_on_cpu_and_fp16_needs_cuda(overrides, tmp_path, ca
     cpu = torch.device("cpu")
     assert autocast_dtype("auto", cpu) is None and autocast_dtype("bf16", cpu) == torch.bfloat16
     assert autocast_dtype("fp32", cpu) is None
-    monkeypatch.setattr(trainer_module, "cpu_has_bf16", lambda: True)    # AMX / AVX-512 BF16
+    monkeypatch.setattr(setup_module, "cpu_has_bf16", lambda: True)      # AMX / AVX-512 BF16
     assert autocast_dtype("auto", cpu) == torch.bfloat16 and autocast_dtype("fp32", cpu) is None
     assert main(overrides[:-1] + TINY_MODEL + TINY_TRAIN + [
         "train.max_steps=1", "train.precision=fp16", "device=cpu", f"run_dir={tmp_path / 'fp16'}"]) == 2
@@ -243,13 +245,14 @@ def test_the_weight_average_is_validated_checkpointed_translated_and_fine_tuned_
 def test_subword_sampling_draws_each_training_epoch_and_leaves_validation_alone(overrides,
                                                                                 tmp_path):
     from nmt.data.batching import load_split
+    from nmt.extras.subword_sampling import resampler
     from nmt.runtime import resolve_device
     from nmt.training.distributed import DistInfo
     from nmt.training.trainer import Trainer
 
     cfg = compose_config(overrides[:-1] + TINY_MODEL + TINY_TRAIN + [
         "data.tokenizer.sampling_alpha=0.5", "device=cpu", f"run_dir={tmp_path / 'run'}"])
-    trainer = Trainer(cfg, DistInfo(), resolve_device("cpu"))
+    trainer = Trainer(cfg, DistInfo(), resolve_device("cpu"), resampler=resampler(cfg))
     try:
         trainer.setup()
         tok, best = trainer.tokenizer, trainer.train_split
@@ -586,7 +589,7 @@ def test_rdrop_training_steps_log_the_kl_apart(overrides, tmp_path, model):
 
 def test_cuda_graphs_only_for_one_rank_without_accumulation():
     """train.compile's mode: CUDA graphs need static shapes on CUDA, one rank, accum_steps 1."""
-    from nmt.training.trainer import compile_mode
+    from nmt.training.setup import compile_mode
 
     cuda, cpu = torch.device("cuda", 0), torch.device("cpu")
     t = SimpleNamespace(shape_buckets=8, accum_steps=1)
@@ -598,11 +601,11 @@ def test_cuda_graphs_only_for_one_rank_without_accumulation():
 
 
 def test_compiled_accumulation_gives_the_eager_gradients():
-    """Two micro-batches of different shapes accumulated through the compiled model (as
-    train.compile with train.accum_steps=2 runs on the CPU: no CUDA graphs) give the
-    gradients that the same micro-batches give eagerly."""
+    """Two micro-batches of different shapes accumulated through the compiled model and the
+    compiled loss (as train.compile with train.accum_steps=2 runs on the CPU: no CUDA graphs)
+    give the gradients that the same micro-batches give eagerly."""
     from nmt.data.batching import Batch, make_src_batch, make_tgt_batch
-    from nmt.training.loss import objective
+    from nmt.training.loss import compiled_label_smoothed_nll, label_smoothed_nll, objective
 
     net, first = _tiny_model_and_batch("transformer", dropout=0.0)
     src, src_mask = make_src_batch([[5, 9, 7, 6, 6], [12, 13]])
@@ -610,10 +613,10 @@ def test_compiled_accumulation_gives_the_eager_gradients():
     batches = [first, Batch(src, src_mask, tgt_in, tgt_out, 9, 7)]
     t = SimpleNamespace(label_smoothing=0.1, alignment_loss_weight=0.0)
     grads = []
-    for model in (net, net.compiled(None)):
+    for model, loss in ((net, label_smoothed_nll), (net.compiled(None), compiled_label_smoothed_nll())):
         net.zero_grad()
         for batch in batches:
-            objective(model, batch, t, contextlib.nullcontext())[0].backward()
+            objective(model, batch, t, contextlib.nullcontext(), None, loss)[0].backward()
         grads.append({n: p.grad.clone() for n, p in net.named_parameters()})
     for name in grads[0]:
         torch.testing.assert_close(grads[1][name], grads[0][name], atol=1e-6, rtol=1e-5, msg=name)

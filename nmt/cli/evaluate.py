@@ -41,7 +41,7 @@ from nmt.cli.common import (
     run_task,
 )
 from nmt.config import CONFIG_PATH, ConfigError, is_multilingual, to_plain
-from nmt.data.corpus import iter_parallel, iter_text_pair, with_root
+from nmt.data.corpus import iter_parallel, iter_text_pair
 from nmt.runtime import ensure_writable_dir
 
 
@@ -77,6 +77,8 @@ def load_texts(cfg: DictConfig, train_cfg: DictConfig) -> tuple[str, list[str], 
     if cfg.src_file:
         name, pairs = Path(cfg.src_file).name, iter_text_pair(cfg.src_file, cfg.ref_file)
     else:
+        from nmt.extras.multilingual import with_root
+
         data = with_root(train_cfg.data, cfg.data.root)
         name = cfg.split or data.test_split
         pairs = iter_parallel(data, name, direction(cfg, train_cfg))

@@ -79,10 +79,11 @@ def app(cfg: DictConfig) -> float | None:
 
     def body(cfg: DictConfig) -> None:
         from nmt.extras.consistency import regulariser
+        from nmt.extras.subword_sampling import resampler
         from nmt.training.trainer import train
 
         _prepare_links(cfg)
-        summary.update(train(cfg, record, regulariser(cfg.train)))
+        summary.update(train(cfg, record, regulariser(cfg.train), resampler(cfg)))
 
     run_task(cfg, body, prog="nmt-train", validate_fn=_job_config)
     return summary.get("best_bleu")

@@ -7,8 +7,7 @@ new file), memory-mapped: only two length arrays per split live in Python memory
 several directions (``data.pairs``) the training split holds every direction, each pair's
 language tag at the id level (:func:`nmt.data.languages.add_tag`) and its direction (column
 ``direction``), the texts untagged; validation is one split per direction. Which rows form
-a batch: :mod:`nmt.data.sampler`. :func:`sample_split` gives an epoch's split with sampled
-segmentations (subword regularisation, Kudo 2018).
+a batch: :mod:`nmt.data.sampler`.
 """
 
 from __future__ import annotations
@@ -62,8 +61,7 @@ class Batch:
     src: torch.Tensor          # [B, S] int64: ids + EOS
     src_mask: torch.Tensor     # [B, S] bool: True at real positions
     tgt_in: torch.Tensor       # [B, T] int64: BOS + y (teacher forcing)
-    tgt_out: torch.Tensor      # [B, T] int64: y + EOS (the decoder's targets; a target-side
-    #                            language tag is PAD here: given, not predicted)
+    tgt_out: torch.Tensor      # [B, T] int64: y + EOS (targets; a target-side tag is PAD here)
     n_src_tokens: int          # real positions of src, EOS included
     n_tgt_tokens: int          # targets of tgt_out that are not PAD (the loss normaliser)
     links: torch.Tensor | None = None  # [n, 3] int64 (row, tgt_out position, src position):
@@ -135,9 +133,8 @@ def _pad_batch(batch: Batch, rows: int) -> Batch:
 class TokenizedSplit:
     """A memory-mapped Arrow IPC file, or one held in memory (``path`` None: :meth:`from_bytes`).
     ``src_lens`` / ``tgt_lens`` [N] int64: the lengths of ``src`` and ``tgt_out`` with EOS.
-    ``target_tag``: every target starts with a language tag (``data.lang_tag=target``), which
-    :meth:`collate` leaves out of the targets: the M2M-100 convention (Fan et al. 2021), the tag
-    is decoder input after BOS, forced in search, and never in a loss, perplexity or score."""
+    ``target_tag``: every target starts with a language tag (``data.lang_tag=target``), decoder
+    input after BOS that :meth:`collate` leaves out of the targets (M2M-100, Fan et al. 2021)."""
 
     target_tag: bool = False
 
@@ -151,6 +148,15 @@ class TokenizedSplit:
         split = cls.__new__(cls)
         split._open(None, data if isinstance(data, pa.Buffer) else pa.py_buffer(data))
         return split
+
+    @classmethod
+    def from_ids(cls, src_ids: list[list[int]], tgt_ids: list[list[int]],
+                 src_texts: Sequence[str], tgt_texts: Sequence[str]) -> TokenizedSplit:
+        """A split held in memory of these pairs: ids without EOS, and their texts."""
+        with pa.ipc.new_file(sink := pa.BufferOutputStream(), _SCHEMA) as writer:
+            for b in (slice(a, a + _CHUNK_ROWS) for a in range(0, len(src_ids), _CHUNK_ROWS)):
+                writer.write_batch(_record_batch(src_ids[b], tgt_ids[b], src_texts[b], tgt_texts[b]))
+        return cls.from_bytes(sink.getvalue())
 
     def ipc_bytes(self) -> bytes:
         return self.path.read_bytes() if self.path is not None else self._buffer.to_pybytes()
@@ -213,8 +219,7 @@ class TokenizedSplit:
         s_lens, t_lens = self.src_lens[idx], self.tgt_lens[idx]
         width_s, width_t = int(s_lens.max()), int(t_lens.max())
         if shapes is not None:
-            n_rows, width_s = shapes.shape(max(width_s, width_t))
-            width_t = width_s
+            n_rows, width_s, width_t = shapes.shape(width_s, width_t)
         src = np.empty((idx.size, width_s), np.int64)
         tgt_in = np.empty((idx.size, width_t), np.int64)
         tgt_out = np.empty((idx.size, width_t), np.int64)
@@ -352,38 +357,6 @@ def write_pairs(path: str | Path, pairs: Iterable[tuple], tokenizer: Tokenizer,
     return stats
 
 
-def sample_split(split: TokenizedSplit, tokenizer: Tokenizer, alpha: float, nbest_size: int,
-                 seed: int | Sequence[int], cache: bool = True) -> TokenizedSplit:
-    """The training split with segmentations drawn by :meth:`Tokenizer.encode_sampled` under
-    ``seed``, e.g. ``(train.seed, epoch)``. A pair with a sampled side longer than the longest
-    side in ``split`` keeps its segmentation (no batch outgrows the ``train.batch_tokens``
-    check). SentencePiece's draws repeat within one process only, so with ``cache`` the draw
-    is cached beside ``split``'s file, keyed by the settings and ``seed``, for resumed runs."""
-    path = None
-    if cache and split.path is not None:
-        key = _key(split.path.name, float(alpha), int(nbest_size),
-                   [int(x) for x in np.atleast_1d(seed)])
-        path = split.path.with_name(f"{split.path.stem}.sampled-{key}.arrow")
-        if path.is_file():
-            return TokenizedSplit(path)
-    src_texts, tgt_texts = split.src_texts(), split.tgt_texts()
-    src_ids, tgt_ids = tokenizer.encode_sampled(src_texts, tgt_texts, alpha, nbest_size, seed)
-    limit = int(max(split.src_lens.max(initial=1), split.tgt_lens.max(initial=1))) - 1
-    for i, (s, t) in enumerate(zip(src_ids, tgt_ids, strict=True)):
-        if len(s) > limit or len(t) > limit:
-            src_ids[i], tgt_ids[i] = split.src_ids(i), split.tgt_ids(i)
-    sink = pa.BufferOutputStream()
-    with pa.ipc.new_file(sink, _SCHEMA) as writer:
-        for a in range(0, len(src_ids), _CHUNK_ROWS):
-            b = slice(a, a + _CHUNK_ROWS)
-            writer.write_batch(_record_batch(src_ids[b], tgt_ids[b], src_texts[b], tgt_texts[b]))
-    if path is None:
-        return TokenizedSplit.from_bytes(sink.getvalue())
-    with atomic_path(path) as tmp:
-        tmp.write_bytes(sink.getvalue().to_pybytes())
-    return TokenizedSplit(path)
-
-
 @dataclass
 class PreparedData:
     tokenizer: Tokenizer
@@ -395,7 +368,7 @@ class PreparedData:
         return next(iter(self.valids.values()))
 
 
-def _key(*parts: Any) -> str:
+def cache_key(*parts: Any) -> str:   # of a cache file's name: 24 hex digits
     return hashlib.sha256(json.dumps([CACHE_VERSION, *parts], sort_keys=True,
                                      default=str).encode()).hexdigest()[:24]
 
@@ -419,7 +392,7 @@ def load_split(data_cfg: Any, split: str, tokenizer: Tokenizer, direction: int =
     tags, pair = tag_ids(data_cfg, tokenizer), directions(data_cfg)[direction]
     fingerprint = [split_fingerprint(data_cfg, split, pair), tokenizer.fingerprint]
     fingerprint += [] if tags is None else [str(data_cfg.lang_tag)]
-    path = Path(str(data_cfg.cache_dir)) / "tokenized" / f"{split}-{_key(*fingerprint)}.arrow"
+    path = Path(str(data_cfg.cache_dir)) / "tokenized" / f"{split}-{cache_key(*fingerprint)}.arrow"
     if path.is_file():
         log.info("%s: token cache hit %s", split, path)
     else:
@@ -469,8 +442,8 @@ def prepare_data(data_cfg: Any, tokenizer: Tokenizer | None = None) -> PreparedD
     cache, split, pairs = Path(str(data_cfg.cache_dir)), str(data_cfg.train_split), \
         directions(data_cfg)
     fingerprints = [split_fingerprint(data_cfg, split, pair) for pair in pairs]
-    train_id = _key(fingerprints[0] if len(pairs) == 1 else fingerprints, data_cfg.max_train_pairs)
-    multi = len(pairs) > 1
+    train_id = cache_key(fingerprints[0] if len(pairs) == 1 else fingerprints, data_cfg.max_train_pairs)
+    multi = is_multilingual(data_cfg)
     if tokenizer is None:
         tokenizer = tokenizer_from_pairs(
             data_cfg.tokenizer, str(data_cfg.src_lang), str(data_cfg.tgt_lang),
@@ -481,7 +454,7 @@ def prepare_data(data_cfg: Any, tokenizer: Tokenizer | None = None) -> PreparedD
     links = data_cfg.get("alignments")  # guided alignment's word links: key and column
     linked = [] if links is None else [links_fingerprint(links)]
     linked += [str(data_cfg.lang_tag)] if multi else []
-    key = _key(train_id, tokenizer.fingerprint, max_len, ratio, *linked)
+    key = cache_key(train_id, tokenizer.fingerprint, max_len, ratio, *linked)
     path = cache / "tokenized" / f"{split}-{key}.arrow"
     tags = tag_ids(data_cfg, tokenizer)
     if path.is_file():

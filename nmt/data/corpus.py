@@ -17,8 +17,6 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
-from omegaconf import DictConfig, OmegaConf
-
 from nmt.config import is_multilingual
 
 log = logging.getLogger("nmt.data")
@@ -115,7 +113,7 @@ def _load_hf(root: str, split: str):
     return loaded[split]
 
 
-def _hf_split(root: str, split: str, src_lang: str, tgt_lang: str):
+def hf_split(root: str, split: str, src_lang: str, tgt_lang: str):
     """``(dataset split, its columns to read)``, checked from its features without reading a
     row: not empty, and both languages in its ``translation`` feature (a ``{lang: text}``
     struct or ``datasets.Translation``) or as columns."""
@@ -141,7 +139,7 @@ def iter_hf(root: str, split: str, src_lang: str, tgt_lang: str,
             batch_rows: int = 10_000) -> Iterator[tuple[str, str]]:
     """``(source, target)`` of each row of a dataset split, read ``batch_rows`` at a time; a
     missing split or language raises :class:`CorpusError` at the call, a bad row when read."""
-    ds, columns = _hf_split(root, split, src_lang, tgt_lang)
+    ds, columns = hf_split(root, split, src_lang, tgt_lang)
     return _hf_rows(ds.select_columns(columns), f"{root} (split {split})", src_lang, tgt_lang,
                     batch_rows)
 
@@ -184,28 +182,10 @@ def split_paths(data_cfg: Any, split: str, direction: tuple[str, str] | None = N
     return paths
 
 
-def with_root(data_cfg: DictConfig, root: str | None) -> DictConfig:
-    """A copy of a ``data`` section (a checkpoint's) that reads from ``root`` (None: its own
-    ``data.root``), as nmt-evaluate's ``data.root=DIR`` asks."""
-    data = OmegaConf.create(OmegaConf.to_container(data_cfg, resolve=True))
-    data.root = str(root or data.root)
-    return data
-
-
-def check_split(data_cfg: Any, split: str, direction: tuple[str, str] | None = None) -> None:
-    """CorpusError, naming what is missing, unless split ``split`` has ``direction`` (default
-    ``data.src_lang`` -> ``data.tgt_lang``), found without reading its text: the files exist
-    (``text``, ``tsv``), or the dataset has the split and both languages (``hf``)."""
-    if data_cfg.format == "hf":
-        _hf_split(str(data_cfg.root), split, *_direction(data_cfg, direction))
-    else:
-        split_paths(data_cfg, split, direction)
-
-
 def iter_parallel(data_cfg: Any, split: str, direction: tuple[str, str] | None = None
                   ) -> Iterator[tuple[str, str]]:
     """``(source, target)`` of each pair of split ``split`` in ``direction`` (default
-    ``data.src_lang`` -> ``data.tgt_lang``), raw; what :func:`check_split` checks raises
+    ``data.src_lang`` -> ``data.tgt_lang``), raw; a missing file, split or language raises
     :class:`CorpusError` at the call, other errors when read."""
     if data_cfg.format == "hf":
         return iter_hf(str(data_cfg.root), split, *_direction(data_cfg, direction))

@@ -18,60 +18,72 @@ from nmt.data.languages import temperature_shares
 log = logging.getLogger("nmt.data")
 
 
+def _least_padding(widths: np.ndarray, buckets: int) -> list[int]:
+    """The ``buckets`` lengths (fewer if ``widths`` has fewer distinct values) that pad
+    ``widths`` least in total, ``sum (L(w) - w)``: exact dynamic programming over the distinct
+    widths v_0 < ... < v_{n-1}, O(buckets * n^2)."""
+    vals, counts = np.unique(widths, return_counts=True)
+    c, s = (np.concatenate(([0], np.cumsum(x))) for x in (counts, counts * vals))
+    # best[j]: least padding of the rows of widths v_0..v_j in m buckets, the last v_j;
+    # a bucket of v_i..v_j pads v_j * rows - sum of widths.
+    best, choices = vals * c[1:] - s[1:], []
+    for m in range(2, min(buckets, len(vals)) + 1):
+        new, choice = np.full(len(vals), np.inf), np.zeros(len(vals), np.int64)
+        for j in range(m - 1, len(vals)):
+            i = np.arange(m - 1, j + 1)      # the last bucket starts at v_i
+            total = best[i - 1] + vals[j] * (c[j + 1] - c[i]) - (s[j + 1] - s[i])
+            choice[j] = i[np.argmin(total)]
+            new[j] = total.min()
+        best = new
+        choices.append(choice)
+    j, lengths = len(vals) - 1, [int(vals[-1])]
+    for choice in reversed(choices):
+        j = int(choice[j]) - 1
+        lengths.append(int(vals[j]))
+    return sorted(lengths)
+
+
 @dataclass(frozen=True)
 class BatchShapes:
     """Static batch shapes (``train.shape_buckets``), so that a compiled model and its CUDA
-    graphs see a few shapes, not one per batch: a batch whose longer side is ``w`` positions
-    (EOS included) is padded on both sides to ``L``, the first of ``lengths`` >= ``w``, and to
-    ``batch_tokens // L`` rows. :class:`TokenBatchSampler` cuts batches that fit."""
+    graphs see a few shapes, not one per batch: a batch whose longest source has ``ws``
+    positions and longest target ``wt`` (EOS included) is padded to ``[rows, S]`` and
+    ``[rows, T]``, S the first of ``src_lengths`` >= ``ws``, T the first of ``tgt_lengths``
+    >= ``wt``, ``rows = batch_tokens // max(S, T)``. :class:`TokenBatchSampler` cuts batches
+    that fit."""
 
-    lengths: tuple[int, ...]   # ascending; the last >= the longest pair
+    src_lengths: tuple[int, ...]   # ascending; the last >= the longest source
+    tgt_lengths: tuple[int, ...]   # ascending; the last >= the longest target
     batch_tokens: int
 
     @classmethod
     def fit(cls, src_lens: np.ndarray, tgt_lens: np.ndarray, buckets: int,
             batch_tokens: int, multiple: int = 8) -> BatchShapes:
-        """The ``buckets`` lengths (fewer if the pairs have fewer distinct widths) that pad
-        the pairs' longer sides least in total, ``sum_rows (L(w) - w)``: exact dynamic
-        programming over the distinct widths v_0 < ... < v_{n-1}, O(buckets * n^2); then each
-        rounded up to a multiple of ``multiple`` (8: tensor-core tiles; the fused attention
-        kernels would pad to 8 on every call)."""
-        vals, counts = np.unique(np.maximum(src_lens, tgt_lens), return_counts=True)
-        c, s = (np.concatenate(([0], np.cumsum(x))) for x in (counts, counts * vals))
-        # best[j]: least padding of the rows of widths v_0..v_j in m buckets, the last v_j;
-        # a bucket of v_i..v_j pads v_j * rows - sum of widths.
-        best, choices = vals * c[1:] - s[1:], []
-        for m in range(2, min(buckets, len(vals)) + 1):
-            new, choice = np.full(len(vals), np.inf), np.zeros(len(vals), np.int64)
-            for j in range(m - 1, len(vals)):
-                i = np.arange(m - 1, j + 1)      # the last bucket starts at v_i
-                total = best[i - 1] + vals[j] * (c[j + 1] - c[i]) - (s[j + 1] - s[i])
-                choice[j] = i[np.argmin(total)]
-                new[j] = total.min()
-            best = new
-            choices.append(choice)
-        j, lengths = len(vals) - 1, [int(vals[-1])]
-        for choice in reversed(choices):
-            j = int(choice[j]) - 1
-            lengths.append(int(vals[j]))
-        shapes = cls(tuple(sorted({-(-n // multiple) * multiple for n in lengths})),
-                     int(batch_tokens))
-        log.info("static batch shapes (rows x positions): %s",
-                 ", ".join(f"{r}x{n}" for r, n in map(shapes.shape, lengths)))
+        """Per side (source and target apart) the ``buckets`` lengths that pad its widths least
+        in total (:func:`_least_padding`), each rounded up to a multiple of ``multiple`` (8:
+        tensor-core tiles; the fused attention kernels would pad to 8 on every call)."""
+        def side(lens: np.ndarray) -> tuple[int, ...]:
+            return tuple(sorted({-(-n // multiple) * multiple for n in _least_padding(lens, buckets)}))
+
+        shapes = cls(side(src_lens), side(tgt_lens), int(batch_tokens))
+        log.info("static batch lengths: source %s, target %s (rows: batch_tokens // the longer)",
+                 shapes.src_lengths, shapes.tgt_lengths)
         return shapes
 
-    def length(self, width: np.ndarray) -> np.ndarray:
-        """The padded length of batches whose longer side is ``width`` (int64 array)."""
-        k = np.searchsorted(self.lengths, width)
-        if np.any(k >= len(self.lengths)):
-            raise ValueError(f"a pair of {int(np.max(width))} positions is longer than the "
-                             f"longest static shape ({self.lengths[-1]})")
-        return np.asarray(self.lengths, dtype=np.int64)[k]
+    @staticmethod
+    def bucket(lengths: tuple[int, ...], width: np.ndarray) -> np.ndarray:
+        """The first of ``lengths`` (one side's) >= each ``width``; ValueError past the last."""
+        k = np.searchsorted(lengths, width)
+        if np.any(k >= len(lengths)):
+            raise ValueError(f"a side of {int(np.max(width))} positions is longer than the "
+                             f"longest static shape ({lengths[-1]})")
+        return np.asarray(lengths, dtype=np.int64)[k]
 
-    def shape(self, width: int) -> tuple[int, int]:
-        """``(rows, length)`` of a batch whose longer side is ``width`` positions."""
-        length = int(self.length(np.asarray(width)))
-        return self.batch_tokens // length, length
+    def shape(self, src_width: int, tgt_width: int) -> tuple[int, int, int]:
+        """``(rows, S, T)`` of a batch whose longest source and target have these widths."""
+        s = int(self.bucket(self.src_lengths, np.asarray(src_width)))
+        t = int(self.bucket(self.tgt_lengths, np.asarray(tgt_width)))
+        return self.batch_tokens // max(s, t), s, t
 
 
 class TokenBatchSampler:
@@ -79,8 +91,9 @@ class TokenBatchSampler:
     length, target length) with random tie-breaking, cut greedily into batches with
     ``B * max(S, T) <= batch_tokens`` (lengths with EOS), in shuffled order; all randomness
     from ``np.random.default_rng((seed, epoch))``. ``shuffle=False``: sorted (validation).
-    With ``shapes`` rows are sorted by their static length first and a pair's width counts as
-    that length (``B * L <= batch_tokens``: every batch fits its :meth:`BatchShapes.shape`).
+    With ``shapes`` rows are sorted by their static lengths first and a pair's width counts as
+    the longer of them (``B * max(S, T) <= batch_tokens``: every batch fits its
+    :meth:`BatchShapes.shape`).
     With ``directions`` (each row's, [N]) and shuffling, an epoch's rows are
     :meth:`epoch_rows`. ConfigError when ``batch_tokens`` is smaller than the longest pair."""
 
@@ -127,9 +140,10 @@ class TokenBatchSampler:
             return []
         width = np.maximum(src_lens, tgt_lens)
         keys = (tgt_lens, src_lens)
-        if self.shapes is not None:     # sorted by static length first: batches of one shape
-            width = self.shapes.length(width)
-            keys += (width,)
+        if self.shapes is not None:     # sorted by static lengths first: batches of one shape
+            s_len = self.shapes.bucket(self.shapes.src_lengths, src_lens)
+            t_len = self.shapes.bucket(self.shapes.tgt_lengths, tgt_lens)
+            width, keys = np.maximum(s_len, t_len), (*keys, t_len, s_len)
         if self.shuffle:
             rng = np.random.default_rng((self.seed, int(epoch)))
             keys = (rng.random(n), *keys)
@@ -153,7 +167,7 @@ class TokenBatchSampler:
 
     def padding(self, batches: Sequence[np.ndarray]) -> float:
         """The share of padding among the positions of ``batches`` as collated, both sides:
-        ``B * (max S + max T)`` per batch, with ``shapes`` ``2 * rows * L``."""
+        ``B * (max S + max T)`` per batch, with ``shapes`` ``rows * (S + T)``."""
         real = padded = 0
         for idx in batches:
             s, t = self.src_lens[idx], self.tgt_lens[idx]
@@ -161,6 +175,6 @@ class TokenBatchSampler:
             if self.shapes is None:
                 padded += len(idx) * (int(s.max()) + int(t.max()))
             else:
-                rows, length = self.shapes.shape(max(int(s.max()), int(t.max())))
-                padded += 2 * rows * length
+                rows, s_len, t_len = self.shapes.shape(int(s.max()), int(t.max()))
+                padded += rows * (s_len + t_len)
         return 1.0 - real / max(padded, 1)

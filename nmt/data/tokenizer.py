@@ -19,12 +19,10 @@ import math
 import random
 import re
 import sys
-import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import sentencepiece as spm
 
 from nmt.checkpoint import CheckpointError
@@ -38,8 +36,6 @@ TOKENIZER_VERSION = 1
 SAMPLE_SEED = 0  # seed of the training-pair sample (part of the model's identity: keep it)
 _STATE_FILE = "tokenizer.json"
 log = logging.getLogger("nmt.data")
-
-_SAMPLING_LOCK = threading.Lock()  # held by Tokenizer.encode_sampled while it seeds and samples
 
 
 class Tokenizer:
@@ -68,43 +64,6 @@ class Tokenizer:
 
     def encode_tgt_batch(self, texts: Sequence[str]) -> list[list[int]]:
         return self._tgt.encode(list(texts), out_type=int, num_threads=2)
-
-    def encode_sampled(self, src_texts: Sequence[str], tgt_texts: Sequence[str], alpha: float,
-                       nbest_size: int, seed: int | Sequence[int]
-                       ) -> tuple[list[list[int]], list[list[int]]]:
-        """``(src_ids, tgt_ids)`` with sampled segmentations (Kudo 2018, section 3): unigram
-        draws x with probability proportional to ``P(x)^alpha`` over all segmentations
-        (``nbest_size=-1``) or the ``nbest_size`` best; BPE drops each merge with probability
-        ``alpha`` (BPE-dropout, Provilkov et al. 2020).
-
-        SentencePiece's generator is seeded process-wide, lives per thread, and its threaded
-        encoder orders work freely; so each call seeds (``seed`` mixed by ``SeedSequence``,
-        one seed per side) and encodes single-threaded in a new thread, one call at a time.
-        The same seed then gives the same ids within a process, not across processes.
-        """
-        entropy = [int(x) for x in np.atleast_1d(seed)]
-        seeds = [int(np.random.SeedSequence([*entropy, side]).generate_state(1)[0]) & 0x7FFFFFFF
-                 for side in (0, 1)]   # 0xFFFFFFFF would mean "unseeded" to SentencePiece
-        kwargs = dict(out_type=int, num_threads=1, enable_sampling=True, alpha=float(alpha),
-                      nbest_size=int(nbest_size))
-        out: dict[str, Any] = {}
-
-        def work() -> None:
-            try:
-                spm.set_random_generator_seed(seeds[0])
-                out["src"] = self._src.encode(list(src_texts), **kwargs)
-                spm.set_random_generator_seed(seeds[1])
-                out["tgt"] = self._tgt.encode(list(tgt_texts), **kwargs)
-            except BaseException as err:  # re-raised in the caller's thread
-                out["error"] = err
-
-        with _SAMPLING_LOCK:
-            thread = threading.Thread(target=work, name="nmt-subword-sampling")
-            thread.start()
-            thread.join()
-        if "error" in out:
-            raise out["error"]
-        return out["src"], out["tgt"]
 
     def tag_id(self, lang: str) -> int:
         """The id of target-language tag ``<2lang>`` (a user-defined symbol of the joint

@@ -42,7 +42,7 @@ import numpy as np
 import torch
 from omegaconf import DictConfig, OmegaConf
 
-from nmt.config import ConfigError, InputTooLong, to_plain
+from nmt.config import ConfigError, to_plain
 from nmt.data.tokenizer import Tokenizer
 from nmt.inference.search import Hypothesis, length_penalty_factor
 from nmt.inference.translator import Translator, TranslatorBase, in_batches, load_for_inference
@@ -56,6 +56,16 @@ INSTALL_HINT = 'pip install "nmt[ctranslate2]" (or pip install "ctranslate2>=4,<
 # Beam search: a length penalty of 1e-20 selects CTranslate2's "beam_size * patience ended"
 # rule without changing a score (float32(len ** 1e-20) == 1.0): docs/ctranslate2.md.
 _RAW_SCORES_ALL_ENDED = 1e-20
+
+
+class InputTooLong(ConfigError):
+    """Sentence ``index`` of a call needs more than the ``positions`` an engine has (an
+    ``nmt-export``'s ``max_positions``, EOS included). The message names no file: nmt-serve
+    answers 413 and logs the model's path itself."""
+
+    def __init__(self, message: str, index: int, positions: int) -> None:
+        super().__init__(message)
+        self.index, self.positions = index, positions
 
 
 def require_ctranslate2():

@@ -26,11 +26,31 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from omegaconf import DictConfig, OmegaConf
+
 from nmt.config import ConfigError
-from nmt.data.corpus import CorpusError, check_split, iter_parallel, with_root
+from nmt.data.corpus import CorpusError, hf_split, iter_parallel, split_paths
 from nmt.evaluation.evaluate import Evaluation, evaluate_split, write_outputs
 from nmt.inference.translator import direction_tags
 from nmt.runtime import write_json_atomic, write_text_atomic
+
+
+def with_root(data_cfg: DictConfig, root: str | None) -> DictConfig:
+    """A copy of a ``data`` section (a checkpoint's) that reads from ``root`` (None: its own
+    ``data.root``), as nmt-evaluate's ``data.root=DIR`` asks."""
+    data = OmegaConf.create(OmegaConf.to_container(data_cfg, resolve=True))
+    data.root = str(root or data.root)
+    return data
+
+
+def check_split(data_cfg: Any, split: str, direction: tuple[str, str]) -> None:
+    """CorpusError, naming what is missing, unless split ``split`` has ``direction`` (src, tgt),
+    found without reading its text: the files exist (``text``, ``tsv``), or the dataset has
+    the split and both languages (``hf``)."""
+    if data_cfg.format == "hf":
+        hf_split(str(data_cfg.root), split, *direction)
+    else:
+        split_paths(data_cfg, split, direction)
 
 
 @functools.lru_cache(maxsize=8)
@@ -134,7 +154,7 @@ def split_directions(translator, data_cfg: Any, split: str, root: str | None = N
                      ) -> list[tuple[str, str]]:
     """Every ordered pair of the model's languages that it can translate (the target has a
     tag: :func:`~nmt.inference.translator.direction_tags`) and ``split`` has, found before any
-    is read (:func:`~nmt.data.corpus.check_split`: both files, or both languages of the
+    is read (:func:`check_split`: both files, or both languages of the
     dataset): trained directions first, then zero-shot ones, each group in sorted order."""
     found, data = [], with_root(data_cfg, root)
     for src in translator.languages:

@@ -75,8 +75,9 @@ from omegaconf import DictConfig
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from nmt.config import SEARCH_MINIMUM, ConfigError, InputTooLong, to_plain
+from nmt.config import SEARCH_MINIMUM, ConfigError, to_plain
 from nmt.evaluation.alignments import Alignment
+from nmt.extras.ctranslate2 import InputTooLong
 from nmt.extras.viewer import attention_page, page_data
 from nmt.extras.word_alignment import ForcedAlignment, piece_words, word_link_cells, word_links
 from nmt.inference.search import max_output_lengths

@@ -15,13 +15,11 @@ from nmt.models.base import Seq2Seq
 
 
 class ForcedFirstToken(torch.nn.Module):
-    """``model`` behind the same interface, except that its first decoding step can only give
-    ``token`` [B] int64 (one per sentence: a target-side language tag, ``data.lang_tag=target``)
-    with log-probability 0: the tag is forced, neither chosen nor scored (the M2M-100
-    convention, Fan et al. 2021; :class:`~nmt.data.batching.TokenizedSplit` leaves it out of
-    the loss too). Any search runs on it unchanged; the hypotheses start with the tag and
-    their alignment with its step's row (:meth:`strip` cuts both), and the tag counts in the
-    length of the length penalty and of ``max_len_b`` (give one more)."""
+    """``model`` behind the same interface, but its first step can only give ``token`` [B]
+    int64 (per sentence: a target-side language tag), with log-probability 0: forced, neither
+    chosen nor scored (the M2M-100 convention, Fan et al. 2021; not in the loss either). Any
+    search runs on it unchanged; hypotheses start with the tag and its alignment row
+    (:meth:`strip` cuts both); it counts in the length penalty and ``max_len_b`` (give one more)."""
 
     def __init__(self, model: Seq2Seq, token: Tensor):
         super().__init__()

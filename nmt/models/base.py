@@ -123,10 +123,8 @@ class Seq2Seq(nn.Module):
         raise NotImplementedError
 
     def attention_flops(self, src_lens: np.ndarray, tgt_lens: np.ndarray) -> float:
-        """FLOPs of the attention scores and weighted sums (forward and backward) of a training
-        step over pairs of ``src_lens`` and ``tgt_lens`` [N] real tokens: what :meth:`flop_params`
-        leaves out, the part that grows with length squared (PaLM, Chowdhery et al. 2022,
-        appendix B)."""
+        """FLOPs of the attention scores and weighted sums, forward and backward, of a step over
+        pairs of ``src_lens``, ``tgt_lens`` [N] real tokens (PaLM, Chowdhery et al. 2022, app. B)."""
         raise NotImplementedError
 
     def compiled(self, mode: str | None = None) -> nn.Module:

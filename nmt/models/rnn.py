@@ -146,8 +146,7 @@ class BahdanauRNN(Seq2Seq):
         return enc, total - enc
 
     def attention_flops(self, src_lens: np.ndarray, tgt_lens: np.ndarray) -> float:
-        # per (i, j): v_a^T tanh(.) over attention_dim and alpha_ij h_j over 2 * encoder_hidden,
-        # 2 FLOPs each, x3 with the backward
+        # per (i, j): v_a^T tanh(.) and alpha_ij h_j, 2 FLOPs per dimension, x3 with the backward
         t_s = float((np.asarray(tgt_lens, np.float64) * np.asarray(src_lens, np.float64)).sum())
         return 6.0 * (self.attention.key_proj.out_features + self.attention.key_proj.in_features) * t_s
 

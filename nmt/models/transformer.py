@@ -198,11 +198,9 @@ class DecoderLayer(nn.Module):
 
 
 class ResidualFree(_Residual):
-    """A sub-layer connection without the residual: LN(drop(f(x))) or drop(f(LN(x))). Liu et
-    al. (2021, "Improving zero-shot translation by disentangling positional information",
-    section 3.1) remove it around one middle encoder layer's self-attention, so that encoder
-    states keep less of their source position (``model.encoder_drop_residual``; a research
-    option, off by default: :meth:`Transformer.drop_encoder_residual`)."""
+    """A sub-layer connection without the residual, LN(drop(f(x))) or drop(f(LN(x))), around
+    one encoder layer's self-attention (Liu et al. 2021, section 3.1: encoder states keep less
+    of their position; ``model.encoder_drop_residual``, off by default)."""
 
     def out(self, x: Tensor, y: Tensor) -> Tensor:
         if self.dropout > 0.0 and self.training:
@@ -282,8 +280,8 @@ class Transformer(Seq2Seq):
             self.drop_encoder_residual(encoder_drop_residual)
 
     def drop_encoder_residual(self, layer: int) -> None:
-        """The hook of ``model.encoder_drop_residual``: encoder layer ``layer``'s self-attention
-        gets a :class:`ResidualFree` connection (its LayerNorm is the same: 1 and 0)."""
+        """``model.encoder_drop_residual``'s hook: a :class:`ResidualFree` connection for layer
+        ``layer``'s self-attention (a fresh LayerNorm is the same: 1 and 0)."""
         old = self.encoder[layer].res1
         self.encoder[layer].res1 = ResidualFree(self.d_model, old.dropout, old.pre_norm)
 

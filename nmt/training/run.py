@@ -25,7 +25,6 @@ from __future__ import annotations
 import json
 import logging
 import sys
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -37,7 +36,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from nmt.checkpoint import CheckpointError, load_checkpoint
 from nmt.config import ConfigError, config_at, config_diff, to_plain
-from nmt.data.batching import TokenizedSplit, prepare_data, sample_split
+from nmt.data.batching import prepare_data
 from nmt.data.corpus import CorpusError
 from nmt.data.tokenizer import Tokenizer, load_tokenizer_model
 from nmt.runtime import compile_stats, ensure_writable_dir, write_json_atomic, write_text_atomic
@@ -291,20 +290,3 @@ def prepare_run_data(cfg: DictConfig, plan: RunPlan, init_ckpt: dict | None, las
                           "has two vocabularies: set model.tie_embeddings=false.")
     return data
 
-
-def sampled_split(split: TokenizedSplit, tokenizer: Tokenizer, tok: DictConfig, seed: int,
-                  epoch: int, info: DistInfo) -> TokenizedSplit:
-    """The epoch's sampled segmentation (``data.tokenizer.sampling_alpha``), drawn (or found
-    in the cache) by rank 0 and sent to the others: all ranks must cut the same batches."""
-    t0 = time.perf_counter()
-    if info.is_main:
-        split = sample_split(split, tokenizer, float(tok.sampling_alpha), int(tok.nbest_size),
-                             seed=(seed, epoch))
-    if info.enabled:
-        data = broadcast_object(split.ipc_bytes() if info.is_main else None, info)
-        if not info.is_main:
-            split = TokenizedSplit.from_bytes(data)
-    log.info("epoch %d: sampled segmentation of the %d training pairs (%.1f s): %.1f source, "
-             "%.1f target tokens per pair", epoch, len(split), time.perf_counter() - t0,
-             split.src_lens.mean() - 1, split.tgt_lens.mean() - 1)
-    return split

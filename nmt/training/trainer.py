@@ -31,7 +31,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from types import SimpleNamespace
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 import torch
@@ -44,6 +44,7 @@ from nmt.checkpoint import CONFIG_VERSION, CheckpointManager, rng_state, set_rng
 from nmt.config import ConfigError, to_plain
 from nmt.data.batching import TokenizedSplit, tag_ids
 from nmt.data.sampler import BatchShapes, TokenBatchSampler
+from nmt.data.tokenizer import Tokenizer
 from nmt.evaluation.plot import tensorboard_figures
 from nmt.models import build_model, validate_model
 from nmt.runtime import (
@@ -58,8 +59,15 @@ from nmt.runtime import (
 from nmt.training import distributed as dist
 from nmt.training import run
 from nmt.training.ema import WeightAverage
-from nmt.training.loss import Regulariser, objective, perplexity
+from nmt.training.loss import (
+    Regulariser,
+    compiled_label_smoothed_nll,
+    label_smoothed_nll,
+    objective,
+    perplexity,
+)
 from nmt.training.schedule import build_schedule
+from nmt.training.setup import autocast_dtype, build_optimizer, compile_mode
 from nmt.training.throughput import Throughput
 from nmt.training.validation import valid_sets, validate
 
@@ -87,57 +95,24 @@ class TrainState:
     segments: list = field(default_factory=list)  # one dict per run of the command
 
 
-def autocast_dtype(precision: str, device: torch.device) -> torch.dtype | None:
-    """The autocast dtype of ``train.precision`` on ``device`` (None: fp32). ``auto``: bf16
-    on a CUDA card that has it, else fp16 (loss-scaled); on CPU bf16 where it is native
-    (:func:`nmt.runtime.cpu_has_bf16`: 1.4x the Transformer's tokens/s), else fp32."""
-    if precision == "fp32":
-        return None
-    if precision == "auto" and device.type != "cuda":
-        return torch.bfloat16 if device.type == "cpu" and cpu_has_bf16() else None
-    if precision == "bf16":
-        return torch.bfloat16
-    if precision == "fp16":
-        if device.type != "cuda":
-            raise ConfigError(f"train.precision=fp16 needs a CUDA device, not {device}: use bf16 "
-                              "or fp32.")
-        return torch.float16
-    return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
+class Resampler(Protocol):
+    """The trainer's hook for subword sampling (:mod:`nmt.extras.subword_sampling`): the
+    training ``split`` of ``epoch`` with new segmentations, the same on every rank."""
 
-
-def compile_mode(t, device: torch.device, world_size: int) -> str | None:
-    """``torch.compile``'s mode for the ``train`` section ``t``: ``"reduce-overhead"`` (CUDA
-    graphs: each static shape's kernels replayed in one launch) only with static shapes
-    (``train.shape_buckets``) on CUDA, one process and no gradient accumulation; else None.
-    CUDA-graph trees overwrite a replay's outputs at the next replay, which gradient
-    accumulation across micro-batches and DDP's bucketed all-reduce can read: an error or
-    silently wrong gradients (pytorch#169545, pytorch#96693)."""
-    static = bool(t.shape_buckets) and device.type == "cuda"
-    return "reduce-overhead" if static and t.accum_steps == 1 and world_size == 1 else None
-
-
-def build_optimizer(params: list[torch.nn.Parameter], t) -> torch.optim.Optimizer:
-    """Adam / AdamW of the ``train`` section ``t``, fused where the device has the kernel."""
-    cls = torch.optim.AdamW if t.optimizer == "adamw" else torch.optim.Adam
-    kwargs = dict(lr=t.lr, betas=tuple(t.betas), eps=t.eps, weight_decay=t.weight_decay)
-    try:
-        return cls(params, fused=True, **kwargs)
-    except RuntimeError as err:
-        if "fused=True" not in str(err):     # "`fused=True` requires ... supported devices"
-            raise
-        return cls(params, foreach=True, **kwargs)
+    def __call__(self, split: TokenizedSplit, tokenizer: Tokenizer, epoch: int,
+                 info: dist.DistInfo) -> TokenizedSplit: ...
 
 
 class Trainer:
     """Model, optimizer, schedule, data and the loop (module docstring). ``plan``:
     :func:`nmt.training.run.plan_run`'s decision; ``record``: how the command was launched;
-    ``regulariser``: the objective's consistency hook (:func:`nmt.training.loss.objective`)."""
+    hooks: ``regulariser`` (:func:`~nmt.training.loss.objective`), ``resampler`` (epoch_data)."""
 
     def __init__(self, cfg: DictConfig, info: dist.DistInfo, device: torch.device,
                  plan: run.RunPlan | None = None, record: run.RunRecord | None = None,
-                 regulariser: Regulariser | None = None) -> None:
+                 regulariser: Regulariser | None = None, resampler: Resampler | None = None):
         self.cfg, self.info, self.device, self.record = cfg, info, device, record
-        self.regulariser = regulariser
+        self.regulariser, self.resampler = regulariser, resampler
         self.plan = plan or run.RunPlan("fresh")
         # The train section as plain Python values (DictConfig access is slow in a loop).
         self.t = SimpleNamespace(**to_plain(cfg.train))
@@ -192,7 +167,8 @@ class Trainer:
             run.write_record(self.run_dir, self.record)
             self.tokenizer.save(self.run_dir / "tokenizer")
         shapes = BatchShapes.fit(self.train_split.src_lens, self.train_split.tgt_lens,
-                                 t.shape_buckets, t.batch_tokens) if t.shape_buckets else None
+                                 t.shape_buckets, t.batch_tokens, t.shape_multiple) \
+            if t.shape_buckets else None
         self.sampler = TokenBatchSampler(self.train_split.src_lens, self.train_split.tgt_lens,
                                          t.batch_tokens, shuffle=True, seed=t.seed, shapes=shapes,
                                          directions=self.train_split.directions,
@@ -246,6 +222,8 @@ class Trainer:
                                                machine_info(self.device), info.world_size))
         mode = compile_mode(t, self.device, info.world_size)
         self.train_model: torch.nn.Module = self.model.compiled(mode) if t.compile else self.model
+        # The loss compiled too: fused kernels read the [N, V] logits once each way.
+        self.cross_entropy = compiled_label_smoothed_nll() if t.compile else label_smoothed_nll
         if info.enabled:
             ids = [self.device.index] if self.device.type == "cuda" else None
             self.train_model = DistributedDataParallel(   # buffers are constants: no broadcast
@@ -271,18 +249,15 @@ class Trainer:
 
     # ------------------------------------------------------------------ batches
     def epoch_data(self, epoch: int) -> tuple[TokenizedSplit, list[np.ndarray]]:
-        """``(split, batches)`` of an epoch: the training split (resampled with
-        ``data.tokenizer.sampling_alpha``) and its batches of row indices, the same on every
-        rank, cut to a multiple of world size. Cached for this and the next epoch."""
+        """``(split, batches)`` of an epoch: the training split (the resampler's, with one) and
+        its batches of row indices, the same on every rank, cut to a multiple of world size.
+        Cached for this and the next epoch."""
         if epoch not in self._epoch_cache:
             split, sampler = self.train_split, self.sampler
-            tok = self.cfg.data.tokenizer
-            if tok.sampling_alpha:
-                split = run.sampled_split(self.train_split, self.tokenizer, tok, self.t.seed,
-                                          epoch, self.info)
+            if self.resampler is not None:
+                split = self.resampler(self.train_split, self.tokenizer, epoch, self.info)
                 sampler = TokenBatchSampler(split.src_lens, split.tgt_lens, self.t.batch_tokens,
-                                            shuffle=True, seed=self.t.seed,
-                                            shapes=self.sampler.shapes)
+                                            seed=self.t.seed, shapes=self.sampler.shapes)
             batches = dist.truncate_to_multiple(sampler.batches(epoch), self.info.world_size)
             self._epoch_cache = {k: v for k, v in self._epoch_cache.items() if k == epoch - 1}
             self._epoch_cache[epoch] = (split, batches)
@@ -328,7 +303,7 @@ class Trainer:
                 self.train_model.no_sync()
             with sync:
                 total, parts = objective(self.train_model, batch, self.t, self._autocast(),
-                                         self.regulariser)
+                                         self.regulariser, self.cross_entropy)
                 loss = total * scale
                 (loss if self.scaler is None else self.scaler.scale(loss)).backward()
             for name, value in parts.items():
@@ -556,16 +531,20 @@ class Trainer:
 
 
 def train(cfg: DictConfig, record: run.RunRecord | None = None,
-          regulariser: Regulariser | None = None) -> dict[str, Any]:
+          regulariser: Regulariser | None = None, resampler: Resampler | None = None
+          ) -> dict[str, Any]:
     """Run, resume or (finished) leave alone the training described by ``cfg``; returns its
-    summary (``summary.json``). ``record``: how ``nmt-train`` was launched; ``regulariser``:
-    ``train.consistency``'s (``nmt.extras.consistency.regulariser``, which ``nmt-train`` and
-    ``nmt.train()`` pass). Raises ConfigError for a consistency setting without one."""
+    summary (``summary.json``). ``record``: how ``nmt-train`` was launched. ``regulariser``
+    (``train.consistency``) and ``resampler`` (``data.tokenizer.sampling_alpha``): hooks of
+    nmt.extras, passed by ``nmt-train`` and ``nmt.train()``; ConfigError if one disagrees."""
     # First, before any data is read or file written; the typed section from here on.
     if (cfg.train.consistency != "none") != (regulariser is not None):
         raise ConfigError(f"train.consistency={cfg.train.consistency} and the regulariser given "
                           "disagree: train through nmt-train or nmt.train(), which pass "
                           "nmt.extras.consistency.regulariser(cfg.train).")
+    if bool(cfg.data.tokenizer.sampling_alpha) != (resampler is not None):
+        raise ConfigError("data.tokenizer.sampling_alpha and the resampler disagree: train via "
+                          "nmt-train or nmt.train(): nmt.extras.subword_sampling.resampler(cfg).")
     model_cfg = validate_model(to_plain(cfg.model))
     cfg = cfg.copy()
     with read_write(cfg), open_dict(cfg):
@@ -581,7 +560,7 @@ def train(cfg: DictConfig, record: run.RunRecord | None = None,
         if plan.kind == "finished":
             return plan.summary
         with run.logging_to(Path(cfg.run_dir), info):
-            trainer = Trainer(cfg, info, device, plan, record, regulariser)
+            trainer = Trainer(cfg, info, device, plan, record, regulariser, resampler)
             try:
                 trainer.setup()
                 return trainer.fit()

@@ -202,7 +202,7 @@ def test_device_check_dry_run_runs_every_step_on_cpu_and_prints_one_line(tmp_pat
         "base/summary.json", "base/train.log", "ddp/summary.json", "ddp/train.log",
         "device_check.log", "results.json", "static/summary.json", "static/train.log"]
     assert json.loads((out / "results.json").read_text())["line"]["failed"] == "none"
-    assert "static batch shapes" in (out / "static" / "train.log").read_text()
+    assert "static batch lengths: source" in (out / "static" / "train.log").read_text()
 
 
 def test_device_check_plan_fits_the_budget_and_a_small_budget_skips_later_steps(tmp_path):

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import free_port, write_corpus, write_multilingual_corpus
+from conftest import free_port, train, write_corpus, write_multilingual_corpus
 from paused_train import kill_when_paused, popen
 
 from nmt.checkpoint import load_checkpoint
@@ -19,7 +19,6 @@ from nmt.config import compose_config
 from nmt.data.batching import make_src_batch
 from nmt.data.vocab import BOS_ID
 from nmt.models import build_model
-from nmt.training.trainer import train
 
 REPO = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.slow
