@@ -192,6 +192,9 @@ def test_eflomal_step_on_a_toy_corpus(tiny_overrides, monkeypatch):
     assert 0.7 < sum(map(len, links)) / sum(len(t.split()) for _, t in pairs) < 1.5
     monkeypatch.setattr(eflomal_links, "align_pairs", lambda *a, **k: 1 / 0)
     assert eflomal_links.prepare_links(cfg.data) == path           # cached: eflomal not run
+    # another eflomal version: another cache file (its links may differ)
+    monkeypatch.setattr(eflomal_links.importlib.metadata, "version", lambda name: "0.0.1")
+    assert eflomal_links.links_path(cfg.data) != path
 
 
 # ------------------------------------------------------------------ CTranslate2

@@ -98,7 +98,7 @@ def links_path(data_cfg: Any) -> Path:
         version = None
     split = str(data_cfg.train_split)
     key = hashlib.sha256(json.dumps(
-        [LINKS_VERSION, SYMMETRIZATION, split_fingerprint(data_cfg, split),
+        [LINKS_VERSION, SYMMETRIZATION, split_fingerprint(data_cfg, split), version,
          data_cfg.max_train_pairs, str(data_cfg.src_lang), str(data_cfg.tgt_lang)],
         sort_keys=True).encode()).hexdigest()[:24]
     path = Path(str(data_cfg.cache_dir)) / "alignments" / f"{split}-{key}.txt"
