@@ -95,6 +95,9 @@ class Tokenizer:
             h.update(self._tgt_bytes)
         return h.hexdigest()
 
+    def processors(self) -> tuple[spm.SentencePieceProcessor, spm.SentencePieceProcessor]:
+        return self._src, self._tgt     # (source, target); the same one when joint
+
     def state_dict(self) -> dict[str, Any]:   # what checkpoints store
         return {"version": TOKENIZER_VERSION, "joint": self.joint, "src_model": self._src_bytes,
                 "tgt_model": None if self.joint else self._tgt_bytes, "settings": dict(self.settings)}

@@ -43,10 +43,7 @@ def encode_sampled(tokenizer: Tokenizer, src_texts: Sequence[str], tgt_texts: Se
     one seed per side) and encodes single-threaded in a new thread, one call at a time.
     The same seed then gives the same ids within a process, not across processes.
     """
-    models = tokenizer.state_dict()          # the models' bytes: the same models, loaded anew
-    src = spm.SentencePieceProcessor(model_proto=models["src_model"])
-    tgt = src if models["tgt_model"] is None else \
-        spm.SentencePieceProcessor(model_proto=models["tgt_model"])
+    src, tgt = tokenizer.processors()
     entropy = [int(x) for x in np.atleast_1d(seed)]
     seeds = [int(np.random.SeedSequence([*entropy, side]).generate_state(1)[0]) & 0x7FFFFFFF
              for side in (0, 1)]   # 0xFFFFFFFF would mean "unseeded" to SentencePiece

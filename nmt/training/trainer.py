@@ -306,8 +306,7 @@ class Trainer:
                                          self.regulariser, self.cross_entropy)
                 loss = total * scale
                 (loss if self.scaler is None else self.scaler.scale(loss)).backward()
-            for name, value in parts.items():
-                sums[name] = sums[name] + value if name in sums else value
+            sums = {name: sums.get(name, 0) + value for name, value in parts.items()}
         if self.scaler is not None:
             self.scaler.unscale_(self.optimizer)      # clip the true gradients
         if self.t.clip_grad_norm > 0:
@@ -476,8 +475,7 @@ class Trainer:
                 key, *split_group = self._next_group(st.epoch, st.batch_in_epoch, group_size)
                 ahead = (key, prefetch.submit(self._collate_share, *split_group))
             sums, grad_norm, tokens = self.train_step(group, collated, split)
-            for name, value in sums.items():
-                acc[name] = acc[name] + value if name in acc else value
+            acc = {name: acc.get(name, 0) + value for name, value in sums.items()}
             acc_tokens += tokens
             st.train_tokens += tokens
             st.train_flops += self.speed.add(split.src_lens, split.tgt_lens, group)
