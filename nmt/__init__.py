@@ -29,11 +29,13 @@ def train(overrides: list[str] | tuple[str, ...] = ()) -> dict:
     batch."""
     from nmt.config import compose_config
     from nmt.extras.consistency import regulariser
+    from nmt.extras.eflomal_links import prepare_links
     from nmt.extras.subword_sampling import resampler
     from nmt.training.trainer import train as run
 
     cfg = compose_config(list(overrides))
-    return run(cfg, regulariser=regulariser(cfg.train), resampler=resampler(cfg))
+    return run(cfg, regulariser=regulariser(cfg.train), resampler=resampler(cfg),
+               teacher=prepare_links)
 
 
 def __getattr__(name: str):

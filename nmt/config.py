@@ -76,6 +76,8 @@ Precision = _choice_type("Precision", "auto", "fp32", "bf16", "fp16")
 Resume = _choice_type("Resume", "auto", "force")
 Consistency = _choice_type("Consistency", "none", "rdrop", "simcut")
 LangTag = _choice_type("LangTag", "source", "target")
+Symmetrize = _choice_type("Symmetrize", "grow-diag-final-and", "grow-diag-final", "grow-diag",
+                          "intersection", "union", "forward", "reverse")
 
 
 @dataclass
@@ -88,6 +90,13 @@ class TokenizerSchema:
     model: str | None = MISSING
     sampling_alpha: float | None = MISSING
     nbest_size: int = MISSING
+
+
+@dataclass
+class CorpusSchema:   # one of data.corpora
+    split: str = MISSING
+    root: str | None = None
+    weight: float = 1.0
 
 
 @dataclass
@@ -104,6 +113,8 @@ class DataSchema:
     max_len_ratio: float = MISSING
     cache_dir: str = MISSING
     alignments: str | None = MISSING
+    teacher_symmetrize: Symmetrize = MISSING
+    corpora: list[CorpusSchema] = MISSING
     pairs: list[str] | None = MISSING
     lang_tag: LangTag = MISSING
     sampling_temperature: float = MISSING
@@ -237,13 +248,9 @@ def _check_sampling(tok: DictConfig) -> None:
 
 
 def _check_guided(cfg: DictConfig) -> None:
-    """Guided alignment: ``train.alignment_loss_weight`` > 0 and ``data.alignments`` go
-    together (nmt-train fills in the latter), on a head to supervise, with fixed subwords."""
+    """Guided alignment: ``data.alignments`` (or the teacher's links) only with
+    ``train.alignment_loss_weight`` > 0, on a head to supervise, with fixed subwords."""
     weight, links = cfg.train.alignment_loss_weight, cfg.data.alignments
-    if weight > 0 and links is None:
-        raise ConfigError(f"train.alignment_loss_weight={weight} needs data.alignments=FILE (word "
-                          "links, one Pharaoh line per training pair); nmt-train makes one with "
-                          "eflomal (pip install 'nmt[align]').")
     if links is not None and weight == 0:
         raise ConfigError(f"data.alignments={links} supervises guided alignment: set "
                           "train.alignment_loss_weight > 0 (Garg et al. 2019: 0.05), or drop it.")
@@ -308,7 +315,8 @@ def _check_pairs(data: DictConfig, guided: bool) -> None:
         raise ConfigError("data.pairs with several directions needs data.tokenizer.joint=true (the "
                           "language tags are pieces of one joint model).")
     for key, on in (("guided alignment (train.alignment_loss_weight, data.alignments)", guided),
-                    ("data.tokenizer.sampling_alpha", data.tokenizer.sampling_alpha)):
+                    ("data.tokenizer.sampling_alpha", data.tokenizer.sampling_alpha),
+                    ("data.corpora", len(data.corpora))):
         if multilingual and on:
             raise ConfigError(f"{key} does not support several data.pairs yet: drop one of them.")
 
@@ -392,7 +400,8 @@ def validate(cfg: DictConfig) -> DictConfig:
     )
     data, train = out.data, out.train
     check_positive(out, "data.tokenizer.vocab_size", "data.tokenizer.input_sentence_size",
-                   "data.max_len", "data.max_len_ratio", "data.max_train_pairs")
+                   "data.max_len", "data.max_len_ratio", "data.max_train_pairs",
+                   *(f"data.corpora[{k}].weight" for k in range(len(data.corpora))))
     if data.src_lang == data.tgt_lang:
         raise ConfigError(f"data.src_lang={data.src_lang!r} must differ from data.tgt_lang.")
     check_positive(out, "train.batch_tokens", "train.accum_steps", "train.max_steps", "train.max_epochs",

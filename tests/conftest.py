@@ -231,9 +231,12 @@ def overrides(tiny_overrides, shared_cache) -> list[str]:
 
 def train(cfg):
     """:func:`nmt.training.trainer.train` with ``train.consistency``'s regulariser and
-    ``data.tokenizer.sampling_alpha``'s resampler, as ``nmt-train`` and ``nmt.train()`` pass them."""
+    ``data.tokenizer.sampling_alpha``'s resampler and the eflomal teacher, as ``nmt-train`` and
+    ``nmt.train()`` pass them."""
     from nmt.extras.consistency import regulariser
+    from nmt.extras.eflomal_links import prepare_links
     from nmt.extras.subword_sampling import resampler
     from nmt.training.trainer import train as run
 
-    return run(cfg, regulariser=regulariser(cfg.train), resampler=resampler(cfg))
+    return run(cfg, regulariser=regulariser(cfg.train), resampler=resampler(cfg),
+               teacher=prepare_links)

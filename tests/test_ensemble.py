@@ -10,9 +10,9 @@ import torch
 from test_search import VOCAB, forced_log_prob, random_sources, tiny_model
 
 from nmt.data.batching import make_src_batch
+from nmt.extras.ensemble import Ensemble
 from nmt.inference.sampling import sample_search
 from nmt.inference.search import BOS_ID, beam_search, greedy_search
-from nmt.models import Ensemble
 
 
 @pytest.fixture(scope="module", params=["transformer", "rnn"])

@@ -156,16 +156,20 @@ def test_threshold_and_eos_leave_words_unaligned():
 
 # ------------------------------------------------------------------ settings
 @pytest.mark.parametrize(("overrides", "words"), [
-    (["train.alignment_loss_weight=0.05"], ["data.alignments", "nmt[align]"]),
     (["data.alignments=links.txt"], ["data.alignments=links.txt", "train.alignment_loss_weight"]),
     (["train.alignment_loss_weight=0.05", "data.alignments=x"], ["model.alignment_heads=1"]),
     ([*GUIDED, "data.alignments=x", "data.tokenizer.sampling_alpha=0.1"], ["sampling_alpha"]),
     (["train.alignment_loss_weight=-1"], ["train.alignment_loss_weight=-1.0"]),
 ])
-def test_guided_settings_are_checked(overrides, words):
+def test_guided_settings_are_checked(overrides, words, tiny_overrides):
     with pytest.raises(ConfigError) as err:
         compose_config(overrides)
     assert all(w in str(err.value) for w in words)
+    # links from the teacher: the trainer needs one when data.alignments is not given
+    from nmt.training.trainer import train
+
+    with pytest.raises(ConfigError, match="data.alignments=FILE, or train via nmt-train"):
+        train(compose_config(tiny_overrides + GUIDED))
     compose_config(["model=rnn", "train.alignment_loss_weight=0.05", "data.alignments=x"])
     from nmt.models import validate_model
 
@@ -192,9 +196,27 @@ def test_eflomal_step_on_a_toy_corpus(tiny_overrides, monkeypatch):
     assert 0.7 < sum(map(len, links)) / sum(len(t.split()) for _, t in pairs) < 1.5
     monkeypatch.setattr(eflomal_links, "align_pairs", lambda *a, **k: 1 / 0)
     assert eflomal_links.prepare_links(cfg.data) == path           # cached: eflomal not run
+    # the teacher's symmetrization is a setting, and part of the key
+    other = compose_config(tiny_overrides + ["data.teacher_symmetrize=intersection"], validate_fn=None)
+    assert eflomal_links.links_path(other.data) != path
     # another eflomal version: another cache file (its links may differ)
     monkeypatch.setattr(eflomal_links.importlib.metadata, "version", lambda name: "0.0.1")
     assert eflomal_links.links_path(cfg.data) != path
+
+
+def test_the_teachers_symmetrizations_come_from_one_eflomal_run():
+    pytest.importorskip("eflomal")
+    from conftest import make_pairs
+
+    from nmt.extras.eflomal_links import align_pairs
+
+    methods = ("forward", "reverse", "intersection", "union", "grow-diag", "grow-diag-final-and")
+    out = align_pairs(make_pairs(60, 4), methods)
+    for k in range(60):
+        f, r = out["forward"][k], out["reverse"][k]
+        assert out["intersection"][k] == f & r and out["union"][k] == f | r
+        assert f & r <= out["grow-diag"][k] <= out["grow-diag-final-and"][k] <= f | r
+    assert any(f != r for f, r in zip(out["forward"], out["reverse"], strict=True))
 
 
 # ------------------------------------------------------------------ CTranslate2
@@ -227,3 +249,34 @@ def test_ctranslate2_export_carries_the_supervised_head(tmp_path):
     for a, b in zip(ours, theirs, strict=True):   # CTranslate2's alignment: the same one head
         assert a.ids == b.ids
         np.testing.assert_allclose(b.alignment, a.alignment, atol=1e-3)
+
+
+# ------------------------------------------------------------------ full target context
+def test_full_context_alignment_sees_the_whole_target_and_only_it():
+    from nmt.models.transformer import DecoderLayer
+
+    torch.manual_seed(0)
+    layer = DecoderLayer(16, 2, 32, 0.0, 0.0, 0.0, "relu", False).eval()
+    x, memory, src_mask = torch.randn(2, 5, 16), torch.randn(2, 7, 16), torch.ones(2, 1, 1, 7, dtype=torch.bool)
+    # the causal mask given as tgt_mask is the reference pass: the future mask all true
+    future = torch.ones(5, 5, dtype=torch.bool).tril()[None, None]
+    for a, b in zip(layer(x, memory, src_mask, True), layer(x, memory, src_mask, True, tgt_mask=future),
+                    strict=True):
+        if a is not None:
+            torch.testing.assert_close(a, b, rtol=0, atol=1e-6)
+    cfg = compose_config(TINY_MODEL + GUIDED + ["model.decoder_layers=2", "model.alignment_layer=0",
+                                                "data.alignments=x"])
+    model = build_model(cfg.model, 30, 30).eval()
+    src, tgt = torch.randint(4, 30, (2, 6)), torch.randint(4, 30, (2, 5))
+    src_mask = torch.ones(2, 6, dtype=torch.bool)
+    logits, causal = model(src, src_mask, tgt)
+    model.alignment_full_context = True
+    logits_full, full = model(src, src_mask, tgt)
+    assert torch.equal(logits, logits_full)              # the logits: the causal decoder's
+    assert not torch.allclose(full[:, :-1], causal[:, :-1], atol=1e-4)  # rows see the future
+    # one token (no future) or the pass itself: the causal alignment
+    torch.testing.assert_close(model(src, src_mask, tgt[:, :1])[1], causal[:, :1], rtol=0, atol=1e-6)
+    # padding is no context: a sentence's rows equal its unpadded pass
+    padded = torch.cat([tgt, torch.zeros(2, 3, dtype=torch.long)], 1)
+    torch.testing.assert_close(model(src, src_mask, padded)[1][:, :5], full, rtol=0, atol=1e-6)
+    torch.testing.assert_close(model(src, src_mask, tgt, need_alignment="all")[1].alignment, full)

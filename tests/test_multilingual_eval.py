@@ -28,6 +28,7 @@ from nmt.cli import evaluate as cli_evaluate
 from nmt.cli import translate as cli_translate
 from nmt.config import ConfigError
 from nmt.data.vocab import BOS_ID, EOS_ID, PAD_ID
+from nmt.extras.ensemble import ensemble_translator
 from nmt.extras.multilingual import (
     Pivot,
     directions_table,
@@ -446,14 +447,14 @@ def test_align_shows_the_tag_as_a_piece_of_no_word(trained, multi, tmp_path):
 
 
 def test_ensemble_members_must_share_their_directions(trained, tmp_path):
-    both = nmt.Translator.from_checkpoint([trained["source"], trained["source"]])
+    both = ensemble_translator([trained["source"], trained["source"]])
     assert both.directions == [("de", "en"), ("en", "fr")]
     assert both.translate("Ein Hund .", tgt_lang="fr", **SHORT).src_tokens[0] == "<2fr>"
     other = load_checkpoint(trained["source"])   # same tokenizer, another direction list
     other["config"]["data"]["pairs"] = ["de-en", "en-fr", "fr-en"]
     save_atomic(other, tmp_path / "other.pt")
     with pytest.raises(ConfigError, match="translate other directions"):
-        nmt.Translator.from_checkpoint([trained["source"], tmp_path / "other.pt"])
+        ensemble_translator([trained["source"], tmp_path / "other.pt"])
 
 
 def test_ctranslate2_engine_takes_the_tag_on_either_side(multi, multi_target, tmp_path):

@@ -16,6 +16,7 @@ from conftest import REPO_ROOT
 import nmt
 import nmt.cli.schemas  # noqa: F401 - registers nmt-translate's schema for compose_config
 from nmt.config import ConfigError, compose_config
+from nmt.extras.ensemble import Ensemble, ensemble_translator
 from nmt.inference.search import length_penalty_factor
 from nmt.inference.translator import length_sorted_batches, search_settings
 from nmt.models import build_model
@@ -110,7 +111,9 @@ def test_batching_by_tokens_changes_nothing_but_the_batches(translator):
 
 
 def test_ensemble_of_a_model_with_itself_equals_the_model(translator, tmp_path):
-    twice = nmt.Translator.from_checkpoint([CKPT, CKPT])
+    twice = ensemble_translator([CKPT, CKPT])
+    assert isinstance(twice.model, Ensemble)
+    assert not isinstance(ensemble_translator([CKPT]).model, Ensemble)   # one: the model alone
     single, double = translator.translate(SOURCES, beam_size=3), twice.translate(SOURCES, beam_size=3)
     assert [r.text for r in double] == [r.text for r in single]
     assert [r.score for r in double] == pytest.approx([r.score for r in single], abs=1e-4)
@@ -127,7 +130,16 @@ def test_ensemble_needs_one_vocabulary(tmp_path):
     ckpt["tokenizer"] = Tokenizer(model_bytes).state_dict()
     torch.save(ckpt, other)
     with pytest.raises(Exception, match="another tokenizer|do not fit"):
-        nmt.Translator.from_checkpoint([CKPT, other])
+        ensemble_translator([CKPT, other])
+    with pytest.raises(ConfigError, match="at least one"):
+        ensemble_translator([])
+
+
+def test_the_core_loads_one_checkpoint_and_points_to_the_ensemble_room():
+    assert nmt.Translator.from_checkpoint([CKPT]).model.all_attention   # a list of one
+    for paths in ([CKPT, CKPT], []):
+        with pytest.raises(ConfigError, match="nmt.extras.ensemble.ensemble_translator"):
+            nmt.Translator.from_checkpoint(paths)
 
 
 def test_plot_alignment_of_a_result_or_a_matrix(translator):
@@ -204,7 +216,7 @@ def test_capture_attention_runs_in_eval_mode_and_restores_the_mode(transformer):
 
 
 def test_capabilities_are_attributes_and_an_ensemble_cannot_return_attention(translator):
-    twice = nmt.Translator.from_checkpoint([CKPT, CKPT])
+    twice = ensemble_translator([CKPT, CKPT])
     assert (translator.all_attention, twice.all_attention) == (True, False)
     assert translator.epsilon_sampling and twice.epsilon_sampling
     with pytest.raises(ConfigError, match="return_attention"):

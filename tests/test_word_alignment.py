@@ -313,3 +313,28 @@ def test_symmetrize_final_order_flip_and_errors():
     assert symmetrize(a, b, "grow-diag-final", src_len=4, tgt_len=4) == {(0, 0), (2, 3), (3, 3)}
     # a target->source model's links (tgt, src) are flipped before symmetrising
     assert flip_links({(3, 2), (0, 1)}) == {(2, 3), (1, 0)}
+
+
+def test_agreement_of_two_directions_by_hand():
+    from nmt.extras.word_alignment import agreement_links, word_attention
+
+    # source "▁ab c ▁d" (2 words: pieces 0, 1 -> word 0; piece 2 -> word 1), target "▁x ▁y"
+    # rows: the two target pieces and </s>; columns: the three source pieces and </s>
+    alignment = np.array([[0.3, 0.3, 0.2, 0.2],
+                          [0.1, 0.0, 0.8, 0.1],
+                          [0.0, 0.0, 0.0, 1.0]], np.float32)
+    item = ForcedAlignment(["▁ab", "c", "▁d"], ["▁x", "▁y"], [0, 0, 1], [0, 1], 2, 2,
+                           alignment[None, None], alignment)
+    words = word_attention(item)                     # columns summed per source word
+    np.testing.assert_allclose(words, [[0.6, 0.2], [0.1, 0.8]], rtol=1e-6)
+    # a target word of two pieces: its rows averaged
+    two = ForcedAlignment(["▁a", "▁b"], ["▁x", "y"], [0, 1], [0, 0], 2, 1,
+                          alignment[None, None, :, 1:], alignment[:, 1:])
+    np.testing.assert_allclose(word_attention(two), [[(0.3 + 0.0) / 2, (0.2 + 0.8) / 2]], rtol=1e-6)
+    backward = np.array([[0.6, 0.1],                 # source word 0 over target words
+                         [0.4, 0.4]])
+    # 2AB/(A+B): (0,0) 2*.6*.6/1.2 = .6; (1,0) 2*.2*.4/.6 = .267; (0,1) 2*.1*.1/.2 = .1;
+    # (1,1) 2*.8*.4/1.2 = .533 -> links (src, tgt)
+    assert agreement_links(words, backward, 0.2) == {(0, 0), (1, 0), (1, 1)}
+    assert agreement_links(words, backward, 0.3) == {(0, 0), (1, 1)}
+    assert agreement_links(np.zeros((2, 2)), np.zeros((2, 2))) == set()

@@ -38,8 +38,11 @@ def _check(cfg: DictConfig) -> DictConfig:
         raise ConfigError("give either src_file=... tgt_file=... or input=FILE (lines "
                           "'source ||| target'), exactly one of the two.")
     check_extraction(cfg.method, cfg.threshold)
-    if cfg.symmetrize not in SYMMETRIZATIONS:
-        raise ConfigError(f"symmetrize={cfg.symmetrize} is not one of {', '.join(SYMMETRIZATIONS)}.")
+    if cfg.symmetrize not in (*SYMMETRIZATIONS, "agreement"):
+        raise ConfigError(f"symmetrize={cfg.symmetrize} is not one of "
+                          f"{', '.join(SYMMETRIZATIONS)}, agreement.")
+    if not 0.0 < cfg.agreement_threshold <= 1.0:
+        raise ConfigError(f"agreement_threshold={cfg.agreement_threshold} must lie in (0, 1].")
     if cfg.gold and cfg.gold_one_based is None:
         raise ConfigError("gold=... needs gold_one_based=true or false (the files look alike).")
     if cfg.batch_sentences < 1:
@@ -83,7 +86,7 @@ def _run(cfg: DictConfig) -> None:
                                           "eos_unaligned")}
     links = wa.align_words(model, tokenizer, pairs, **settings, reverse=reverse,
                         symmetrization=cfg.symmetrize, batch_sentences=cfg.batch_sentences,
-                        device=device, items=items)
+                        device=device, items=items, agreement_threshold=cfg.agreement_threshold)
     wa.write_links(out, links, one_based=cfg.one_based)
     print(f"aligned {len(pairs)} pairs: {sum(map(len, links))} links "
           f"({'symmetrized ' + str(cfg.symmetrize) if reverse else 'one direction'}) -> {out}")

@@ -218,13 +218,19 @@ def check_engine(cfg: DictConfig) -> DictConfig:
 
 
 def load_translator(cfg: DictConfig):
-    """The translator ``engine`` names, on ``device``: a ``Translator`` of ``checkpoint`` or a
-    ``CTranslate2Translator`` of ``model_dir`` (both translate alike)."""
+    """The translator ``engine`` names, on ``device``: a ``Translator`` of ``checkpoint`` (of
+    an ensemble for several: :mod:`nmt.extras.ensemble`) or a ``CTranslate2Translator`` of
+    ``model_dir`` (both translate alike)."""
     device = resolve_device(cfg.device)
     if cfg.engine == "ctranslate2":
         from nmt.extras.ctranslate2 import CTranslate2Translator
 
         return CTranslate2Translator.from_dir(cfg.model_dir, device)
+    paths = checkpoint_paths(cfg)
+    if isinstance(paths, list):
+        from nmt.extras.ensemble import ensemble_translator
+
+        return ensemble_translator(paths, device, weights=cfg.weights)
     from nmt.inference.translator import Translator
 
-    return Translator.from_checkpoint(checkpoint_paths(cfg), device, weights=cfg.weights)
+    return Translator.from_checkpoint(paths, device, weights=cfg.weights)

@@ -22,7 +22,8 @@ AttentionStored = _choice_type("AttentionStored", "alignment", "all")
 PlotFormat = _choice_type("PlotFormat", "png", "html")
 AttentionKind = _choice_type("AttentionKind", "alignment", "cross", "encoder", "decoder")
 LinkMethod = _choice_type("LinkMethod", "argmax", "threshold")
-ExportFormat = _choice_type("ExportFormat", "ctranslate2")
+ExportFormat = _choice_type("ExportFormat", "ctranslate2", "marian")
+ImportFormat = _choice_type("ImportFormat", "marian")
 Quantization = _choice_type("Quantization", "float32", "int8")
 Directions = _choice_type("Directions", "all")
 Decoding = _choice_type("Decoding", "search", "mbr")
@@ -135,6 +136,7 @@ class AlignConfig(DirectionSchema):
     eos_unaligned: bool = MISSING
     reverse_checkpoint: str | None = MISSING
     symmetrize: str = MISSING
+    agreement_threshold: float = MISSING
     gold: str | None = MISSING
     gold_one_based: bool | None = MISSING
     attention_out: str | None = MISSING
@@ -149,6 +151,15 @@ class ExportConfig:
     out_dir: str = MISSING
     quantization: Quantization = MISSING
     max_positions: int = MISSING
+
+
+@dataclass
+class ImportConfig:
+    format: ImportFormat = MISSING
+    source: str = MISSING
+    out: str = MISSING
+    src_lang: str | None = MISSING
+    tgt_lang: str | None = MISSING
 
 
 @dataclass
@@ -177,5 +188,6 @@ class ServeConfig(EngineSchema, SearchSchema):
 
 TOOL_SCHEMAS.update({"nmt_evaluate": EvaluateConfig, "nmt_translate": TranslateConfig,
                      "nmt_plot": PlotConfig, "nmt_average": AverageConfig, "nmt_align": AlignConfig,
-                     "nmt_export": ExportConfig, "nmt_serve": ServeConfig})
+                     "nmt_export": ExportConfig, "nmt_serve": ServeConfig,
+                     "nmt_import": ImportConfig})
 register_configs()

@@ -8,14 +8,10 @@ The same command again resumes, a changed setting is refused (``train.resume=for
 a finished run does nothing (:mod:`nmt.training.run`). In a sweep each job's ``run_dir`` is
 ``hydra.sweep.dir/<overrides>``, and the sweep ends with a table of all jobs. Guided alignment
 (``train.alignment_loss_weight`` > 0) without ``data.alignments`` first aligns the training
-split with eflomal, once (:mod:`nmt.extras.eflomal_links`; rank 0 under torchrun).
+corpora with eflomal, once (the teacher, :mod:`nmt.extras.eflomal_links`; rank 0).
 """
 
 from __future__ import annotations
-
-import os
-import sys
-from pathlib import Path
 
 import hydra
 from hydra.core.hydra_config import HydraConfig
@@ -24,26 +20,10 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 
 from nmt.cli.common import hydra_record, run_app, run_task
 from nmt.cli.sweep import job_dirname
-from nmt.config import CONFIG_PATH, ConfigError, validate
-from nmt.data.corpus import CorpusError
+from nmt.config import CONFIG_PATH, validate
 from nmt.runtime import ensure_writable_dir
 
 OmegaConf.register_new_resolver("nmt.dirname", job_dirname, replace=True)   # names sweep jobs
-
-
-def _validate(cfg: DictConfig) -> DictConfig:
-    """:func:`~nmt.config.validate`, guided alignment's ``data.alignments`` first set to
-    eflomal's cached links when not given (:func:`~nmt.extras.eflomal_links.links_path`)."""
-    if cfg.train.alignment_loss_weight > 0 and cfg.data.alignments is None:
-        from nmt.extras.eflomal_links import links_path
-
-        try:
-            path = links_path(cfg.data)
-        except CorpusError as err:
-            raise ConfigError(str(err)) from None
-        with open_dict(cfg):
-            cfg.data.alignments = str(path)
-    return validate(cfg)
 
 
 def _job_config(cfg: DictConfig) -> DictConfig:
@@ -54,19 +34,7 @@ def _job_config(cfg: DictConfig) -> DictConfig:
         if hydra_cfg.mode == RunMode.MULTIRUN and not given:
             with open_dict(cfg):
                 cfg.run_dir = hydra_cfg.runtime.output_dir
-    return _validate(cfg)
-
-
-def _prepare_links(cfg: DictConfig) -> None:
-    """eflomal's links of the training split, if ``data.alignments`` names their cache file
-    and it is not there yet (rank 0 only: under torchrun the others wait in its barrier)."""
-    if cfg.train.alignment_loss_weight > 0 and os.environ.get("RANK", "0") == "0" and \
-            not Path(cfg.data.alignments).exists():
-        from nmt.extras.eflomal_links import links_path, prepare_links
-
-        if Path(cfg.data.alignments) == links_path(cfg.data):
-            prepare_links(cfg.data, say=lambda m: print(f"nmt-train: {m}", file=sys.stderr,
-                                                        flush=True))
+    return validate(cfg)
 
 
 @hydra.main(version_base="1.3", config_path=CONFIG_PATH, config_name="config")
@@ -79,11 +47,11 @@ def app(cfg: DictConfig) -> float | None:
 
     def body(cfg: DictConfig) -> None:
         from nmt.extras.consistency import regulariser
+        from nmt.extras.eflomal_links import prepare_links
         from nmt.extras.subword_sampling import resampler
         from nmt.training.trainer import train
 
-        _prepare_links(cfg)
-        summary.update(train(cfg, record, regulariser(cfg.train), resampler(cfg)))
+        summary.update(train(cfg, record, regulariser(cfg.train), resampler(cfg), prepare_links))
 
     run_task(cfg, body, prog="nmt-train", validate_fn=_job_config)
     return summary.get("best_bleu")
@@ -92,7 +60,7 @@ def app(cfg: DictConfig) -> float | None:
 def main(argv: list[str] | None = None) -> int:
     """Console entry point ``nmt-train``; returns the exit status. ``run_dir`` is checked
     before Hydra creates it (``hydra.run.dir``)."""
-    return run_app(app, argv, config_name="config", prog="nmt-train", validate_fn=_validate,
+    return run_app(app, argv, config_name="config", prog="nmt-train", validate_fn=validate,
                    precheck=lambda cfg: ensure_writable_dir(cfg.run_dir, "run_dir"))
 
 

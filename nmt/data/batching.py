@@ -26,7 +26,14 @@ import numpy as np
 import pyarrow as pa
 import torch
 
-from nmt.data.corpus import CorpusError, iter_nonempty_pairs, iter_parallel, split_fingerprint
+from nmt.data.corpus import (
+    CorpusError,
+    iter_nonempty_pairs,
+    iter_parallel,
+    iter_training,
+    split_fingerprint,
+    training_corpora,
+)
 from nmt.data.languages import (
     add_tag,
     directions,
@@ -48,9 +55,9 @@ _CHUNK_ROWS = 100_000  # pairs per Arrow record batch of a token cache
 _ENCODE_ROWS = 10_000  # pairs read and tokenized at a time (bounds the Python objects)
 _SCHEMA = pa.schema([("src_ids", pa.list_(pa.int32())), ("tgt_ids", pa.list_(pa.int32())),
                      ("src_text", pa.large_string()), ("tgt_text", pa.large_string())])
-# With data.alignments: per pair its subword links, flattened (target pos, source pos) pairs
-_SCHEMA_LINKS = _SCHEMA.append(pa.field("links", pa.list_(pa.int32())))
-_SCHEMA_DIRECTIONS = _SCHEMA.append(pa.field("direction", pa.int16()))   # index in data.pairs
+# links (data.alignments): per pair its subword links, flattened (target pos, source pos)
+# pairs; direction: its index in data.pairs, or of its training corpus (data.corpora)
+_LINKS, _GROUP = pa.field("links", pa.list_(pa.int32())), pa.field("direction", pa.int16())
 Tags = Sequence[tuple[int | None, int | None]]   # per direction: (source tag id, target tag id)
 
 
@@ -290,19 +297,22 @@ def _record_batch(src_ids: list[list[int]], tgt_ids: list[list[int]], src_texts:
         columns.append(_list_array(links, keep))
     if dirs is not None:
         columns.append(pa.array(dirs[keep].astype(np.int16)))
-    schema = _SCHEMA_LINKS if links is not None else _SCHEMA if dirs is None else _SCHEMA_DIRECTIONS
-    return pa.record_batch(columns, schema=schema)
+    return pa.record_batch(columns, schema=_schema(links is not None, dirs is not None))
+
+
+def _schema(links: bool, groups: bool) -> pa.Schema:
+    return pa.schema([*_SCHEMA, *[_LINKS] * links, *[_GROUP] * groups])
 
 
 def _tokenize_piece(piece: list[tuple], tokenizer: Tokenizer, max_len: int | None,
-                    max_len_ratio: float | None, stats: dict[str, int], tags: Tags | None = None
-                    ) -> pa.RecordBatch:
+                    max_len_ratio: float | None, stats: dict[str, int], tags: Tags | None = None,
+                    groups: bool = False) -> pa.RecordBatch:
     """The pairs tokenized, tagged and filtered (:func:`write_pairs`); adds the counts to
     ``stats``."""
     src_t, tgt_t, *word_links = zip(*piece, strict=True)
     s_ids, t_ids = tokenizer.encode_src_batch(src_t), tokenizer.encode_tgt_batch(tgt_t)
-    dirs = None if tags is None else np.asarray(word_links.pop(), np.int64)
-    if dirs is not None:   # the tags join the lengths the filters see
+    dirs = np.asarray(word_links.pop(), np.int64) if groups or tags is not None else None
+    if tags is not None:   # the tags join the lengths the filters see
         s_ids, t_ids = ([ids if tags[d][side] is None else add_tag(ids, tags[d][side])
                          for ids, d in zip(side_ids, dirs, strict=True)]
                         for side, side_ids in enumerate((s_ids, t_ids)))
@@ -330,7 +340,8 @@ def _tokenize_piece(piece: list[tuple], tokenizer: Tokenizer, max_len: int | Non
 
 def write_pairs(path: str | Path, pairs: Iterable[tuple], tokenizer: Tokenizer,
                 max_len: int | None = None, max_len_ratio: float | None = None,
-                links: bool = False, tags: Tags | None = None) -> dict[str, int]:
+                links: bool = False, tags: Tags | None = None, groups: bool = False
+                ) -> dict[str, int]:
     """Tokenize a stream of ``(source, target)`` texts into the Arrow file ``path`` (written
     only if the stream ends without error); returns ``{"pairs": kept, "too_long": n,
     "bad_ratio": n}``. Dropped (subwords, no EOS): a side longer than ``max_len``, or
@@ -339,15 +350,17 @@ def write_pairs(path: str | Path, pairs: Iterable[tuple], tokenizer: Tokenizer,
     holds ``(source, target, word links)`` (:func:`~nmt.data.links.with_links`) and the file
     the subword links (``"unmatched"``: pairs whose words could not be matched, no links).
     With ``tags`` (per direction its tag ids, :func:`tag_ids`) the stream holds
-    ``(source, target, direction)`` and the file the tagged ids and a ``direction`` column."""
+    ``(source, target, direction)`` and the file the tagged ids and a ``direction`` column;
+    with ``groups``, each pair's last item is its corpus (:func:`training_pairs`), kept in the
+    same column."""
     stats = {"pairs": 0, "too_long": 0, "bad_ratio": 0}
     stream, chunk_rows = iter(pairs), _CHUNK_ROWS
-    schema = _SCHEMA_LINKS if links else _SCHEMA if tags is None else _SCHEMA_DIRECTIONS
+    schema = _schema(links, groups or tags is not None)
     with atomic_path(path) as tmp, pa.OSFile(str(tmp), "wb") as sink, \
             pa.ipc.new_file(sink, schema) as writer:
         pending = schema.empty_table()  # tokenized pairs not yet written
         for piece in iter(lambda: list(itertools.islice(stream, min(chunk_rows, _ENCODE_ROWS))), []):
-            kept = _tokenize_piece(piece, tokenizer, max_len, max_len_ratio, stats, tags)
+            kept = _tokenize_piece(piece, tokenizer, max_len, max_len_ratio, stats, tags, groups)
             pending = pa.concat_tables([pending, pa.Table.from_batches([kept])])
             while pending.num_rows >= chunk_rows:
                 writer.write_table(pending.slice(0, chunk_rows).combine_chunks())
@@ -405,18 +418,14 @@ def load_split(data_cfg: Any, split: str, tokenizer: Tokenizer, direction: int =
 
 def training_pairs(data_cfg: Any, report: bool = True, links: str | None = None,
                    direction: tuple[str, str] | None = None) -> Iterator[tuple]:
-    """The first ``data.max_train_pairs`` pairs of ``data.train_split`` (in ``direction``,
-    default the config's) but the empty ones (their number logged when ``report``). The rest
-    is still read, so a broken corpus is a :class:`CorpusError` whatever the cap. With
-    ``links`` (a Pharaoh file, one line per pair, the first ``max_train_pairs`` lines read)
-    ``(source, target, word links)`` triples."""
-    pairs = iter_parallel(data_cfg, str(data_cfg.train_split), direction)
-    if data_cfg.max_train_pairs is not None:
-        head = itertools.islice(pairs, int(data_cfg.max_train_pairs))
-        pairs = itertools.chain(head if links is None else with_links(head, links, whole=False),
-                                filter(lambda _: False, pairs))
-    elif links is not None:
-        pairs = with_links(pairs, links)
+    """The training pairs (:func:`~nmt.data.corpus.iter_training`: the first
+    ``data.max_train_pairs`` of ``data.train_split``, then ``data.corpora``; in ``direction``,
+    default the config's) but the empty ones (their number logged when ``report``). With
+    ``links`` (a Pharaoh file, one line per pair in that order) ``(source, target, word
+    links)``; with corpora, each pair's corpus index last."""
+    pairs = iter_training(data_cfg, direction)
+    if links is not None:
+        pairs = with_links(pairs, links, whole=data_cfg.max_train_pairs is None)
     where = str(data_cfg.train_split) + ("" if direction is None else " " + "-".join(direction))
     return iter_nonempty_pairs(pairs, where=where, report=report)
 
@@ -441,13 +450,16 @@ def prepare_data(data_cfg: Any, tokenizer: Tokenizer | None = None) -> PreparedD
     the target languages' tags) and the training split holds every direction, in turn."""
     cache, split, pairs = Path(str(data_cfg.cache_dir)), str(data_cfg.train_split), \
         directions(data_cfg)
-    fingerprints = [split_fingerprint(data_cfg, split, pair) for pair in pairs]
-    train_id = cache_key(fingerprints[0] if len(pairs) == 1 else fingerprints, data_cfg.max_train_pairs)
+    corpora = training_corpora(data_cfg)
+    fingerprints = [split_fingerprint(data_cfg, split, pair) for pair in pairs] + \
+        [split_fingerprint(view, s) for view, s, _ in corpora[1:]]
+    train_id = cache_key(fingerprints[0] if len(fingerprints) == 1 else fingerprints,
+                         data_cfg.max_train_pairs)
     multi = is_multilingual(data_cfg)
     if tokenizer is None:
         tokenizer = tokenizer_from_pairs(
             data_cfg.tokenizer, str(data_cfg.src_lang), str(data_cfg.tgt_lang),
-            lambda: training_pairs(data_cfg, report=False), cache, train_id,
+            lambda: (p[:2] for p in training_pairs(data_cfg, report=False)), cache, train_id,
             _language_texts(data_cfg) if multi else None,
             [lang_tag(lang) for lang in target_languages(data_cfg)])
     max_len, ratio = int(data_cfg.max_len), float(data_cfg.max_len_ratio)
@@ -464,7 +476,7 @@ def prepare_data(data_cfg: Any, tokenizer: Tokenizer | None = None) -> PreparedD
             ((s, t, k) for s, t in training_pairs(data_cfg, direction=pair))
             for k, pair in enumerate(pairs))
         stats = write_pairs(path, stream, tokenizer, max_len, ratio, links=links is not None,
-                            tags=tags)
+                            tags=tags, groups=len(corpora) > 1)
         log.info("%s: %d pairs kept; dropped %d longer than max_len=%d and %d with length ratio "
                  "> %g -> %s", split, stats["pairs"], stats["too_long"], max_len,
                  stats["bad_ratio"], ratio, path)

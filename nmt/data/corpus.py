@@ -17,6 +17,8 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
+from omegaconf import OmegaConf
+
 from nmt.config import is_multilingual
 
 log = logging.getLogger("nmt.data")
@@ -191,6 +193,35 @@ def iter_parallel(data_cfg: Any, split: str, direction: tuple[str, str] | None =
         return iter_hf(str(data_cfg.root), split, *_direction(data_cfg, direction))
     return (iter_text_pair if data_cfg.format == "text" else iter_tsv)(
         *split_paths(data_cfg, split, direction))
+
+
+def training_corpora(data_cfg: Any) -> list[tuple[Any, str, float]]:
+    """``(data section, split, weight)`` of each training corpus: ``data.train_split``
+    (weight 1), then each of ``data.corpora``, read from its own ``root`` (default
+    ``data.root``) as ``data.format`` says."""
+    return [(data_cfg, str(data_cfg.train_split), 1.0)] + [
+        (OmegaConf.merge(data_cfg, {"root": str(c.root or data_cfg.root)}), str(c.split),
+         float(c.weight)) for c in data_cfg.get("corpora") or ()]
+
+
+def corpus_weights(data_cfg: Any) -> list[float] | None:
+    """The training corpora's sampling weights (None: ``data.train_split`` alone)."""
+    corpora = training_corpora(data_cfg)
+    return None if len(corpora) == 1 else [w for _, _, w in corpora]
+
+
+def iter_training(data_cfg: Any, direction: tuple[str, str] | None = None) -> Iterator[tuple]:
+    """The raw pairs of every training corpus, in :func:`training_corpora` order: the first
+    ``data.max_train_pairs`` of ``data.train_split`` (the rest still read, so a broken corpus
+    is a CorpusError whatever the cap), then each of ``data.corpora`` whole. With corpora,
+    ``(source, target, corpus index)``."""
+    corpora = training_corpora(data_cfg)
+    for k, (view, split, _) in enumerate(corpora):
+        pairs = iter_parallel(view, split, direction)
+        if k == 0 and data_cfg.max_train_pairs is not None:
+            head = itertools.islice(pairs, int(data_cfg.max_train_pairs))
+            pairs = itertools.chain(head, filter(lambda _: False, pairs))
+        yield from pairs if len(corpora) == 1 else ((s, t, k) for s, t in pairs)
 
 
 def split_fingerprint(data_cfg: Any, split: str, direction: tuple[str, str] | None = None) -> str:

@@ -79,16 +79,17 @@ def links_fingerprint(path: str | Path) -> str:
                                    "data.alignments names the training split's word links.") from None
 
 
-def with_links(pairs: Iterable[tuple[str, str]], path: str | Path, whole: bool = True
-               ) -> Iterator[tuple[str, str, set[Link]]]:
-    """``(source, target, links)`` of each pair, the links from line k of the Pharaoh file
+def with_links(pairs: Iterable[tuple], path: str | Path, whole: bool = True
+               ) -> Iterator[tuple]:
+    """``(source, target, links, ...)`` of each pair ``(source, target, ...)``, the links
+    from line k of the Pharaoh file
     ``path`` (0-based ``i-j``, source word i, target word j; ``ipj`` counts as a link too) for
     pair k. AlignmentFormatError naming the file and line: a malformed link, one past the
     sentence's words, fewer lines than pairs, or (``whole``: ``pairs`` is the whole corpus)
     more lines than pairs, found when the pairs are all read."""
     lines = iter_lines(path)
     number = 0
-    for number, (src, tgt) in enumerate(pairs, start=1):
+    for number, (src, tgt, *rest) in enumerate(pairs, start=1):
         line = next(lines, None)
         if line is None:
             raise AlignmentFormatError(f"{path}: {number - 1} lines, but the corpus has more "
@@ -104,7 +105,7 @@ def with_links(pairs: Iterable[tuple[str, str]], path: str | Path, whole: bool =
                 raise AlignmentFormatError(
                     f"{path}, line {number}: link {i}-{j} (0-based) points past the pair's "
                     f"{n_src} source and {n_tgt} target words: is it the file of this corpus?")
-        yield src, tgt, links
+        yield src, tgt, links, *rest
     if whole and next(lines, None) is not None:
         raise AlignmentFormatError(f"{path}: more lines than the {number} pairs of the corpus: "
                                    "the file needs one line of links per pair.")

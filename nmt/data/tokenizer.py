@@ -41,15 +41,17 @@ log = logging.getLogger("nmt.data")
 class Tokenizer:
     """The source and target SentencePiece models (one when ``joint``) from their bytes,
     with their training ``settings`` (kept, not read). ``encode_*`` give ids without BOS/EOS.
-    ValueError: special ids other than :mod:`nmt.data.vocab`'s (RuntimeError: not a model)."""
+    ``joint``: one vocabulary for both sides (one model, or two whose pieces are the same, id
+    for id, as an imported Marian model's). ValueError: special ids other than
+    :mod:`nmt.data.vocab`'s (RuntimeError: not a model)."""
 
     def __init__(self, src_model: bytes, tgt_model: bytes | None = None,
                  settings: dict[str, Any] | None = None):
-        self.joint = tgt_model is None
+        one = tgt_model is None
         self._src_bytes = bytes(src_model)
-        self._tgt_bytes = self._src_bytes if self.joint else bytes(tgt_model)
+        self._tgt_bytes = self._src_bytes if one else bytes(tgt_model)
         self._src = spm.SentencePieceProcessor(model_proto=self._src_bytes)
-        self._tgt = self._src if self.joint else spm.SentencePieceProcessor(model_proto=self._tgt_bytes)
+        self._tgt = self._src if one else spm.SentencePieceProcessor(model_proto=self._tgt_bytes)
         for sp in (self._src, self._tgt):
             ids = (sp.pad_id(), sp.unk_id(), sp.bos_id(), sp.eos_id())
             if ids != (PAD_ID, UNK_ID, BOS_ID, EOS_ID):
@@ -57,6 +59,8 @@ class Tokenizer:
                                  f"this package needs {(PAD_ID, UNK_ID, BOS_ID, EOS_ID)}.")
         self.src_vocab_size = self._src.get_piece_size()
         self.tgt_vocab_size = self._tgt.get_piece_size()
+        self.joint = one or self.src_pieces(range(self.src_vocab_size)) == self.tgt_pieces(
+            range(self.tgt_vocab_size))
         self.settings = dict(settings or {})
 
     def encode_src_batch(self, texts: Sequence[str]) -> list[list[int]]:
@@ -91,16 +95,17 @@ class Tokenizer:
     @property
     def fingerprint(self) -> str:   # sha256 of the model bytes
         h = hashlib.sha256(self._src_bytes)
-        if not self.joint:
+        if self._tgt is not self._src:
             h.update(self._tgt_bytes)
         return h.hexdigest()
 
     def processors(self) -> tuple[spm.SentencePieceProcessor, spm.SentencePieceProcessor]:
-        return self._src, self._tgt     # (source, target); the same one when joint
+        return self._src, self._tgt     # (source, target); the same one for one model
 
     def state_dict(self) -> dict[str, Any]:   # what checkpoints store
+        one = self._tgt is self._src
         return {"version": TOKENIZER_VERSION, "joint": self.joint, "src_model": self._src_bytes,
-                "tgt_model": None if self.joint else self._tgt_bytes, "settings": dict(self.settings)}
+                "tgt_model": None if one else self._tgt_bytes, "settings": dict(self.settings)}
 
     @classmethod
     def from_state_dict(cls, state: dict[str, Any]) -> Tokenizer:
@@ -120,7 +125,7 @@ class Tokenizer:
     def save(self, directory: str | Path) -> None:   # spm.model or src/tgt.model, tokenizer.json
         directory = Path(directory)
         directory.mkdir(parents=True, exist_ok=True)
-        files = {"spm.model": self._src_bytes} if self.joint else \
+        files = {"spm.model": self._src_bytes} if self._tgt is self._src else \
             {"src.model": self._src_bytes, "tgt.model": self._tgt_bytes}
         for name, data in files.items():
             (directory / name).write_bytes(data)
@@ -137,7 +142,7 @@ class Tokenizer:
             raise FileNotFoundError(f"{meta_path}: no tokenizer saved here.")
         meta = json.loads(meta_path.read_text(encoding="utf-8"))
         blobs = []
-        for name in ["spm.model"] if meta["joint"] else ["src.model", "tgt.model"]:
+        for name in ["spm.model"] if meta["files"] == ["spm.model"] else ["src.model", "tgt.model"]:
             path = Path(directory) / name
             if not path.is_file():
                 raise FileNotFoundError(f"{path}: tokenizer model file is missing.")

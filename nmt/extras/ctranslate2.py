@@ -99,8 +99,8 @@ def build_spec(model: torch.nn.Module, tokenizer: Tokenizer, model_cfg: DictConf
     weights = {k: np.array(v.detach().float().cpu().numpy(), dtype=np.float32, copy=True)
                for k, v in model.state_dict().items()}
     pre_norm = model_cfg.norm == "pre"
-    activation = {"relu": common_spec.Activation.RELU,
-                  "gelu": common_spec.Activation.GELU}[model_cfg.activation]
+    activation = {"relu": common_spec.Activation.RELU, "gelu": common_spec.Activation.GELU,
+                  "silu": common_spec.Activation.SWISH}[model_cfg.activation]
     spec = transformer_spec.TransformerSpec.from_config(
         (int(model_cfg.encoder_layers), int(model_cfg.decoder_layers)), int(model_cfg.heads),
         pre_norm=pre_norm, activation=activation,
@@ -123,6 +123,9 @@ def build_spec(model: torch.nn.Module, tokenizer: Tokenizer, model_cfg: DictConf
     dec.embeddings.weight = weights["tgt_embed.weight"]
     dec.position_encodings.encodings = positions
     dec.projection.weight = weights.get("output_proj.weight", weights["tgt_embed.weight"])
+    if "final_logits_bias" in weights:   # model.final_logits_bias (an imported Marian model's)
+        dec.projection.bias = weights["final_logits_bias"]
+    enc.scale_embeddings = dec.scale_embeddings = bool(model_cfg.get("scale_embedding", True))
     if pre_norm:
         norm(enc.layer_norm, "encoder_norm")
         norm(dec.layer_norm, "decoder_norm")

@@ -243,17 +243,49 @@ def word_links(item: ForcedAlignment, *, method: str = "argmax", threshold: floa
             if item.tgt_words[t] >= 0}
 
 
+def word_attention(item: ForcedAlignment, layer: int | str | None = None,
+                   head: int | str | None = None) -> np.ndarray:
+    """The pair's attention between words, [target words, source words]: of
+    :func:`item_attention`'s matrix (the rows that predict target pieces; no ``</s>``, no
+    tag), each target word's rows averaged and each source word's columns summed, so a row
+    is a distribution over source words (less the ``</s>`` share); a word without pieces
+    gets zeros."""
+    matrix = item_attention(item, layer, head)[:-1]
+    out = np.zeros((item.n_tgt_words, item.n_src_words))
+    for t, w in enumerate(item.tgt_words):
+        if w >= 0:
+            np.add.at(out[w], [v for v in item.src_words if v >= 0],
+                      matrix[t, [k for k, v in enumerate(item.src_words) if v >= 0]])
+    counts = np.bincount([w for w in item.tgt_words if w >= 0], minlength=item.n_tgt_words)
+    return out / np.maximum(counts, 1)[:, None]
+
+
+def agreement_links(forward: np.ndarray, backward: np.ndarray, threshold: float = 0.2
+                    ) -> set[Link]:
+    """(src, tgt) links where the two directions agree (Chen et al. 2021, Mask-Align,
+    sec. 3.4): ``2AB / (A + B) >= threshold``, cell by cell, for ``forward`` A [target words,
+    source words] (:func:`word_attention` of the source->target model) and ``backward`` B
+    [source words, target words] (the target->source model's), transposed."""
+    a, b = np.asarray(forward, np.float64), np.asarray(backward, np.float64).T
+    score = np.divide(2 * a * b, a + b, out=np.zeros_like(a), where=a + b > 0)
+    rows, cols = np.nonzero(score >= threshold)
+    return {(int(s), int(t)) for t, s in zip(rows, cols, strict=True)}
+
+
 def align_words(model, tokenizer, pairs: Sequence[tuple[str, str]], *, method: str = "argmax",
                 threshold: float | None = None, shift: bool = False,
                 layer: int | str | None = None, head: int | str | None = None,
                 eos_unaligned: bool = False, reverse: tuple | None = None,
                 symmetrization: str = "grow-diag-final-and", batch_sentences: int = 32,
                 device: str | torch.device = "cpu",
-                items: Sequence[ForcedAlignment] | None = None) -> list[set[Link]]:
+                items: Sequence[ForcedAlignment] | None = None,
+                agreement_threshold: float = 0.2) -> list[set[Link]]:
     """Word links of each pair by :func:`word_links`; with ``reverse`` (a target->source
     ``(model, tokenizer)``) symmetrised with its flipped links (same settings) by
-    :func:`symmetrize`. ``items``: ``force_align(model, tokenizer, pairs)`` if computed.
-    ``reverse`` may hold a third item, its direction's ``tags`` (:func:`force_align`)."""
+    :func:`symmetrize`, or with ``symmetrization="agreement"`` the two directions'
+    :func:`word_attention` combined by :func:`agreement_links` (``agreement_threshold``).
+    ``items``: ``force_align(model, tokenizer, pairs)`` if computed. ``reverse`` may hold a
+    third item, its direction's ``tags`` (:func:`force_align`)."""
     settings = dict(method=method, threshold=threshold, shift=shift, layer=layer, head=head,
                     eos_unaligned=eos_unaligned)
     if items is None:
@@ -264,6 +296,9 @@ def align_words(model, tokenizer, pairs: Sequence[tuple[str, str]], *, method: s
     rev_model, rev_tokenizer, *rev_tags = reverse
     back = force_align(rev_model, rev_tokenizer, [(t, s) for s, t in pairs], batch_sentences,
                        device, *rev_tags)
+    if symmetrization == "agreement":
+        return [agreement_links(word_attention(f, layer, head), word_attention(b, layer, head),
+                                agreement_threshold) for f, b in zip(items, back, strict=True)]
     return [symmetrize(fwd, flip_links(word_links(b, **settings)), symmetrization,
                        src_len=item.n_src_words, tgt_len=item.n_tgt_words)
             for fwd, b, item in zip(links, back, items, strict=True)]

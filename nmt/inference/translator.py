@@ -45,7 +45,7 @@ from nmt.data.vocab import EOS_ID, PAD_ID
 from nmt.inference.forced import ForcedFirstToken
 from nmt.inference.sampling import sample_search
 from nmt.inference.search import Hypothesis, beam_search, greedy_search
-from nmt.models import Ensemble, build_model
+from nmt.models import build_model
 from nmt.models.base import Seq2Seq, eval_mode
 
 # translate's settings (keyword arguments) and their defaults: the command line's
@@ -370,24 +370,13 @@ class Translator(TranslatorBase):
     def from_checkpoint(cls, path: str | Path | Sequence[str | Path],
                         device: str | torch.device = "cpu",
                         weights: str = "inference") -> Translator:
-        """Load a checkpoint of ``nmt-train`` / ``nmt-average``, or several: an ensemble that
-        averages their log-probabilities at each step (one tokenizer); ``weights``:
-        :func:`load_for_inference`."""
+        """Load a checkpoint of ``nmt-train`` / ``nmt-average`` (or a list of one); ``weights``:
+        :func:`load_for_inference`. Several, an ensemble: :mod:`nmt.extras.ensemble`."""
         paths = [path] if isinstance(path, str | Path) else list(path)
-        if not paths:
-            raise ConfigError("give at least one checkpoint.")
-        loaded = [load_for_inference(p, device, weights) for p in paths]
-        model, tokenizer, config = loaded[0]
-        for p, (_, tok, cfg) in zip(paths[1:], loaded[1:], strict=True):
-            if tok.fingerprint != tokenizer.fingerprint:
-                raise ConfigError(f"{p} uses another tokenizer than {paths[0]}: an ensemble "
-                                  "needs one vocabulary (data.tokenizer.model=...).")
-            if directions(cfg.data) != directions(config.data):
-                raise ConfigError(f"{p} and {paths[0]} translate other directions: an ensemble "
-                                  "needs the same data.pairs.")
-        if len(loaded) > 1:
-            model = Ensemble([m for m, _, _ in loaded])
-        return cls(model, tokenizer, config, device)
+        if len(paths) != 1:
+            raise ConfigError(f"give one checkpoint, not {len(paths)}: several make an ensemble, "
+                              "nmt.extras.ensemble.ensemble_translator(paths, device).")
+        return cls(*load_for_inference(paths[0], device, weights), device)
 
     def _hypotheses(self, src_ids, settings, sampling):
         return decode(self.model, src_ids, settings, sampling, self.device)

@@ -12,7 +12,6 @@ from omegaconf import DictConfig
 from nmt.config import ConfigError, merge_typed
 from nmt.data.vocab import PAD_ID
 from nmt.models.base import Seq2Seq
-from nmt.models.ensemble import Ensemble
 from nmt.models.rnn import BahdanauRNN, RNNConfig
 from nmt.models.transformer import Transformer, TransformerConfig
 
@@ -45,5 +44,4 @@ def build_model(model_cfg, src_vocab_size: int, tgt_vocab_size: int) -> Seq2Seq:
     return MODELS[model_cfg["name"]][1](src_vocab_size, tgt_vocab_size, pad_id=PAD_ID, **settings)
 
 
-__all__ = ["MODELS", "BahdanauRNN", "Ensemble", "Seq2Seq", "Transformer", "build_model",
-           "validate_model"]
+__all__ = ["MODELS", "BahdanauRNN", "Seq2Seq", "Transformer", "build_model", "validate_model"]

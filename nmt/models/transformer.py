@@ -34,7 +34,7 @@ from nmt.models.base import (
 )
 
 Norm = Choice("Norm", {"pre": "pre", "post": "post"}, module=__name__)
-Activation = Choice("Activation", {"relu": "relu", "gelu": "gelu"}, module=__name__)
+Activation = Choice("Activation", {"relu": "relu", "gelu": "gelu", "silu": "silu"}, module=__name__)
 
 
 @dataclass
@@ -55,7 +55,10 @@ class TransformerConfig:
     tie_embeddings: bool = MISSING
     alignment_layer: int = MISSING
     alignment_heads: int = MISSING
+    alignment_full_context: bool = MISSING
     encoder_drop_residual: int | None = MISSING
+    scale_embedding: bool = MISSING
+    final_logits_bias: bool = MISSING
 
     @staticmethod
     def check(cfg) -> None:
@@ -93,7 +96,7 @@ class FeedForward(nn.Module):
         super().__init__()
         self.linear1 = nn.Linear(d_model, ff_dim)
         self.linear2 = nn.Linear(ff_dim, d_model)
-        self.act, self.dropout = (F.relu if activation == "relu" else F.gelu), dropout
+        self.act, self.dropout = {"relu": F.relu, "gelu": F.gelu, "silu": F.silu}[activation], dropout
 
     def forward(self, x: Tensor) -> Tensor:
         h = self.act(self.linear1(x))
@@ -159,11 +162,14 @@ class DecoderLayer(nn.Module):
         self.res3 = _Residual(d_model, dropout, pre_norm)
 
     def forward(self, x: Tensor, memory: Tensor, src_mask: Tensor, need_weights: bool = False,
-                need_self_weights: bool = False) -> tuple[Tensor, Tensor | None, Tensor | None]:
+                need_self_weights: bool = False, tgt_mask: Tensor | None = None
+                ) -> tuple[Tensor, Tensor | None, Tensor | None]:
         """Teacher forcing: x [B,T,d], ``memory`` [B,S,d], ``src_mask`` [B,1,1,S] -> (x [B,T,d],
-        cross-attention [B,h,T,S] or None, self-attention [B,h,T,T] or None)."""
+        cross-attention [B,h,T,S] or None, self-attention [B,h,T,T] or None). ``tgt_mask``
+        [B,1,1,T] replaces the causal mask (:meth:`Transformer.full_context_alignment`)."""
         h = self.res1.inp(x)
-        y, self_weights = self.self_attn(h, h, causal=True, need_weights=need_self_weights)
+        y, self_weights = self.self_attn(h, h, tgt_mask, causal=tgt_mask is None,
+                                         need_weights=need_self_weights)
         x = self.res1.out(x, y)
         y, weights = self.cross_attn(self.res2.inp(x), memory, src_mask, need_weights=need_weights)
         x = self.res2.out(x, y)
@@ -255,13 +261,16 @@ class Transformer(Seq2Seq):
                  ff_dim: int, encoder_layers: int, decoder_layers: int, norm: str,
                  dropout: float, attention_dropout: float, activation_dropout: float,
                  activation: str, tie_embeddings: bool, alignment_layer: int,
-                 alignment_heads: int, encoder_drop_residual: int | None, pad_id: int):
+                 alignment_heads: int, alignment_full_context: bool,
+                 encoder_drop_residual: int | None, scale_embedding: bool,
+                 final_logits_bias: bool, pad_id: int):
         super().__init__()
         self.src_vocab_size, self.tgt_vocab_size = src_vocab_size, tgt_vocab_size
         self.d_model, self.pad_id, self.dropout = d_model, pad_id, dropout
         pre_norm = norm == "pre"
         self.alignment_layer = alignment_layer % decoder_layers
         self.alignment_heads = alignment_heads or heads  # the first k heads make the alignment
+        self.alignment_full_context = alignment_full_context
         self.src_embed = nn.Embedding(src_vocab_size, d_model, padding_idx=pad_id)
         self.tgt_embed = self.src_embed if tie_embeddings else nn.Embedding(
             tgt_vocab_size, d_model, padding_idx=pad_id)
@@ -274,7 +283,9 @@ class Transformer(Seq2Seq):
         self.output_proj = None if tie_embeddings else nn.Linear(d_model, tgt_vocab_size, bias=False)
         self.register_buffer("positions", sinusoidal_positions(self.max_cached_positions, d_model),
                              persistent=False)
-        self.emb_scale = math.sqrt(d_model)
+        self.emb_scale = math.sqrt(d_model) if scale_embedding else 1.0
+        self.register_buffer("final_logits_bias",   # [V], not trained; None: no bias
+                             torch.zeros(tgt_vocab_size) if final_logits_bias else None)
         self._reset_parameters()
         if encoder_drop_residual is not None:
             self.drop_encoder_residual(encoder_drop_residual)
@@ -309,8 +320,9 @@ class Transformer(Seq2Seq):
         return 12.0 * self.d_model * float(pairs)
 
     def _embed(self, emb: nn.Embedding, ids: Tensor, start: int) -> Tensor:
-        """sqrt(d) * E[ids] + PE[start:start+T], then dropout: [B,T] -> [B,T,d]. Positions past
-        the cached table get a local one (a resized buffer would differ between DDP ranks)."""
+        """sqrt(d) * E[ids] (E[ids] without ``scale_embedding``) + PE[start:start+T], then
+        dropout: [B,T] -> [B,T,d]. Positions past the cached table get a local one (a resized
+        buffer would differ between DDP ranks)."""
         t = ids.size(1)
         table = self.positions
         if start + t > table.size(0):
@@ -331,6 +343,17 @@ class Transformer(Seq2Seq):
             weights.append(w)
         return Encoded(self.encoder_norm(x), src_mask,
                        attention=torch.stack(weights, 1) if need_weights else None)
+
+    def full_context_alignment(self, tgt_in: Tensor, enc: Encoded) -> Tensor:
+        """``model.alignment_full_context``'s hook (Garg et al. 2019, sec. 4; fairseq's
+        ``full_context_alignment``): the alignment [B,T,S] of an extra pass over the whole
+        target ``tgt_in`` [B,T], the self-attention of layers 0..``alignment_layer`` unmasked
+        (but padding), so row t also sees the target tokens from t on. Guided training
+        supervises it and forced alignment reads it; search, which has no future, does not."""
+        x, tgt_mask = self._embed(self.tgt_embed, tgt_in, 0), (tgt_in != self.pad_id)[:, None, None, :]
+        for layer in self.decoder[: self.alignment_layer + 1]:
+            x, weights, _ = layer(x, enc.memory, enc.mask[:, None, None, :], True, tgt_mask=tgt_mask)
+        return weights[:, : self.alignment_heads].mean(dim=1)
 
     def init_state(self, enc: Encoded) -> TransformerState:
         """Incremental decoding: every decoder layer's cross-attention K, V of the memory, once."""
@@ -366,10 +389,13 @@ class Transformer(Seq2Seq):
             selfs.append(self_weights)
         alignment = (cross[self.alignment_layer][:, :self.alignment_heads].mean(dim=1)
                      if need_alignment else None)
+        if need_alignment and state is None and self.alignment_full_context:  # the hook above
+            alignment = self.full_context_alignment(tgt_in, enc)
         if everything:
             alignment = Attention(alignment, torch.stack(cross, 1), torch.stack(selfs, 1))
         x = self.decoder_norm(x)
-        logits = F.linear(x, self.tgt_embed.weight) if self.output_proj is None else self.output_proj(x)
+        w = self.tgt_embed.weight if self.output_proj is None else self.output_proj.weight
+        logits = F.linear(x, w, self.final_logits_bias)   # a fixed bias [V] (Marian's) or None
         if state is None:
             return logits, alignment, None
         return logits, alignment, TransformerState(state.cross_kv, state.src_attn_mask, new_kv,

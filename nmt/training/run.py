@@ -25,7 +25,7 @@ from __future__ import annotations
 import json
 import logging
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -255,10 +255,18 @@ def load_init_weights(model: torch.nn.Module, ckpt: dict, path: str) -> None:
     log.info("fine-tuning: weights and tokenizer from %s (fresh optimizer, schedule, steps)", path)
 
 
-def prepare_run_data(cfg: DictConfig, plan: RunPlan, init_ckpt: dict | None, last: Path):
+# Guided alignment's teacher: the data section -> the word links of its training corpora (a
+# Pharaoh file, one line per pair; nmt.extras.eflomal_links.prepare_links).
+Teacher = Callable[[DictConfig], "str | Path"]
+
+
+def prepare_run_data(cfg: DictConfig, plan: RunPlan, init_ckpt: dict | None, last: Path,
+                     teacher: Teacher | None = None):
     """The run's :class:`~nmt.data.batching.PreparedData`. The tokenizer: a resumed run that
     did not train its own takes ``last.pt``'s, fine-tuning ``train.init_from``'s, else
-    ``data.tokenizer.model``'s or a trained one, which must be the one ``last.pt`` saved."""
+    ``data.tokenizer.model``'s or a trained one, which must be the one ``last.pt`` saved.
+    Guided alignment without ``data.alignments`` trains on the ``teacher``'s links (made by
+    the first caller: rank 0, the other ranks then find them cached)."""
     given, ckpt = cfg.data.tokenizer.model, plan.checkpoint
     tokenizer = None
     if ckpt is not None and (cfg.train.init_from or given):
@@ -268,7 +276,10 @@ def prepare_run_data(cfg: DictConfig, plan: RunPlan, init_ckpt: dict | None, las
     elif given:
         tokenizer = load_tokenizer_model(str(given), cfg.data.tokenizer, cfg.data.src_lang,
                                          cfg.data.tgt_lang)
-    data = prepare_data(cfg.data, tokenizer)
+    data_cfg = cfg.data
+    if cfg.train.alignment_loss_weight > 0 and data_cfg.alignments is None:
+        data_cfg = OmegaConf.merge(data_cfg, {"alignments": str(teacher(data_cfg))})
+    data = prepare_data(data_cfg, tokenizer)
     if ckpt is not None:
         state = ckpt.get("tokenizer")
         if state is not None and Tokenizer.from_checkpoint(last, state).fingerprint != \

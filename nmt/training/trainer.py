@@ -43,6 +43,7 @@ from tqdm.auto import tqdm
 from nmt.checkpoint import CONFIG_VERSION, CheckpointManager, rng_state, set_rng_state
 from nmt.config import ConfigError, to_plain
 from nmt.data.batching import TokenizedSplit, tag_ids
+from nmt.data.corpus import corpus_weights
 from nmt.data.sampler import BatchShapes, TokenBatchSampler
 from nmt.data.tokenizer import Tokenizer
 from nmt.evaluation.plot import tensorboard_figures
@@ -106,13 +107,15 @@ class Resampler(Protocol):
 class Trainer:
     """Model, optimizer, schedule, data and the loop (module docstring). ``plan``:
     :func:`nmt.training.run.plan_run`'s decision; ``record``: how the command was launched;
-    hooks: ``regulariser`` (:func:`~nmt.training.loss.objective`), ``resampler`` (epoch_data)."""
+    hooks: ``regulariser`` (:func:`~nmt.training.loss.objective`), ``resampler`` (epoch_data),
+    ``teacher`` (:func:`~nmt.training.run.prepare_run_data`)."""
 
     def __init__(self, cfg: DictConfig, info: dist.DistInfo, device: torch.device,
                  plan: run.RunPlan | None = None, record: run.RunRecord | None = None,
-                 regulariser: Regulariser | None = None, resampler: Resampler | None = None):
+                 regulariser: Regulariser | None = None, resampler: Resampler | None = None,
+                 teacher: run.Teacher | None = None):
         self.cfg, self.info, self.device, self.record = cfg, info, device, record
-        self.regulariser, self.resampler = regulariser, resampler
+        self.regulariser, self.resampler, self.teacher = regulariser, resampler, teacher
         self.plan = plan or run.RunPlan("fresh")
         # The train section as plain Python values (DictConfig access is slow in a loop).
         self.t = SimpleNamespace(**to_plain(cfg.train))
@@ -149,7 +152,7 @@ class Trainer:
         for main_first in (True, False):
             with dist.collective_errors(self.info, errors):
                 if self.info.is_main == main_first:
-                    data = run.prepare_run_data(self.cfg, self.plan, init_ckpt, last)
+                    data = run.prepare_run_data(self.cfg, self.plan, init_ckpt, last, self.teacher)
         with dist.collective_errors(self.info, errors):
             self._build(data)
             if ckpt is not None:
@@ -172,7 +175,8 @@ class Trainer:
         self.sampler = TokenBatchSampler(self.train_split.src_lens, self.train_split.tgt_lens,
                                          t.batch_tokens, shuffle=True, seed=t.seed, shapes=shapes,
                                          directions=self.train_split.directions,
-                                         temperature=self.cfg.data.sampling_temperature)
+                                         temperature=self.cfg.data.sampling_temperature,
+                                         weights=corpus_weights(self.cfg.data))
         if len(self.epoch_data(0)[1]) == 0:
             raise ConfigError(f"the training split yields fewer batches than processes "
                               f"({info.world_size}): use more data or fewer processes.")
@@ -257,7 +261,9 @@ class Trainer:
             if self.resampler is not None:
                 split = self.resampler(self.train_split, self.tokenizer, epoch, self.info)
                 sampler = TokenBatchSampler(split.src_lens, split.tgt_lens, self.t.batch_tokens,
-                                            seed=self.t.seed, shapes=self.sampler.shapes)
+                                            seed=self.t.seed, shapes=self.sampler.shapes,
+                                            directions=self.sampler.directions,
+                                            weights=self.sampler.weights)
             batches = dist.truncate_to_multiple(sampler.batches(epoch), self.info.world_size)
             self._epoch_cache = {k: v for k, v in self._epoch_cache.items() if k == epoch - 1}
             self._epoch_cache[epoch] = (split, batches)
@@ -529,12 +535,13 @@ class Trainer:
 
 
 def train(cfg: DictConfig, record: run.RunRecord | None = None,
-          regulariser: Regulariser | None = None, resampler: Resampler | None = None
-          ) -> dict[str, Any]:
+          regulariser: Regulariser | None = None, resampler: Resampler | None = None,
+          teacher: run.Teacher | None = None) -> dict[str, Any]:
     """Run, resume or (finished) leave alone the training described by ``cfg``; returns its
     summary (``summary.json``). ``record``: how ``nmt-train`` was launched. ``regulariser``
-    (``train.consistency``) and ``resampler`` (``data.tokenizer.sampling_alpha``): hooks of
-    nmt.extras, passed by ``nmt-train`` and ``nmt.train()``; ConfigError if one disagrees."""
+    (``train.consistency``), ``resampler`` (``data.tokenizer.sampling_alpha``) and ``teacher``
+    (guided alignment's links): hooks of nmt.extras, passed by ``nmt-train`` and
+    ``nmt.train()``; ConfigError if one disagrees."""
     # First, before any data is read or file written; the typed section from here on.
     if (cfg.train.consistency != "none") != (regulariser is not None):
         raise ConfigError(f"train.consistency={cfg.train.consistency} and the regulariser given "
@@ -543,6 +550,9 @@ def train(cfg: DictConfig, record: run.RunRecord | None = None,
     if bool(cfg.data.tokenizer.sampling_alpha) != (resampler is not None):
         raise ConfigError("data.tokenizer.sampling_alpha and the resampler disagree: train via "
                           "nmt-train or nmt.train(): nmt.extras.subword_sampling.resampler(cfg).")
+    if cfg.train.alignment_loss_weight > 0 and cfg.data.alignments is None and teacher is None:
+        raise ConfigError("train.alignment_loss_weight > 0 needs word links: data.alignments=FILE, "
+                          "or train via nmt-train or nmt.train(), whose teacher is eflomal.")
     model_cfg = validate_model(to_plain(cfg.model))
     cfg = cfg.copy()
     with read_write(cfg), open_dict(cfg):
@@ -558,7 +568,7 @@ def train(cfg: DictConfig, record: run.RunRecord | None = None,
         if plan.kind == "finished":
             return plan.summary
         with run.logging_to(Path(cfg.run_dir), info):
-            trainer = Trainer(cfg, info, device, plan, record, regulariser, resampler)
+            trainer = Trainer(cfg, info, device, plan, record, regulariser, resampler, teacher)
             try:
                 trainer.setup()
                 return trainer.fit()

@@ -25,21 +25,31 @@ pytestmark = pytest.mark.slow
 GUIDED = ["train.alignment_loss_weight=0.05", "model.alignment_heads=1"]
 
 
-def test_nmt_train_aligns_with_eflomal_then_trains_a_guided_head(overrides, tmp_path, capsys):
+def _links_of(run) -> str:
+    """The links file a run tokenized with (its log's line)."""
+    line = next(x for x in (run / "train.log").read_text().splitlines() if "word links of" in x)
+    return line.split("word links of ", 1)[1].split(";")[0]
+
+
+def test_nmt_train_and_nmt_train_api_align_with_eflomal_then_train_a_guided_head(
+        overrides, tmp_path, capsys):
     pytest.importorskip("eflomal")
-    run = tmp_path / "run"
+    import nmt
+
+    run, api_run = tmp_path / "run", tmp_path / "api"
     args = overrides[:-1] + TINY_MODEL + TINY_TRAIN + GUIDED + [
-        "train.max_steps=4", "train.eval_every_steps=4", f"run_dir={run}"]
-    assert main(args) == 0
-    err = capsys.readouterr().err
-    assert "eflomal aligns 200 pairs de-en" in err and "word links (grow-diag-final-and)" in err
-    cfg = load_checkpoint(run / "checkpoints" / "last.pt")["config"]
-    links = cfg["data"]["alignments"]
+        "train.max_steps=4", "train.eval_every_steps=4"]
+    nmt.train(args + [f"run_dir={api_run}"])      # the Python API: the teacher runs first
+    log = (api_run / "train.log").read_text()
+    assert "eflomal aligns 200 pairs de-en" in log and "word links (grow-diag-final-and)" in log
+    links = _links_of(api_run)
     assert "/alignments/" in links and len(open(links).read().splitlines()) == 200
-    log = (run / "train.log").read_text()
-    assert "word links of" in log and " | alignment_loss " in log
-    assert main(args) == 0                       # the same command: finished, the links cached
-    assert "eflomal aligns" not in capsys.readouterr().err
+    assert " | alignment_loss " in log
+    assert load_checkpoint(api_run / "checkpoints" / "last.pt")["config"]["data"]["alignments"] is None
+    assert main(args + [f"run_dir={run}"]) == 0   # the CLI, the same config: the same links
+    assert f"alignments: cache hit {links}" in (run / "train.log").read_text()
+    assert main(args + [f"run_dir={run}"]) == 0   # the same command: finished
+    capsys.readouterr()
     corpus = overrides[0].split("=", 1)[1]
     assert align_main([f"checkpoint={run / 'checkpoints' / 'last.pt'}",
                        f"src_file={corpus}/test.de", f"tgt_file={corpus}/test.en",

@@ -9,7 +9,8 @@ import pytest
 from conftest import REPO_ROOT
 
 pytestmark = pytest.mark.slow
-TOOLS = ("train", "evaluate", "translate", "plot", "average", "align", "export", "serve")
+TOOLS = ("train", "evaluate", "translate", "plot", "average", "align", "export", "serve",
+         "import_model")
 
 
 @pytest.mark.parametrize("tool", TOOLS)

@@ -74,7 +74,8 @@ def readme_block(heading: str, lang: str) -> str:
 # The README sections whose code blocks a test runs (any other block would be untested).
 RUN_BY = {("Quick start", "bash"): "test_readme.py", ("Usage", "bash"): "test_readme.py",
           ("Usage", "python"): "test_readme.py", ("Serving with CTranslate2", "bash"): "test_ctranslate2.py",
-          ("Alignments", "bash"): "test_readme.py", ("Multilingual", "bash"): "test_readme.py"}
+          ("Alignments", "bash"): "test_readme.py", ("Multilingual", "bash"): "test_readme.py",
+          ("Hugging Face Marian (OPUS-MT)", "bash"): "test_marian.py"}
 
 
 def test_every_code_block_of_the_readme_is_run_by_a_test():

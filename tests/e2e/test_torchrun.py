@@ -193,3 +193,23 @@ def test_every_rank_trains_on_rank_0s_sampled_segmentation(root):
     log = (ddp_dir / "train.log").read_text()
     assert [ln.split("INFO ")[1][:7] for ln in log.splitlines() if "sampled segmentation" in ln] \
         == ["epoch 0", "epoch 1"]
+
+
+def test_rank_0_makes_the_teachers_links_then_both_ranks_train_on_them(root, tmp_path):
+    """Guided alignment from a config alone under torchrun: rank 0 runs eflomal once, inside
+    the setup's collective error handling (not before the rendezvous), the other rank finds
+    the links cached; both take the steps of one process with the same global batch."""
+    pytest.importorskip("eflomal")
+    cache = tmp_path / "cache"
+    args = [o if not o.startswith("data.cache_dir=") else f"data.cache_dir={cache}"
+            for o in _overrides(root)] + NO_DROPOUT + [
+        "train.alignment_loss_weight=0.5", "model.alignment_heads=1", "train.max_steps=3"]
+    proc = _torchrun(args + ["train.accum_steps=2", f"run_dir={root / 'ddp_guided'}"])
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    log = (root / "ddp_guided" / "train.log").read_text()
+    assert log.count("eflomal aligns 200 pairs de-en") == 1 and "| alignment_loss " in log
+    assert len(list((cache / "alignments").iterdir())) == 1
+    train(compose_config(args + ["train.accum_steps=4", f"run_dir={root / 'one_guided'}"]))
+    assert "alignments: cache hit" in (root / "one_guided" / "train.log").read_text()
+    _assert_same_steps(_loss_and_grad_norm(root / "ddp_guided"),
+                       _loss_and_grad_norm(root / "one_guided"))

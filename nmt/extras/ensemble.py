@@ -1,9 +1,15 @@
-"""An ensemble is just another model (:mod:`nmt.models.base`), as fairseq's ``EnsembleModel``.
+"""Checkpoint ensembling, a room of its own: several models decode as one, as fairseq's
+``EnsembleModel``; the core's ``Translator.from_checkpoint`` loads one checkpoint::
 
-``Ensemble([m1, m2, ...])`` is a :class:`Seq2Seq` whose encoder output and decoder state hold
-those of every member and whose decoder returns the members' averaged next-token
-distribution, so every search decodes it without knowing. Members may differ in architecture
-(a Transformer with an RNN) but share the tokenizer.
+    from nmt.extras.ensemble import ensemble_translator
+
+    translator = ensemble_translator(["runs/a/checkpoints/best.pt", "runs/b/checkpoints/best.pt"])
+    nmt-translate checkpoint=[a.pt,b.pt] < input.de > output.en    # nmt-evaluate alike
+
+``Ensemble([m1, m2, ...])`` is just another model (:mod:`nmt.models.base`): a :class:`Seq2Seq`
+whose encoder output and decoder state hold those of every member and whose decoder returns
+the members' averaged next-token distribution, so every search decodes it without knowing.
+Members may differ in architecture (a Transformer with an RNN) but share the tokenizer.
 """
 
 from __future__ import annotations
@@ -11,10 +17,14 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import torch
 from torch import Tensor, nn
 
+from nmt.config import ConfigError
+from nmt.data.languages import directions
+from nmt.inference.translator import Translator, load_for_inference
 from nmt.models.base import DecoderState, Encoded, Seq2Seq, check_need_alignment
 
 
@@ -112,3 +122,25 @@ class Ensemble(Seq2Seq):
 
     def attention_flops(self, src_lens, tgt_lens) -> float:
         return sum(m.attention_flops(src_lens, tgt_lens) for m in self.members)
+
+
+def ensemble_translator(paths: Sequence[str | Path], device: str | torch.device = "cpu",
+                        weights: str = "inference") -> Translator:
+    """A :class:`Translator` over the :class:`Ensemble` of these checkpoints of ``nmt-train`` /
+    ``nmt-average`` (one path: that model alone); ``weights``: ``load_for_inference``.
+    ConfigError: no path, or members with another tokenizer or other directions."""
+    paths = list(paths)
+    if not paths:
+        raise ConfigError("give at least one checkpoint.")
+    loaded = [load_for_inference(p, device, weights) for p in paths]
+    model, tokenizer, config = loaded[0]
+    for p, (_, tok, cfg) in zip(paths[1:], loaded[1:], strict=True):
+        if tok.fingerprint != tokenizer.fingerprint:
+            raise ConfigError(f"{p} uses another tokenizer than {paths[0]}: an ensemble "
+                              "needs one vocabulary (data.tokenizer.model=...).")
+        if directions(cfg.data) != directions(config.data):
+            raise ConfigError(f"{p} and {paths[0]} translate other directions: an ensemble "
+                              "needs the same data.pairs.")
+    if len(loaded) > 1:
+        model = Ensemble([m for m, _, _ in loaded])
+    return Translator(model, tokenizer, config, device)

@@ -1,0 +1,527 @@
+"""Hugging Face Marian (OPUS-MT) models in and out: ``nmt-import`` / ``nmt-export format=marian``.
+
+    from nmt.extras.marian import export_marian, import_marian
+
+    import_marian("opus-mt-de-en/", "opus_de_en.pt")       # a save_pretrained directory (or a Hub name)
+    export_marian("runs/tf/checkpoints/best.pt", "hf_model/")  # MarianMTModel.from_pretrained("hf_model/")
+
+A Marian model (Junczys-Dowmunt et al. 2018; ``transformers``' ``MarianMTModel``) is nmt's
+Transformer with options, never a second model class:
+
+==============================  ===========================================================
+Marian (config.json, weights)   nmt
+==============================  ===========================================================
+post-norm, no final LayerNorm   ``model.norm=post`` (no final LayerNorm either)
+``activation_function``         ``model.activation``: relu, gelu, ``swish`` = silu
+``scale_embedding``             ``model.scale_embedding`` (sqrt(d_model) or 1)
+``final_logits_bias`` [1, V]    ``model.final_logits_bias`` (a fixed buffer [V])
+shared embeddings, tied head    ``model.tie_embeddings`` (untied: three matrices)
+sinusoids [sin | cos]           nmt's interleaved ones: the residual stream permuted, below
+q/k/v_proj, encoder_attn        ``self_attn.qkv_proj`` (fused), ``cross_attn.q_proj``/``kv_proj``
+positions from 0, no layernorm_embedding    the same
+==============================  ===========================================================
+
+**The positional layout.** HF's Marian concatenates sin and cos (dimension i < d/2:
+sin(pos w_i), d/2 + i: cos(pos w_i)); nmt interleaves them (2i: sin, 2i + 1: cos). Permuting the
+d_model dimensions of the whole residual stream, nmt dimension j = Marian dimension
+``perm[j]`` (:func:`residual_permutation`), is an exact re-parametrisation: the columns of the
+embeddings and of every Linear that reads the stream (q, k, v, the FFN's first layer, the
+output projection), the rows and biases of every Linear that writes it (attention out, the
+FFN's second layer) and every LayerNorm's weight and bias. Dot products, LayerNorm statistics
+and logits do not change, and the permutation loses nothing: nmt -> Marian -> nmt is the
+identity, bit for bit.
+
+**The vocabulary.** Marian has two SentencePiece models (source.spm, target.spm) and one joint
+``vocab.json`` whose ids are not SentencePiece's: ``</s>`` = 0, ``<unk>`` = 1, ``<pad>`` the
+padding and the decoder start. nmt needs SentencePiece models whose ids are the model's, with
+pad, unk, bos, eos = 0, 1, 2, 3 (:mod:`nmt.data.vocab`). The import rewrites each side's
+ModelProto (:func:`spm_with_pieces`) so its pieces are in nmt's id order: ``<pad>, <unk>,
+<s>, </s>``, then vocab.json's order; a piece of vocab.json that one side's model lacks stays
+in it as UNUSED (SentencePiece never emits it; segmentation is unchanged). Both sides then
+have the same pieces, id for id: one vocabulary (``Tokenizer.joint``), so tied embeddings
+stay tied. Embedding rows follow: nmt's ``<s>`` row is Marian's decoder-start row. When
+``<pad>`` is also the decoder start (OPUS-MT), nmt has one row more, its ``<pad>``: a zero
+embedding whose logit is :data:`ABSENT_LOGIT` through the bias, so softmax sums are Marian's
+(both searches also forbid that token). A multi-target model's ``>>xx<<`` tokens become nmt's
+language tags ``<2xx>`` (user-defined source pieces; ``tgt_lang=xx`` prepends one, as
+``>>xx<<`` at the start of Marian's input does). The export writes nmt's own order
+(``<pad>`` = 0, ``</s>`` = 3, decoder start ``<s>`` = 2, tags as ``>>xx<<``), so an exported
+model imports with the ids it had.
+
+Errors: :class:`~nmt.config.ConfigError` (one line naming the file and key) for what has no
+exact equivalent; :class:`~nmt.checkpoint.CheckpointError` for missing or unreadable files.
+Not mapped: Marian's Moses punctuation normalisation (``sacremoses``, applied by
+``MarianTokenizer`` when installed) and separate source/target vocabularies. Sources: HF
+``modeling_marian.py`` / ``tokenization_marian.py`` (transformers 5.x); details and
+measurements: docs/marian.md.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+from omegaconf import OmegaConf
+from sentencepiece import sentencepiece_model_pb2 as spm_pb2
+
+from nmt.checkpoint import CHECKPOINT_VERSION, CONFIG_VERSION, CheckpointError, save_atomic
+from nmt.config import ConfigError, compose_config, to_plain
+from nmt.data.languages import LANG_TAG
+from nmt.data.tokenizer import Tokenizer
+from nmt.data.vocab import BOS_ID, EOS_ID, PAD_ID, UNK_ID
+from nmt.inference.translator import load_for_inference
+from nmt.runtime import atomic_path
+
+INSTALL_HINT = 'pip install "nmt[hf]" (transformers, safetensors)'
+SPECIALS = ("<pad>", "<unk>", "<s>", "</s>")  # nmt ids 0..3 (nmt.data.vocab)
+ABSENT_LOGIT = -100.0   # the bias of a token Marian lacks: e^-100 vanishes beside any real logit
+WEIGHT_FILES = ("model.safetensors", "pytorch_model.bin")
+ACTIVATIONS = {"relu": "relu", "gelu": "gelu", "swish": "silu", "silu": "silu"}
+# Keys of older Marian/BART-style config.json files that transformers' MarianMTModel ignores:
+# the value it builds; another value asks for a model nmt (and transformers) does not have.
+BUILT = {"normalize_before": False, "add_final_layer_norm": False, "normalize_embedding": False,
+         "add_bias_logits": False, "static_position_embeddings": True, "layernorm_embedding": False}
+_CODE = re.compile(r"^>>(.+)<<$")       # Marian's target-language tokens, >>fra<<
+_TAG = re.compile("^" + re.escape(LANG_TAG).replace(r"\{\}", "(.+)") + "$")   # nmt's, <2fra>
+_Piece = spm_pb2.ModelProto.SentencePiece
+
+
+def residual_permutation(d_model: int) -> torch.Tensor:
+    """``perm`` [d] with nmt dimension j = Marian dimension ``perm[j]``: 2i -> i (sin),
+    2i + 1 -> d/2 + i (cos). Its inverse is ``argsort(perm)``."""
+    half = torch.arange(d_model // 2)
+    return torch.stack([half, half + d_model // 2], dim=1).reshape(-1)
+
+
+def _fail(path: Path | str, key: str, why: str) -> ConfigError:
+    return ConfigError(f"{path}: {key} {why}")
+
+
+# ----------------------------------------------------------------------------- import
+
+def resolve_source(source: str | Path) -> Path:
+    """A local Marian directory, or a Hub name (``Helsinki-NLP/opus-mt-de-en``) downloaded
+    with ``huggingface_hub`` where the Hub is reachable; CheckpointError otherwise."""
+    path = Path(source)
+    if path.is_dir():
+        return path
+    if path.exists() or str(source).count("/") != 1:
+        raise CheckpointError(f"source={source}: no such Marian directory (config.json, weights, "
+                              "source.spm, target.spm, vocab.json).")
+    try:
+        from huggingface_hub import snapshot_download
+
+        return Path(snapshot_download(str(source), allow_patterns=[
+            "config.json", "*.safetensors", "pytorch_model.bin", "*.spm", "*.json"]))
+    except Exception as err:  # noqa: BLE001 - offline, unknown name, no huggingface_hub
+        raise CheckpointError(f"source={source}: not a local directory, and the Hugging Face Hub "
+                              f"did not give it ({type(err).__name__}: {err}).") from None
+
+
+def _read_json(path: Path) -> dict:
+    if not path.is_file():
+        raise CheckpointError(f"{path}: missing (a Marian directory as save_pretrained writes it).")
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as err:
+        raise CheckpointError(f"{path}: not readable JSON ({err}).") from None
+
+
+def read_weights(directory: Path) -> dict[str, torch.Tensor]:
+    """model.safetensors, else pytorch_model.bin (``weights_only=True``), as float32 tensors."""
+    for name in WEIGHT_FILES:
+        path = directory / name
+        if not path.is_file():
+            continue
+        try:
+            if name.endswith(".safetensors"):
+                from safetensors.torch import load_file
+                weights = load_file(str(path))
+            else:
+                weights = torch.load(path, map_location="cpu", weights_only=True)
+        except ImportError:
+            raise ConfigError(f"{path}: reading it needs safetensors: {INSTALL_HINT}.") from None
+        except Exception as err:  # noqa: BLE001 - any unreadable file
+            raise CheckpointError(f"{path}: not readable weights ({err}).") from None
+        return {k: v.float() for k, v in weights.items()}
+    raise CheckpointError(f"{directory}: no weights ({' or '.join(WEIGHT_FILES)}).")
+
+
+def check_marian_config(cfg: dict, path: Path) -> None:
+    """ConfigError, naming ``path`` (config.json) and the key, for a model nmt cannot hold."""
+    archs = cfg.get("architectures") or ["MarianMTModel"]
+    if cfg.get("model_type") != "marian" or archs != ["MarianMTModel"]:
+        raise _fail(path, "model_type/architectures", f"= {cfg.get('model_type')!r}/{archs}: only "
+                    "marian/MarianMTModel imports (format=marian).")
+    if ACTIVATIONS.get(cfg.get("activation_function", "gelu")) is None:
+        raise _fail(path, "activation_function", f"= {cfg['activation_function']!r} has no nmt "
+                    f"equivalent: nmt has {', '.join(ACTIVATIONS)}.")
+    for key, built in BUILT.items():
+        if key in cfg and bool(cfg[key]) != built:
+            raise _fail(path, key, f"= {cfg[key]}: nmt's Transformer (like transformers' "
+                        f"MarianMTModel) has no equivalent; only {key}={str(built).lower()} imports.")
+    for a, b in (("encoder_attention_heads", "decoder_attention_heads"),
+                 ("encoder_ffn_dim", "decoder_ffn_dim")):
+        if cfg.get(a, 16) != cfg.get(b, 16):
+            raise _fail(path, f"{a}/{b}", f"= {cfg.get(a)}/{cfg.get(b)}: nmt's encoder and "
+                        "decoder layers have one size.")
+    if cfg.get("d_model", 1024) % 2:
+        raise _fail(path, "d_model", f"= {cfg['d_model']} is odd: the sinusoids need an even one.")
+    vocab, dec_vocab = cfg.get("vocab_size"), cfg.get("decoder_vocab_size") or cfg.get("vocab_size")
+    if dec_vocab != vocab:
+        raise _fail(path, "decoder_vocab_size", f"= {dec_vocab} differs from vocab_size={vocab}: "
+                    "separate vocabularies do not import yet.")
+
+
+def spm_with_pieces(model: bytes, pieces: Sequence[str], tags: set[str], where: str) -> bytes:
+    """The SentencePiece ``model`` rewritten with ``pieces`` as its id order: ``SPECIALS`` at
+    ids 0..3 (``<unk>`` keeps its score), its own pieces with their scores and types where it
+    has them, ``tags`` (nmt's ``<2xx>``) as user-defined pieces, the others UNUSED (never
+    emitted: segmentation is unchanged). ConfigError naming ``where`` when one of its pieces
+    is not in ``pieces`` (Marian would map it to ``<unk>``, which no rewrite reproduces)."""
+    proto = spm_pb2.ModelProto()
+    proto.ParseFromString(model)
+    own = {p.piece: p for p in proto.pieces}
+    kept = {_Piece.NORMAL, _Piece.USER_DEFINED, _Piece.BYTE}
+    wanted = set(pieces)
+    missing = [p.piece for p in proto.pieces if p.type in kept and p.piece not in wanted]
+    if missing:
+        raise ConfigError(f"{where}: the pieces {missing[:5]} are not in vocab.json "
+                          f"({len(missing)} in all): this tokenizer does not import exactly.")
+    out = []
+    for i, piece in enumerate(pieces):
+        old = own.get(piece)
+        if i < len(SPECIALS):
+            kind = _Piece.UNKNOWN if i == UNK_ID else _Piece.CONTROL
+            score = old.score if (old is not None and i == UNK_ID) else 0.0
+        elif piece in tags:
+            kind, score = _Piece.USER_DEFINED, 0.0
+        elif old is not None and old.type in kept:
+            kind, score = old.type, old.score
+        else:
+            kind, score = _Piece.UNUSED, 0.0
+        out.append(_Piece(piece=piece, score=score, type=kind))
+    del proto.pieces[:]
+    proto.pieces.extend(out)
+    spec = proto.trainer_spec
+    spec.pad_id, spec.unk_id, spec.bos_id, spec.eos_id = PAD_ID, UNK_ID, BOS_ID, EOS_ID
+    spec.pad_piece, spec.unk_piece, spec.bos_piece, spec.eos_piece = SPECIALS
+    spec.vocab_size = len(pieces)
+    return proto.SerializeToString()
+
+
+def marian_vocabulary(vocab: dict[str, int], cfg: dict, tok_cfg: dict, path: Path
+                      ) -> tuple[list[str], list[int | None]]:
+    """``(pieces, rows)`` in nmt's id order: ``rows[k]`` is the Marian id of nmt id k (None:
+    nmt's ``<pad>`` when Marian's is the decoder start, a row Marian lacks). ``>>xx<<`` tokens
+    are renamed ``<2xx>``. ConfigError naming vocab.json / config.json and the key."""
+    size = cfg.get("vocab_size")
+    by_id: dict[int, str] = {}
+    for token, i in vocab.items():
+        by_id.setdefault(int(i), token)
+    if sorted(by_id) != list(range(size)):
+        raise _fail(path / "vocab.json", "ids", f"are not 0..vocab_size-1={size - 1} "
+                    "(config.json's vocab_size).")
+    names = {k: tok_cfg.get(f"{k}_token", d) for k, d in
+             (("pad", "<pad>"), ("unk", "<unk>"), ("eos", "</s>"))}
+    names = {k: v.get("content") if isinstance(v, dict) else v for k, v in names.items()}
+    ids = {}
+    for key, token in names.items():
+        if token not in vocab:
+            raise _fail(path / "vocab.json", repr(token), f"(the {key} token) is missing.")
+        ids[key] = vocab[token]
+    pad, start = cfg.get("pad_token_id"), cfg.get("decoder_start_token_id", cfg.get("pad_token_id"))
+    for key, value in (("pad_token_id", pad), ("eos_token_id", cfg.get("eos_token_id"))):
+        if value != ids[key[:3]]:
+            raise _fail(path / "config.json", key, f"= {value}, but vocab.json gives "
+                        f"{names[key[:3]]!r} id {ids[key[:3]]}.")
+    if "<s>" in vocab and vocab["<s>"] != start:
+        raise _fail(path / "vocab.json", "'<s>'", f"has id {vocab['<s>']}, not the decoder start "
+                    f"{start}: nmt's <s> is the decoder start.")
+    rows = [pad if pad != start else None, ids["unk"], start, ids["eos"]]
+    rows += [i for i in range(size) if i not in set(rows)]
+    pieces = list(SPECIALS) + [by_id[i] for i in rows[len(SPECIALS):]]
+    pieces = [LANG_TAG.format(m.group(1)) if (m := _CODE.match(p)) else p for p in pieces]
+    if len(set(pieces)) != len(pieces):
+        raise _fail(path / "vocab.json", "tokens", "collide after the renaming >>xx<< -> <2xx>.")
+    return pieces, rows
+
+
+def marian_to_nmt(weights: dict[str, torch.Tensor], cfg: dict, rows: list[int | None],
+                  path: Path) -> tuple[dict, dict[str, torch.Tensor]]:
+    """``(model section, nmt state dict)`` of a Marian ``weights`` dict (the module docstring's
+    table); ``rows`` as :func:`marian_vocabulary`. CheckpointError naming ``path`` for a
+    missing weight, ConfigError for one nmt has no place for."""
+    d, layers = int(cfg.get("d_model", 1024)), (int(cfg.get("encoder_layers", 12)),
+                                                 int(cfg.get("decoder_layers", 12)))
+    perm, used = residual_permutation(d), set()
+    rows_t = torch.tensor([0 if r is None else r for r in rows])
+
+    def w(name: str) -> torch.Tensor:
+        for key in (name, f"model.{name}", name.removeprefix("model.")):
+            if key in weights:
+                used.add(key)
+                return weights[key]
+        raise CheckpointError(f"{path}: the weight {name} is missing.")
+
+    def vocab_rows(t: torch.Tensor, fill: float) -> torch.Tensor:   # [V_marian, ...] -> nmt rows
+        out = t[rows_t].clone()
+        out[[i for i, r in enumerate(rows) if r is None]] = fill
+        return out
+
+    sd: dict[str, torch.Tensor] = {}
+    share = bool(cfg.get("share_encoder_decoder_embeddings", True))
+    enc_emb = w("model.shared.weight" if share else "model.encoder.embed_tokens.weight")
+    dec_emb = enc_emb if share else w("model.decoder.embed_tokens.weight")
+    for k in ("model.encoder.embed_tokens.weight", "model.decoder.embed_tokens.weight"):
+        used.add(k)   # copies of shared.weight in some files
+    head = weights.get("lm_head.weight", dec_emb)
+    used.add("lm_head.weight")
+    tie = share and bool(cfg.get("tie_word_embeddings", True)) and (head is dec_emb or torch.equal(
+        head, dec_emb))
+    sd["src_embed.weight"] = vocab_rows(enc_emb, 0.0)[:, perm]
+    sd["tgt_embed.weight"] = sd["src_embed.weight"] if tie else vocab_rows(dec_emb, 0.0)[:, perm]
+    if not tie:
+        sd["output_proj.weight"] = vocab_rows(head, 0.0)[:, perm]
+    bias = weights.get("final_logits_bias", weights.get("model.final_logits_bias"))
+    used.update(("final_logits_bias", "model.final_logits_bias"))
+    bias = torch.zeros(len(rows_t)) if bias is None else vocab_rows(bias.reshape(-1), ABSENT_LOGIT)
+    if None in rows:
+        bias[rows.index(None)] = ABSENT_LOGIT
+    if bool(bias.any()):
+        sd["final_logits_bias"] = bias
+
+    def read(name: str) -> dict[str, torch.Tensor]:   # Linear reading the residual stream
+        return {"weight": w(f"{name}.weight")[:, perm], "bias": w(f"{name}.bias")}
+
+    def write(name: str) -> dict[str, torch.Tensor]:  # Linear or LayerNorm writing / on it
+        return {"weight": w(f"{name}.weight")[perm], "bias": w(f"{name}.bias")[perm]}
+
+    def put(prefix: str, parts: dict[str, torch.Tensor]) -> None:
+        sd.update({f"{prefix}.{k}": v.contiguous() for k, v in parts.items()})
+
+    def fused(names: Sequence[str]) -> dict[str, torch.Tensor]:
+        parts = [read(n) for n in names]
+        return {k: torch.cat([p[k] for p in parts]) for k in ("weight", "bias")}
+
+    for side, n in zip(("encoder", "decoder"), layers, strict=True):
+        for i in range(n):
+            m, o = f"model.{side}.layers.{i}", f"{side}.{i}"
+            put(f"{o}.self_attn.qkv_proj", fused([f"{m}.self_attn.{x}_proj" for x in "qkv"]))
+            put(f"{o}.self_attn.out_proj", write(f"{m}.self_attn.out_proj"))
+            put(f"{o}.res1.norm", write(f"{m}.self_attn_layer_norm"))
+            if side == "decoder":
+                put(f"{o}.cross_attn.q_proj", read(f"{m}.encoder_attn.q_proj"))
+                put(f"{o}.cross_attn.kv_proj", fused([f"{m}.encoder_attn.{x}_proj" for x in "kv"]))
+                put(f"{o}.cross_attn.out_proj", write(f"{m}.encoder_attn.out_proj"))
+                put(f"{o}.res2.norm", write(f"{m}.encoder_attn_layer_norm"))
+            put(f"{o}.ff.linear1", read(f"{m}.fc1"))
+            put(f"{o}.ff.linear2", write(f"{m}.fc2"))
+            put(f"{o}.res{3 if side == 'decoder' else 2}.norm", write(f"{m}.final_layer_norm"))
+    extra = [k for k in weights if k not in used and "embed_positions" not in k]
+    if extra:
+        raise _fail(path, "weights", f"{extra[:4]} have no place in nmt's Transformer "
+                    "(e.g. layernorm_embedding, a final LayerNorm).")
+    model = {"d_model": d, "heads": int(cfg.get("encoder_attention_heads", 16)),
+             "ff_dim": int(cfg.get("encoder_ffn_dim", 4096)), "encoder_layers": layers[0],
+             "decoder_layers": layers[1], "norm": "post",
+             "dropout": float(cfg.get("dropout", 0.1)),
+             "attention_dropout": float(cfg.get("attention_dropout", 0.0)),
+             "activation_dropout": float(cfg.get("activation_dropout", 0.0)),
+             "activation": ACTIVATIONS[cfg.get("activation_function", "gelu")],
+             "tie_embeddings": tie, "scale_embedding": bool(cfg.get("scale_embedding", False)),
+             "final_logits_bias": "final_logits_bias" in sd}
+    return model, sd
+
+
+def fine_tune_overrides(model: dict) -> list[str]:
+    """The ``model.*`` overrides that make ``model=transformer`` this model section (what
+    ``nmt-train train.init_from=CKPT`` needs: fine-tuning keeps the architecture)."""
+    base = to_plain(compose_config(["model=transformer"], validate_fn=None).model)
+    return [f"model.{k}={str(v).lower() if isinstance(v, bool) else v}"
+            for k, v in model.items() if base.get(k) != v]
+
+
+def import_marian(source: str | Path, out: str | Path, src_lang: str | None = None,
+                  tgt_lang: str | None = None) -> tuple[Path, list[str]]:
+    """Read a Marian directory (or Hub name) ``source`` and write the nmt checkpoint ``out``
+    (:func:`nmt.checkpoint.save_atomic`); returns ``(out, fine-tuning overrides)``. The
+    languages default to tokenizer_config.json's ``source_lang``/``target_lang`` (else
+    ``src``/``tgt``); a multi-target model's directions are its ``>>xx<<`` tokens."""
+    directory = resolve_source(source)
+    cfg_path = directory / "config.json"
+    cfg = _read_json(cfg_path)
+    check_marian_config(cfg, cfg_path)
+    tok_path = directory / "tokenizer_config.json"
+    tok_cfg = _read_json(tok_path) if tok_path.is_file() else {}
+    if tok_cfg.get("separate_vocabs"):
+        raise _fail(tok_path, "separate_vocabs", "= true: separate vocabularies do not import yet.")
+    vocab = _read_json(directory / "vocab.json")
+    spms = []
+    for name in ("source.spm", "target.spm"):
+        if not (directory / name).is_file():
+            raise CheckpointError(f"{directory / name}: missing (a Marian directory as "
+                                  "save_pretrained writes it).")
+        spms.append((directory / name).read_bytes())
+    pieces, rows = marian_vocabulary(vocab, cfg, tok_cfg, directory)
+    tags = {p for p in pieces if _TAG.match(p)}
+    models = [spm_with_pieces(m, pieces, tags if side == "source" else set(), str(directory / f"{side}.spm"))
+              for side, m in zip(("source", "target"), spms, strict=True)]
+    src = src_lang or tok_cfg.get("source_lang") or "src"
+    tgt_langs = sorted(_TAG.match(t).group(1) for t in tags)
+    tgt = tgt_lang or (tgt_langs[0] if tgt_langs else tok_cfg.get("target_lang") or "tgt")
+    tokenizer = Tokenizer(models[0], None if models[0] == models[1] else models[1],
+                          {"type": "marian", "vocab_size": len(pieces), "joint": True,
+                           "src_lang": src, "tgt_lang": tgt, "model": str(source)})
+    model, sd = marian_to_nmt(read_weights(directory), cfg, rows, directory)
+    overrides = [f"model.{k}={v}" for k, v in model.items()]
+    overrides += [f"data.src_lang={src}", f"data.tgt_lang={tgt}", "data.tokenizer.joint=true",
+                  f"data.tokenizer.vocab_size={len(pieces)}"]
+    if len(tgt_langs) > 1:
+        overrides += ["data.pairs=[" + ",".join(f"{src}-{t}" for t in tgt_langs) + "]",
+                      "data.lang_tag=source"]
+    config = compose_config(overrides)
+    from nmt.models import build_model
+
+    net = build_model(config.model, tokenizer.src_vocab_size, tokenizer.tgt_vocab_size)
+    net.load_state_dict(sd)
+    out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    save_atomic({"version": CHECKPOINT_VERSION, "config_version": CONFIG_VERSION,
+                 "config": to_plain(config), "tokenizer": tokenizer.state_dict(),
+                 "model": net.state_dict(), "step": 0, "epoch": 0, "batch_in_epoch": 0,
+                 "valid_bleu": None, "imported_from": {"format": "marian", "source": str(source)}},
+                out)
+    return out, fine_tune_overrides(model)
+
+
+# ----------------------------------------------------------------------------- export
+
+def nmt_to_marian(sd: dict[str, torch.Tensor], model_cfg: Any) -> dict[str, torch.Tensor]:
+    """The inverse of :func:`marian_to_nmt`'s weights: an nmt Transformer state dict ->
+    ``MarianMTModel``'s (ids unchanged: nmt's order is the exported vocab.json's)."""
+    d = int(model_cfg.d_model)
+    inv = torch.argsort(residual_permutation(d))
+    out: dict[str, torch.Tensor] = {}
+
+    def read(name: str, src: str, rows: slice = slice(None)) -> None:
+        out[f"{name}.weight"] = sd[f"{src}.weight"][rows][:, inv].contiguous()
+        out[f"{name}.bias"] = sd[f"{src}.bias"][rows].clone()
+
+    def write(name: str, src: str) -> None:
+        out[f"{name}.weight"] = sd[f"{src}.weight"][inv].contiguous()
+        out[f"{name}.bias"] = sd[f"{src}.bias"][inv].contiguous()
+
+    tie = bool(model_cfg.tie_embeddings)
+    if tie:
+        out["model.shared.weight"] = sd["src_embed.weight"][:, inv].contiguous()
+    else:
+        out["model.encoder.embed_tokens.weight"] = sd["src_embed.weight"][:, inv].contiguous()
+        out["model.decoder.embed_tokens.weight"] = sd["tgt_embed.weight"][:, inv].contiguous()
+        out["lm_head.weight"] = sd["output_proj.weight"][:, inv].contiguous()
+    vocab = sd["tgt_embed.weight"].size(0)
+    out["final_logits_bias"] = sd.get("final_logits_bias", torch.zeros(vocab)).reshape(1, -1).clone()
+    for side, n in (("encoder", int(model_cfg.encoder_layers)), ("decoder", int(model_cfg.decoder_layers))):
+        for i in range(n):
+            m, o = f"model.{side}.layers.{i}", f"{side}.{i}"
+            for j, x in enumerate("qkv"):
+                read(f"{m}.self_attn.{x}_proj", f"{o}.self_attn.qkv_proj", slice(j * d, (j + 1) * d))
+            write(f"{m}.self_attn.out_proj", f"{o}.self_attn.out_proj")
+            write(f"{m}.self_attn_layer_norm", f"{o}.res1.norm")
+            if side == "decoder":
+                read(f"{m}.encoder_attn.q_proj", f"{o}.cross_attn.q_proj")
+                for j, x in enumerate("kv"):
+                    read(f"{m}.encoder_attn.{x}_proj", f"{o}.cross_attn.kv_proj", slice(j * d, (j + 1) * d))
+                write(f"{m}.encoder_attn.out_proj", f"{o}.cross_attn.out_proj")
+                write(f"{m}.encoder_attn_layer_norm", f"{o}.res2.norm")
+            read(f"{m}.fc1", f"{o}.ff.linear1")
+            write(f"{m}.fc2", f"{o}.ff.linear2")
+            write(f"{m}.final_layer_norm", f"{o}.res{3 if side == 'decoder' else 2}.norm")
+    return out
+
+
+def check_exportable(cfg: Any, tokenizer: Tokenizer, checkpoint: str) -> None:
+    """ConfigError naming ``checkpoint`` and the key for what Marian has no place for."""
+    m = cfg.model
+    if m.name != "transformer":
+        raise ConfigError(f"{checkpoint}: model.name={m.name}: only a Transformer exports to "
+                          "Marian (the Bahdanau RNN has no Marian equivalent).")
+    problems = [(key, bad) for key, bad in (
+        ("model.norm", m.norm != "post"),
+        ("model.encoder_drop_residual", m.encoder_drop_residual is not None),
+        ("data.tokenizer.joint", not tokenizer.joint)) if bad]
+    if problems:
+        key = problems[0][0]
+        raise ConfigError(f"{checkpoint}: {key}={OmegaConf.select(cfg, key)} has no Marian "
+                          "equivalent (Marian: post-norm layers with residuals, one vocabulary; "
+                          "train with model.norm=post, e.g. model=transformer_base).")
+
+
+def export_marian(checkpoint: str | Path, out_dir: str | Path, max_positions: int = 1024,
+                  beam_size: int = 5) -> Path:
+    """Write the Transformer ``checkpoint`` as a Marian directory ``out_dir`` (built beside it,
+    renamed into place) that ``MarianMTModel``/``MarianTokenizer.from_pretrained`` and
+    ``pipeline("translation")`` read: weights (:func:`nmt_to_marian`), config.json,
+    generation_config.json (``beam_size`` beams; PAD and BOS never generated, as in nmt),
+    vocab.json in nmt's id order, source.spm/target.spm (nmt's models), tokenizer_config.json.
+    ConfigError: an RNN or an option Marian lacks (:func:`check_exportable`), an ``out_dir``
+    with files, transformers missing."""
+    try:
+        from transformers import GenerationConfig, MarianConfig, MarianMTModel
+    except ImportError:
+        raise ConfigError(f"nmt-export format=marian needs transformers: {INSTALL_HINT}.") from None
+    out_dir = Path(out_dir)
+    if out_dir.exists() and (not out_dir.is_dir() or any(out_dir.iterdir())):
+        raise ConfigError(f"out_dir={out_dir} already exists and is not an empty directory: "
+                          "choose a new out_dir=DIR.")
+    model, tokenizer, cfg = load_for_inference(checkpoint, "cpu")
+    check_exportable(cfg, tokenizer, str(checkpoint))
+    m = cfg.model
+    vocab = tokenizer.src_vocab_size
+    config = MarianConfig(
+        vocab_size=vocab, decoder_vocab_size=vocab, d_model=int(m.d_model),
+        encoder_layers=int(m.encoder_layers), decoder_layers=int(m.decoder_layers),
+        encoder_attention_heads=int(m.heads), decoder_attention_heads=int(m.heads),
+        encoder_ffn_dim=int(m.ff_dim), decoder_ffn_dim=int(m.ff_dim),
+        activation_function={"silu": "swish"}.get(str(m.activation), str(m.activation)),
+        dropout=float(m.dropout), attention_dropout=float(m.attention_dropout),
+        activation_dropout=float(m.activation_dropout), scale_embedding=bool(m.scale_embedding),
+        share_encoder_decoder_embeddings=bool(m.tie_embeddings),
+        tie_word_embeddings=bool(m.tie_embeddings), max_position_embeddings=max_positions,
+        pad_token_id=PAD_ID, eos_token_id=EOS_ID, forced_eos_token_id=EOS_ID,
+        decoder_start_token_id=BOS_ID, architectures=["MarianMTModel"])
+    hf = MarianMTModel(config)
+    missing, unexpected = hf.load_state_dict(nmt_to_marian(model.state_dict(), m), strict=False)
+    if unexpected or [k for k in missing if "embed_positions" not in k and "lm_head" not in k
+                      and "embed_tokens" not in k]:
+        raise ConfigError(f"{checkpoint}: the weights do not fit MarianMTModel "
+                          f"(missing {missing[:3]}, unexpected {unexpected[:3]}).")
+    hf.generation_config = GenerationConfig(
+        decoder_start_token_id=BOS_ID, pad_token_id=PAD_ID, eos_token_id=EOS_ID,
+        forced_eos_token_id=EOS_ID, bad_words_ids=[[PAD_ID], [BOS_ID]], num_beams=beam_size,
+        max_length=max_positions)
+    pieces = tokenizer.src_pieces(range(vocab))
+    names = [f">>{mt.group(1)}<<" if (mt := _TAG.match(p)) else p for p in pieces]
+    data = cfg.data
+    tok_cfg = {"tokenizer_class": "MarianTokenizer", "source_lang": str(data.src_lang),
+               "target_lang": str(data.tgt_lang), "separate_vocabs": False,
+               "model_max_length": max_positions, "unk_token": "<unk>", "eos_token": "</s>",
+               "pad_token": "<pad>"}
+    src_model, tgt_model = tokenizer.state_dict()["src_model"], tokenizer.state_dict()["tgt_model"]
+    try:
+        with atomic_path(out_dir, directory=True) as tmp:
+            hf.save_pretrained(str(tmp))
+            (tmp / "vocab.json").write_text(json.dumps({p: i for i, p in enumerate(names)},
+                                                       ensure_ascii=False, indent=1), encoding="utf-8")
+            (tmp / "source.spm").write_bytes(src_model)
+            (tmp / "target.spm").write_bytes(src_model if tgt_model is None else tgt_model)
+            (tmp / "tokenizer_config.json").write_text(json.dumps(tok_cfg, indent=2) + "\n",
+                                                       encoding="utf-8")
+    except OSError as err:
+        raise ConfigError(f"out_dir={out_dir}: cannot write the model ({err.strerror or err}); "
+                          "choose a writable out_dir=DIR.") from None
+    return out_dir

@@ -1,0 +1,82 @@
+"""Weighted training corpora (``data.corpora``): read after the training split, one token cache
+with each pair's corpus, drawn ``weight`` times per epoch on average; guided alignment's links
+cover every corpus."""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import pytest
+from conftest import make_pairs, write_corpus
+
+from nmt.config import ConfigError, compose_config
+from nmt.data.batching import prepare_data, training_pairs
+from nmt.data.corpus import corpus_weights, iter_training
+from nmt.data.sampler import TokenBatchSampler
+
+
+def _extra(root, n=30, seed=11):
+    """A second corpus ``root/extra.{de,en}`` of ``n`` pairs; returns them."""
+    pairs = make_pairs(n, seed)
+    root.mkdir(parents=True, exist_ok=True)
+    for side, lang in enumerate(("de", "en")):
+        (root / f"extra.{lang}").write_text("".join(p[side] + "\n" for p in pairs), encoding="utf-8")
+    return pairs
+
+
+def test_weighted_sampling_matches_its_expected_counts():
+    rng = np.random.default_rng(0)
+    groups = np.repeat([0, 1, 2], [500, 40, 60])          # a main corpus and two small ones
+    lens = rng.integers(2, 20, size=(2, len(groups)))
+    weights = [1.0, 2.5, 0.5]
+    sampler = TokenBatchSampler(*lens, 200, seed=3, directions=groups, weights=weights)
+    for epoch in (0, 1):
+        rows = np.concatenate(sampler.batches(epoch))
+        assert np.array_equal(np.bincount(groups[rows], minlength=3), [500, 100, 30])  # w * n
+        per_row = np.bincount(rows, minlength=len(groups))
+        assert set(per_row[:500]) == {1}                     # weight 1: every pair once
+        assert set(per_row[500:540]) == {2, 3} and (per_row[500:540] == 3).sum() == 20
+        assert set(per_row[540:]) == {0, 1} and per_row[540:].sum() == 30  # w < 1: a share
+    assert not np.array_equal(np.sort(np.concatenate(sampler.batches(0))[-200:]),
+                              np.sort(np.concatenate(sampler.batches(1))[-200:]))
+    # weights that give every corpus its size: every row once, as without corpora
+    same = TokenBatchSampler(*lens, 200, seed=3, directions=groups, weights=[1.0] * 3)
+    assert same.epoch_rows(0) is None
+
+
+def test_corpora_are_read_after_the_training_split_into_one_cache(tmp_path):
+    corpus = write_corpus(tmp_path / "corpus", {"train": 50, "val": 5})
+    extra = _extra(tmp_path / "other")
+    base = [f"data.root={corpus}", f"data.cache_dir={tmp_path / 'cache'}",
+            "data.tokenizer.vocab_size=100", "data.max_train_pairs=20"]
+    cfg = compose_config(base + [f"data.corpora=[{{split: extra, root: {tmp_path / 'other'}, "
+                                 "weight: 4}]"])
+    assert corpus_weights(cfg.data) == [1.0, 4.0]
+    assert corpus_weights(compose_config(base).data) is None
+    pairs = list(iter_training(cfg.data))
+    main = (corpus / "train.de").read_text(encoding="utf-8").splitlines()[:20]
+    assert [p[0] for p in pairs] == main + [s for s, _ in extra]     # the cap: the main split's
+    assert [p[2] for p in pairs] == [0] * 20 + [1] * 30
+    data = prepare_data(cfg.data)
+    assert np.array_equal(data.train.directions, [0] * 20 + [1] * 30)
+    assert data.train.src_texts()[20:] == [s for s, _ in extra]
+    plain = prepare_data(compose_config(base).data)
+    assert plain.train.directions is None and plain.train.path != data.train.path
+    # word links: one line per pair of every corpus, in that order
+    links = tmp_path / "links.txt"
+    links.write_text("0-0\n" * 50)
+    assert [p[2] for p in training_pairs(cfg.data, links=str(links))] == [{(0, 0)}] * 50
+    assert [p[3] for p in training_pairs(cfg.data, links=str(links))][-1] == 1
+
+
+@pytest.mark.parametrize(("override", "words"), [
+    ("data.corpora=[{split: x, weight: 0}]", "data.corpora[0].weight=0.0 must be > 0"),
+    ("data.corpora=[{split: x, weight: nan}]", "data.corpora[0].weight=nan must be a finite"),
+    ("data.corpora=[{weight: 2}]", "split"),
+])
+def test_corpus_settings_are_checked(override, words):
+    with pytest.raises(ConfigError, match=re.escape(words)):
+        compose_config([override])
+    with pytest.raises(ConfigError, match="does not support several data.pairs"):
+        compose_config(["data.pairs=[de-en,en-de]", "data.corpora=[{split: x}]"])
