@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Word alignments of your own parallel text by nmt's guided Transformers, for any language pair:
 # trains both directions on a corpus plus the text (as a weighted corpus, so the model sees it
-# often), each supervised by eflomal's links of everything it reads, then writes the grow-diag
-# symmetrisation of the two guided heads for the text (and AER, with gold links).
+# often), each supervised by eflomal's links of everything it reads (its full-context head,
+# Garg et al. 2019), then writes the links where the two guided heads agree (Mask-Align's
+# 2AB/(A+B) >= 0.2) for the text, and AER with gold links.
 #
 #   bash scripts/align_text.sh TEXT SRC TGT RUN_DIR [OVERRIDE ...]
 #   bash scripts/align_text.sh pairs.txt en fr runs/align_en_fr
@@ -11,9 +12,10 @@
 # TEXT: one `source ||| target` line per pair (nmt-align's input=), whitespace-tokenized words.
 # The training corpus is data.root's {train}.{SRC,TGT} (NMT_DATA_ROOT, default Multi30k);
 # OVERRIDEs go to both nmt-train runs (e.g. data.root=DIR train.max_steps=2000 device=cuda).
-# Env: STEPS (default 4000 per direction), WEIGHT (draws of each text pair per epoch; default:
+# Env: STEPS (default 2000 per direction), WEIGHT (draws of each text pair per epoch; default:
 # the text is about a fifth of each epoch, ceil(train pairs / (4 x text pairs)), at least 1),
-# LAMBDA (alignment loss weight, default 0.5), PARALLEL=1 (both directions at once), PYTHON.
+# LAMBDA (alignment loss weight, default 0.5), SYMMETRIZE (nmt-align's: agreement, grow-diag,
+# ...; default agreement), PARALLEL=1 (both directions at once), PYTHON.
 # Writes RUN_DIR/text/text.{SRC,TGT}, RUN_DIR/{SRC}_{TGT}/ and RUN_DIR/{TGT}_{SRC}/ (nmt-train
 # runs and logs) and RUN_DIR/links.txt (0-based `i-j`, source word i, target word j).
 # Needs eflomal: pip install -e ".[align]".
@@ -45,7 +47,7 @@ echo "align_text: $n_text pairs to align, $n_train training pairs, weight $weigh
 train_one() {  # source target
   "$py" -m nmt.cli.train model=transformer "data.src_lang=$1" "data.tgt_lang=$2" \
     "data.corpora=[{split: text, root: $runs/text, weight: $weight}]" \
-    "train.max_steps=${STEPS:-4000}" train.max_minutes=null train.early_stopping_patience=null \
+    "train.max_steps=${STEPS:-2000}" train.max_minutes=null train.early_stopping_patience=null \
     "train.alignment_loss_weight=${LAMBDA:-0.5}" model.alignment_heads=1 model.alignment_layer=-2 \
     model.alignment_full_context=true "run_dir=$runs/$1_$2" "${overrides[@]}" \
     > "$runs/$1_$2.log" 2>&1 || { tail -5 "$runs/$1_$2.log"; return 1; }
@@ -66,4 +68,4 @@ device=auto
 for o in "${overrides[@]}"; do [[ $o == device=* ]] && device=${o#device=}; done
 "$py" -m nmt.cli.align "checkpoint=$runs/${src}_${tgt}/checkpoints/last.pt" \
   "reverse_checkpoint=$runs/${tgt}_${src}/checkpoints/last.pt" "input=$text" \
-  "out=$runs/links.txt" symmetrize=grow-diag "device=$device" "${gold[@]}"
+  "out=$runs/links.txt" "symmetrize=${SYMMETRIZE:-agreement}" "device=$device" "${gold[@]}"

@@ -71,7 +71,7 @@ def test_cli_symmetrizes_with_a_reverse_checkpoint(tmp_path):
     common = [f"checkpoint={CKPT}", f"src_file={src}", f"tgt_file={tgt}"]
     assert cli_align.main([*common, f"out={tmp_path / 'fwd.txt'}"]) == 0
     links = {"forward": read_gold(tmp_path / "fwd.txt", one_based=False)[0]}
-    for method in ("intersection", "union", "grow-diag-final-and"):
+    for method in ("intersection", "union", "grow-diag-final-and", "agreement"):
         out = tmp_path / f"{method}.txt"
         assert cli_align.main([*common, f"reverse_checkpoint={reverse}", f"symmetrize={method}",
                                f"out={out}"]) == 0
@@ -80,6 +80,7 @@ def test_cli_symmetrizes_with_a_reverse_checkpoint(tmp_path):
         for between in ("forward", "grow-diag-final-and"):
             assert links["intersection"][k] <= links[between][k] <= union
     assert links["intersection"] != links["union"]
+    assert any(links["agreement"]) and links["agreement"] != links["union"]
     assert cli_align.main([*common, f"reverse_checkpoint={CKPT}", f"out={tmp_path / 'x.txt'}"]) == 2
 
 
@@ -93,6 +94,8 @@ def test_cli_symmetrizes_with_a_reverse_checkpoint(tmp_path):
     (["input={d}/pairs.txt", "head=first"], "head"),
     (["input={d}/pairs.txt", "method=threshold"], "threshold"),
     (["input={d}/pairs.txt", "threshold=1.5"], "threshold=1.5"),   # argmax's least weight
+    (["input={d}/pairs.txt", "agreement_threshold=0"], "agreement_threshold=0"),
+    (["input={d}/pairs.txt", "symmetrize=grow"], "agreement"),
     (["input={d}/pairs.txt", "gold={d}/test.en"], "gold_one_based"),
     (["input={d}/pairs.txt", "gold={d}/test.en", "gold_one_based=true"], "test.en"),
     (["input={d}/pairs.txt", "gold={d}/bad.txt", "gold_one_based=true"], "bad.txt, line 1"),

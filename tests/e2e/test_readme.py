@@ -282,25 +282,39 @@ def test_usage_commands_run_one_after_the_other(tmp_path: Path, monkeypatch):
     plt.close("all")
 
 
-def test_alignments_command_trains_a_guided_head(tmp_path: Path, monkeypatch):
-    """The README's guided-alignment command (after its install line) on a tiny en-fr corpus:
-    eflomal aligns the training text, then one supervised head trains."""
+def test_alignments_recipe_trains_both_directions_and_writes_scored_links(tmp_path: Path):
+    """The README's alignment recipe (after its install line), scripts/align_text.sh, end to
+    end on a tiny corpus: the text joins training as a weighted corpus, both guided directions
+    train on the teacher's links of everything they read, nmt-align keeps the links they agree
+    on for the text and scores the gold."""
     pytest.importorskip("eflomal")
-    corpus = write_corpus(tmp_path / "multi30k", {"train": 200, "val": 12, "test_2016_flickr": 12})
+    corpus = write_corpus(tmp_path / "multi30k", {"train": 120, "val": 10})
     for path in corpus.glob("*.de"):       # the generated German side stands in for French
         path.rename(path.with_suffix(".fr"))
+    pairs = [(t, s) for s, t in make_pairs(12, 21)]                 # en ||| "fr"
+    (tmp_path / "pairs.txt").write_text("".join(f"{s} ||| {t}\n" for s, t in pairs), encoding="utf-8")
+    gold = tmp_path / "gold.txt"                                    # the final dots, 1-based
+    gold.write_text("".join(f"{len(s.split())}-{len(t.split())}\n" for s, t in pairs))
     block = readme_block("Alignments", "bash").replace("\\\n", " ")
     commands = [words for line in block.splitlines() if (words := shlex.split(line, comments=True))]
-    assert [c[:2] for c in commands] == [["pip", "install"], ["nmt-train", "model=transformer"]]
-    monkeypatch.chdir(tmp_path)
-    model = [o.replace("decoder_layers=1", "decoder_layers=2") for o in TINY_MODEL]  # layer -2
-    shrink = [*model, *TINY_TRAIN, f"data.root={corpus}", f"data.cache_dir={tmp_path / 'cache'}",
-              "data.tokenizer.vocab_size=120", "train.max_steps=6", "device=cpu"]
-    assert _run_in_process(commands[1] + shrink) == 0
-    summary = json.loads((tmp_path / "runs/tf_en_fr_guided/summary.json").read_text())
-    assert summary["steps"] == 6
-    log = (tmp_path / "runs/tf_en_fr_guided/train.log").read_text(encoding="utf-8")
-    assert "| alignment_loss " in log
+    assert [c[:2] for c in commands] == [["pip", "install"], ["bash", "scripts/align_text.sh"]]
+    shrink = [*TINY_TRANSFORMER[:-1], "model.decoder_layers=2", "data.tokenizer.vocab_size=100",
+              "device=cpu", f"data.cache_dir={tmp_path / 'cache'}", "search.max_len_b=5",
+              "train.log_every_steps=2"]
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "STEPS": "6", "PYTHON": sys.executable,
+           "NMT_DATA_ROOT": str(corpus), "GOLD": str(gold), "GOLD_ONE_BASED": "true"}
+    script = str(REPO_ROOT / commands[1][1])
+    proc = subprocess.run(["bash", script, *commands[1][2:], *shrink], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    run = tmp_path / "runs" / "align_en_fr"
+    assert "12 pairs to align, 120 training pairs, weight 3" in proc.stdout
+    assert len((run / "links.txt").read_text().splitlines()) == 12
+    scores = json.loads((run / "aer.json").read_text())
+    assert scores["symmetrize"] == "agreement" and 0.0 <= scores["aer"] <= 1.0
+    for direction in ("en_fr", "fr_en"):
+        log = (run / direction / "train.log").read_text()
+        assert "eflomal aligns 132 pairs" in log and "| alignment_loss " in log
 
 
 def test_multilingual_commands_train_evaluate_and_translate(tmp_path: Path, monkeypatch, capsys):

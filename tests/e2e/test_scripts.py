@@ -268,33 +268,3 @@ def test_device_prep_copies_the_data_and_prints_the_device_call(tmp_path):
     proc = prep(tmp_path / "nowhere")
     assert proc.returncode == 2 and f"{tmp_path / 'nowhere'}/train.de" in proc.stderr
 
-
-def test_align_text_recipe_trains_both_directions_and_writes_scored_links(tmp_path):
-    """scripts/align_text.sh, the recipe for any pair, end to end on the tiny corpus: the text
-    joins training as a weighted corpus, both guided directions train on the teacher's links
-    of everything they read, nmt-align symmetrises them for the text and scores the gold."""
-    pytest.importorskip("eflomal")
-    from conftest import make_pairs
-
-    corpus = write_corpus(tmp_path / "corpus", {"train": 120, "val": 10})
-    pairs = make_pairs(12, 21)
-    text, gold = tmp_path / "text.txt", tmp_path / "gold.txt"
-    text.write_text("".join(f"{s} ||| {t}\n" for s, t in pairs), encoding="utf-8")
-    gold.write_text("".join(f"{len(s.split())}-{len(t.split())}\n" for s, t in pairs))  # the dots
-    tiny = ["model.d_model=16", "model.heads=2", "model.ff_dim=32", "model.encoder_layers=1",
-            "model.decoder_layers=2", "data.tokenizer.vocab_size=100", "device=cpu",
-            f"data.root={corpus}", f"data.cache_dir={tmp_path / 'cache'}", "search.max_len_b=5",
-            "train.log_every_steps=2"]
-    proc = subprocess.run(["bash", str(REPO_ROOT / "scripts" / "align_text.sh"), str(text), "de",
-                           "en", str(tmp_path / "run"), *tiny], cwd=REPO_ROOT, capture_output=True,
-                          text=True, timeout=300, env={**os.environ, "OMP_NUM_THREADS": "1",
-                                                       "STEPS": "6", "PYTHON": sys.executable,
-                                                       "GOLD": str(gold), "GOLD_ONE_BASED": "true"})
-    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
-    assert "12 pairs to align, 120 training pairs, weight 3" in proc.stdout
-    assert len((tmp_path / "run" / "links.txt").read_text().splitlines()) == 12
-    scores = json.loads((tmp_path / "run" / "aer.json").read_text())
-    assert scores["symmetrize"] == "grow-diag" and 0.0 <= scores["aer"] <= 1.0
-    for run in ("de_en", "en_de"):
-        log = (tmp_path / "run" / run / "train.log").read_text()
-        assert "eflomal aligns 132 pairs" in log and "| alignment_loss " in log
