@@ -12,7 +12,7 @@
 # TEXT: one `source ||| target` line per pair (nmt-align's input=), whitespace-tokenized words.
 # The training corpus is data.root's {train}.{SRC,TGT} (NMT_DATA_ROOT, default Multi30k);
 # OVERRIDEs go to both nmt-train runs (e.g. data.root=DIR train.max_steps=2000 device=cuda).
-# Env: STEPS (default 2000 per direction), WEIGHT (draws of each text pair per epoch; default:
+# Env: STEPS (default 4000 per direction), WEIGHT (draws of each text pair per epoch; default:
 # the text is about a fifth of each epoch, ceil(train pairs / (4 x text pairs)), at least 1),
 # LAMBDA (alignment loss weight, default 0.5), SYMMETRIZE (nmt-align's: agreement, grow-diag,
 # ...; default agreement), PARALLEL=1 (both directions at once), PYTHON.
@@ -47,7 +47,7 @@ echo "align_text: $n_text pairs to align, $n_train training pairs, weight $weigh
 train_one() {  # source target
   "$py" -m nmt.cli.train model=transformer "data.src_lang=$1" "data.tgt_lang=$2" \
     "data.corpora=[{split: text, root: $runs/text, weight: $weight}]" \
-    "train.max_steps=${STEPS:-2000}" train.max_minutes=null train.early_stopping_patience=null \
+    "train.max_steps=${STEPS:-4000}" train.max_minutes=null train.early_stopping_patience=null \
     "train.alignment_loss_weight=${LAMBDA:-0.5}" model.alignment_heads=1 model.alignment_layer=-2 \
     model.alignment_full_context=true "run_dir=$runs/$1_$2" "${overrides[@]}" \
     > "$runs/$1_$2.log" 2>&1 || { tail -5 "$runs/$1_$2.log"; return 1; }
