@@ -571,7 +571,9 @@ def train(cfg: DictConfig, record: run.RunRecord | None = None,
             trainer = Trainer(cfg, info, device, plan, record, regulariser, resampler, teacher)
             try:
                 trainer.setup()
-                return trainer.fit()
+                summary = trainer.fit()
+                dist.gather_objects(None, info)   # a barrier: no rank leaves the group first
+                return summary
             finally:
                 trainer.close()
     finally:
