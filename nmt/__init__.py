@@ -28,9 +28,9 @@ def train(overrides: list[str] | tuple[str, ...] = ()) -> dict:
     contents. User errors (ConfigError, CorpusError, CheckpointError) come before the first
     batch."""
     from nmt.config import compose_config
-    from nmt.extras.consistency import regulariser
-    from nmt.extras.eflomal_links import prepare_links
-    from nmt.extras.subword_sampling import resampler
+    from nmt.extras.training.consistency import regulariser
+    from nmt.extras.training.subword_sampling import resampler
+    from nmt.extras.training.teacher import prepare_links
     from nmt.training.trainer import train as run
 
     cfg = compose_config(list(overrides))

@@ -322,7 +322,7 @@ def _check_pairs(data: DictConfig, guided: bool) -> None:
 
 
 # The least value of each search key; every value must also be finite. validate_search checks
-# them, and nmt-serve's request schema takes its bounds from here (nmt/extras/serve.py).
+# them, and nmt-serve's request schema takes its bounds from here (nmt/extras/tools/serve.py).
 SEARCH_MINIMUM = {"beam_size": 1, "n_best": 1, "length_penalty": 0.0, "max_len_a": 0.0,
                   "max_len_b": 0, "batch_sentences": 1, "batch_tokens": 0}
 

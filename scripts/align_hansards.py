@@ -13,11 +13,11 @@ repository) and scores with AER (Och and Ney 2003).
 ``eflomal=true`` (``pip install 'nmt[align]'``): eflomal aligns Multi30k's en-fr training
 text (``data_root``, default ``$NMT_DATA_ROOT``, else ``../shared/data/multi30k``) together
 with the 447 Hansards pairs (text only) by nmt's own preparation step
-(:func:`nmt.extras.eflomal_links.align_pairs`: lowercased word and punctuation tokens, both
+(:func:`nmt.extras.training.teacher.align_pairs`: lowercased word and punctuation tokens, both
 directions), and every symmetrisation of the Hansards part is scored.
 
 A checkpoint teacher-forces the 447 reference pairs once
-(:func:`nmt.extras.word_alignment.force_align`); then every extraction is scored: each
+(:func:`nmt.extras.tools.word_alignment.force_align`); then every extraction is scored: each
 decoder layer (head mean) and the mean of the layers, with and without the shift of Chen et
 al. (2020), and the model's own alignment (a guided model's supervised head, trained with
 ``train.alignment_loss_weight``): argmax; argmax with a row on ``</s>`` unaligned; the
@@ -66,7 +66,7 @@ def main(argv: list[str]) -> int:
     import torch
 
     from nmt.checkpoint import load_checkpoint
-    from nmt.extras.word_alignment import (
+    from nmt.extras.tools.word_alignment import (
         SYMMETRIZATIONS,
         alignment_scores,
         flip_links,
@@ -96,7 +96,7 @@ def main(argv: list[str]) -> int:
 
     if opts.get("eflomal", "false").lower() in ("1", "true", "yes"):
         from nmt.data.corpus import iter_text_pair
-        from nmt.extras.eflomal_links import align_pairs
+        from nmt.extras.training.teacher import align_pairs
 
         root = Path(opts.get("data_root") or os.environ.get(
             "NMT_DATA_ROOT", REPO.parent / "shared" / "data" / "multi30k"))

@@ -33,7 +33,7 @@ for o in "${overrides[@]}"; do [[ $o == data.root=* ]] && root=${o#data.root=}; 
 mkdir -p "$runs/text"
 "$py" - "$text" "$runs/text/text.$src" "$runs/text/text.$tgt" <<'EOF'
 import sys
-from nmt.extras.word_alignment import read_pair_file
+from nmt.extras.tools.word_alignment import read_pair_file
 pairs = read_pair_file(sys.argv[1])   # names the file and line of a malformed pair
 for side, path in enumerate(sys.argv[2:]):
     with open(path, "w", encoding="utf-8") as f:

@@ -124,7 +124,7 @@ def phase_iterate(overrides: list[str], batch_tokens: int) -> dict[str, str]:
     sampling = {}
     tok = cfg.data.tokenizer
     if tok.sampling_alpha:
-        from nmt.extras.subword_sampling import sample_split
+        from nmt.extras.training.subword_sampling import sample_split
 
         t0 = time.perf_counter()
         sampled = sample_split(split, data.tokenizer, float(tok.sampling_alpha),

@@ -15,7 +15,7 @@ length_penalty, max_len_a, max_len_b, batch_sentences) plus:
 * ``threads=N``: torch.set_num_threads(N) (default: torch's choice).
 * ``ctranslate2=auto|true|false`` (default auto: true when ``ctranslate2`` is installed and
   the model is a Transformer): also time the CTranslate2 engine on the same model, exported
-  into a temporary directory as float32 and as int8 (:mod:`nmt.extras.ctranslate2`), with
+  into a temporary directory as float32 and as int8 (:mod:`nmt.extras.tools.ctranslate2`), with
   ``intra_threads`` = torch's thread count and ``inter_threads=1``, the same sentences, batch
   settings and searches. Within each repeat the engines run in turn (PyTorch, CTranslate2
   float32, CTranslate2 int8), so a slower or faster spell of a shared machine hits them alike.
@@ -79,7 +79,7 @@ def ctranslate2_engines(translator, use: str, tmp: Path, device) -> list[tuple[s
     name = translator.config.model.name
     if use == "auto" and (importlib.util.find_spec("ctranslate2") is None or name != "transformer"):
         return []
-    from nmt.extras.ctranslate2 import CTranslate2Translator, export
+    from nmt.extras.tools.ctranslate2 import CTranslate2Translator, export
 
     engines = []
     for quantization in ("float32", "int8"):

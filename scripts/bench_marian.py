@@ -58,7 +58,7 @@ def main() -> int:
     import sacrebleu
     import transformers
 
-    from nmt.extras.marian import export_marian, import_marian
+    from nmt.extras.tools.marian import export_marian, import_marian
     from nmt.inference.translator import Translator, search_settings
 
     root = Path(args.data_root)

@@ -95,7 +95,7 @@ from nmt.config import ConfigError, compose_config  # noqa: E402
 from nmt.data.batching import prepare_data  # noqa: E402
 from nmt.data.sampler import BatchShapes, TokenBatchSampler  # noqa: E402
 from nmt.data.vocab import PAD_ID  # noqa: E402
-from nmt.extras.consistency import add_token_cutoff, regulariser  # noqa: E402
+from nmt.extras.training.consistency import add_token_cutoff, regulariser  # noqa: E402
 from nmt.models import build_model  # noqa: E402
 from nmt.runtime import (  # noqa: E402
     bound_onednn_cache,

@@ -233,9 +233,9 @@ def train(cfg):
     """:func:`nmt.training.trainer.train` with ``train.consistency``'s regulariser and
     ``data.tokenizer.sampling_alpha``'s resampler and the eflomal teacher, as ``nmt-train`` and
     ``nmt.train()`` pass them."""
-    from nmt.extras.consistency import regulariser
-    from nmt.extras.eflomal_links import prepare_links
-    from nmt.extras.subword_sampling import resampler
+    from nmt.extras.training.consistency import regulariser
+    from nmt.extras.training.subword_sampling import resampler
+    from nmt.extras.training.teacher import prepare_links
     from nmt.training.trainer import train as run
 
     return run(cfg, regulariser=regulariser(cfg.train), resampler=resampler(cfg),

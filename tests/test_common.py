@@ -83,7 +83,7 @@ def test_decode_settings_are_the_schema_fields_with_the_yaml_defaults():
     cfg = _evaluate_cfg("checkpoint=x.pt", "beam_size=3", "top_p=0.5")
     settings = decode_settings(cfg)
     names = [f.name for schema in (SearchSchema, SamplingSchema) for f in dataclasses.fields(schema)]
-    assert list(settings) == names and cfg.decoding == "search"   # decoding=mbr: nmt.extras.mbr
+    assert list(settings) == names and cfg.decoding == "search"   # decoding=mbr: nmt.extras.decoding.mbr
     assert settings["beam_size"] == 3 and settings["top_p"] == 0.5
     defaults = search_settings()                    # the Python API's: the same YAML files
     assert {k: settings[k] for k in ("n_best", "seed", "temperature")} == \

@@ -1,4 +1,4 @@
-"""R-Drop and SimCut (nmt.extras.consistency) against a hand computation, the authors'
+"""R-Drop and SimCut (nmt.extras.training.consistency) against a hand computation, the authors'
 computations and the closed-form gradient of the fused version they replaced."""
 
 import math
@@ -7,7 +7,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from nmt.extras.consistency import rdrop_loss, simcut_loss
+from nmt.extras.training.consistency import rdrop_loss, simcut_loss
 from nmt.training.loss import label_smoothed_nll
 
 LN2 = math.log(2.0)

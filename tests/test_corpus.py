@@ -12,6 +12,7 @@ from omegaconf import OmegaConf
 from nmt.data import corpus
 from nmt.data.corpus import (
     CorpusError,
+    check_split,
     iter_hf,
     iter_lines,
     iter_nonempty_pairs,
@@ -129,8 +130,6 @@ def test_check_split_finds_a_missing_language_before_reading(tmp_path):
     """A direction a split lacks raises at check_split and at iter_parallel's call, not when
     its rows are read: a missing file (text), a missing language of the translation feature
     (a {lang: text} struct or datasets.Translation) or column (hf)."""
-    from nmt.extras.multilingual import check_split
-
     datasets = pytest.importorskip("datasets")
     (tmp_path / "train.de").write_text("Hallo\n", encoding="utf-8")
     (tmp_path / "train.en").write_text("Hello\n", encoding="utf-8")

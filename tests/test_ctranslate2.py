@@ -27,7 +27,7 @@ import nmt  # noqa: E402
 from nmt.config import ConfigError, compose_config, to_plain  # noqa: E402
 from nmt.evaluation.alignments import load_alignments  # noqa: E402
 from nmt.evaluation.metrics import corpus_scores  # noqa: E402
-from nmt.extras.ctranslate2 import (  # noqa: E402
+from nmt.extras.tools.ctranslate2 import (  # noqa: E402
     CTranslate2Translator,
     InputTooLong,  # noqa: E402
     build_spec,
@@ -251,7 +251,7 @@ def test_positions_beyond_the_export_and_all_attention_are_clear_errors(tmp_path
 
 
 def test_mbr_on_ctranslate2_over_its_beam_or_samples_without_epsilon(engines):
-    from nmt.extras.mbr import mbr_translate
+    from nmt.extras.decoding.mbr import mbr_translate
 
     ct2, src = engines["float32"], _generated()[0][:4]
     beam, sample = {"candidates": "beam", "num": 3}, {"candidates": "sample", "num": 3}

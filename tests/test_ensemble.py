@@ -10,7 +10,7 @@ import torch
 from test_search import VOCAB, forced_log_prob, random_sources, tiny_model
 
 from nmt.data.batching import make_src_batch
-from nmt.extras.ensemble import Ensemble
+from nmt.extras.decoding.ensemble import Ensemble
 from nmt.inference.sampling import sample_search
 from nmt.inference.search import BOS_ID, beam_search, greedy_search
 

@@ -126,7 +126,7 @@ def test_learnt_translations_score_bleu_100_through_the_whole_path(tokenizer):
 def test_evaluate_split_checks_its_settings_once(tokenizer, monkeypatch):
     """search_settings once per split: the translations run on the checked settings
     (translate_with), which the evaluation keeps; nothing else joins the scores (MBR's come
-    from nmt.extras.mbr, tests/test_mbr.py)."""
+    from nmt.extras.decoding.mbr, tests/test_mbr.py)."""
     from nmt.inference import translator as translator_module
 
     calls = []

@@ -16,7 +16,7 @@ from nmt.config import ConfigError, compose_config, to_plain
 from nmt.data.batching import prepare_data
 from nmt.data.corpus import CorpusError
 from nmt.data.links import AlignmentFormatError, piece_links, subword_links, with_links, word_ids
-from nmt.extras.word_alignment import ForcedAlignment, extract_links, word_links
+from nmt.extras.tools.word_alignment import ForcedAlignment, extract_links, word_links
 from nmt.models import build_model
 from nmt.training.loss import alignment_loss
 
@@ -180,12 +180,12 @@ def test_guided_settings_are_checked(overrides, words, tiny_overrides):
 # ------------------------------------------------------------------ eflomal
 def test_eflomal_step_on_a_toy_corpus(tiny_overrides, monkeypatch):
     pytest.importorskip("eflomal")
-    from nmt.extras import eflomal_links
+    from nmt.extras.training import teacher
 
-    assert eflomal_links.tokens("Hi, you.") == (["hi", ",", "you", "."], [0, 0, 1, 1])
+    assert teacher.tokens("Hi, you.") == (["hi", ",", "you", "."], [0, 0, 1, 1])
     cfg = compose_config(tiny_overrides, validate_fn=None)
-    path = eflomal_links.prepare_links(cfg.data)
-    assert path == eflomal_links.links_path(cfg.data) and path.parent.name == "alignments"
+    path = teacher.prepare_links(cfg.data)
+    assert path == teacher.links_path(cfg.data) and path.parent.name == "alignments"
     src = (cfg.data.root + "/train.de", cfg.data.root + "/train.en")
     pairs = list(zip(*(open(f, encoding="utf-8").read().splitlines() for f in src), strict=True))
     links = [set(x) for _, _, x in with_links(pairs, path)]      # one valid line per pair
@@ -194,21 +194,21 @@ def test_eflomal_step_on_a_toy_corpus(tiny_overrides, monkeypatch):
     last = [(len(s.split()) - 1, len(t.split()) - 1) in x for (s, t), x in zip(pairs, links, strict=True)]
     assert sum(last) / len(pairs) > 0.9
     assert 0.7 < sum(map(len, links)) / sum(len(t.split()) for _, t in pairs) < 1.5
-    monkeypatch.setattr(eflomal_links, "align_pairs", lambda *a, **k: 1 / 0)
-    assert eflomal_links.prepare_links(cfg.data) == path           # cached: eflomal not run
+    monkeypatch.setattr(teacher, "align_pairs", lambda *a, **k: 1 / 0)
+    assert teacher.prepare_links(cfg.data) == path           # cached: eflomal not run
     # the teacher's symmetrization is a setting, and part of the key
     other = compose_config(tiny_overrides + ["data.teacher_symmetrize=intersection"], validate_fn=None)
-    assert eflomal_links.links_path(other.data) != path
+    assert teacher.links_path(other.data) != path
     # another eflomal version: another cache file (its links may differ)
-    monkeypatch.setattr(eflomal_links.importlib.metadata, "version", lambda name: "0.0.1")
-    assert eflomal_links.links_path(cfg.data) != path
+    monkeypatch.setattr(teacher.importlib.metadata, "version", lambda name: "0.0.1")
+    assert teacher.links_path(cfg.data) != path
 
 
 def test_the_teachers_symmetrizations_come_from_one_eflomal_run():
     pytest.importorskip("eflomal")
     from conftest import make_pairs
 
-    from nmt.extras.eflomal_links import align_pairs
+    from nmt.extras.training.teacher import align_pairs
 
     methods = ("forward", "reverse", "intersection", "union", "grow-diag", "grow-diag-final-and")
     out = align_pairs(make_pairs(60, 4), methods)
@@ -228,7 +228,7 @@ def test_ctranslate2_export_carries_the_supervised_head(tmp_path):
 
     import nmt
     from nmt.data.tokenizer import Tokenizer
-    from nmt.extras.ctranslate2 import CTranslate2Translator, build_spec, export
+    from nmt.extras.tools.ctranslate2 import CTranslate2Translator, build_spec, export
 
     ckpt = REPO_ROOT / "tests" / "data" / "tiny_transformer_2026-11-22.pt"
     tok = Tokenizer.from_state_dict(torch.load(ckpt, weights_only=True)["tokenizer"])

@@ -1,4 +1,4 @@
-"""Hugging Face Marian (OPUS-MT) import and export (nmt/extras/marian.py): random MarianMTModels
+"""Hugging Face Marian (OPUS-MT) import and export (nmt/extras/tools/marian.py): random MarianMTModels
 built here (SentencePiece models trained on a few hundred Multi30k lines, else the generated
 corpus), compared with transformers: logits, greedy and beam search, the round trip, the
 pipeline, the clear errors, and the nmt tools on an imported model."""
@@ -108,7 +108,7 @@ def _maps(directory: Path, tokenizer, hf_config) -> tuple[dict[int, int], torch.
 
 
 def _import(directory: Path, out: Path, **kw):
-    from nmt.extras.marian import import_marian
+    from nmt.extras.tools.marian import import_marian
     from nmt.inference.translator import load_for_inference
 
     import_marian(directory, out, **kw)
@@ -224,7 +224,7 @@ def _nmt_checkpoint(root: Path, *overrides: str, seed: int = 0) -> Path:
     ("model.tie_embeddings=false",)])
 def test_round_trip_nmt_marian_nmt_is_bit_for_bit(tmp_path, overrides):
     from nmt.checkpoint import load_checkpoint
-    from nmt.extras.marian import export_marian, import_marian
+    from nmt.extras.tools.marian import export_marian, import_marian
 
     path = _nmt_checkpoint(tmp_path, *overrides)
     export_marian(path, tmp_path / "hf")
@@ -245,7 +245,7 @@ def test_round_trip_nmt_marian_nmt_is_bit_for_bit(tmp_path, overrides):
 
 
 def test_export_loads_in_transformers_and_pipeline_translates_as_nmt(tmp_path):
-    from nmt.extras.marian import export_marian
+    from nmt.extras.tools.marian import export_marian
     from nmt.inference.translator import Translator
 
     path = _nmt_checkpoint(tmp_path, "model.final_logits_bias=true", seed=3)
@@ -362,7 +362,7 @@ def test_tools_and_fine_tuning_on_an_imported_model(tmp_path, capsys):
                       f"out={tmp_path / 'fig.png'}"]) == 0
     assert (tmp_path / "fig.png").stat().st_size > 1000
     pytest.importorskip("ctranslate2")
-    from nmt.extras.ctranslate2 import CTranslate2Translator, export
+    from nmt.extras.tools.ctranslate2 import CTranslate2Translator, export
 
     export(ckpt, tmp_path / "ct2")
     ct2 = CTranslate2Translator.from_dir(tmp_path / "ct2")

@@ -1,4 +1,4 @@
-"""Minimum-Bayes-risk decoding, a room of its own (nmt/extras/mbr.py): the selection (utilities
+"""Minimum-Bayes-risk decoding, a room of its own (nmt/extras/decoding/mbr.py): the selection (utilities
 computed by hand on three candidates, fastchrf against sacreBLEU, duplicates counted with
 their multiplicity), the decoding around it (candidates from the beam or from samples, the
 cost per sentence, the settings checked where they enter), evaluate_mbr, and nmt-evaluate /
@@ -21,7 +21,7 @@ import nmt
 from nmt.cli.schemas import MbrCandidates, MbrUtility
 from nmt.config import ConfigError, compose_config, to_plain
 from nmt.evaluation.evaluate import evaluate_split
-from nmt.extras.mbr import (
+from nmt.extras.decoding.mbr import (
     CHOICES,
     MbrCost,
     MbrTranslation,

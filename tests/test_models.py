@@ -143,7 +143,7 @@ def test_incremental_capture_equals_teacher_forced(name, overrides):
 
 
 def test_capture_refusals():
-    from nmt.extras.ensemble import Ensemble
+    from nmt.extras.decoding.ensemble import Ensemble
 
     src, src_mask, tgt_in = batch()
     model = make_model("rnn", {})

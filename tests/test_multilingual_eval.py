@@ -28,15 +28,15 @@ from nmt.cli import evaluate as cli_evaluate
 from nmt.cli import translate as cli_translate
 from nmt.config import ConfigError
 from nmt.data.vocab import BOS_ID, EOS_ID, PAD_ID
-from nmt.extras.ensemble import ensemble_translator
-from nmt.extras.multilingual import (
-    Pivot,
+from nmt.extras.decoding.ensemble import ensemble_translator
+from nmt.extras.decoding.multilingual import (
     directions_table,
     evaluate_directions,
     identify,
     off_target,
     off_target_percent,
 )
+from nmt.extras.decoding.pivot import Pivot
 from nmt.inference.sampling import sample_search
 from nmt.inference.search import beam_search, greedy_search, length_penalty_factor
 from nmt.inference.translator import direction_tags
@@ -357,9 +357,9 @@ def test_every_direction_of_an_hf_split_without_one_language(trained, multi, tmp
 
 
 def test_mbr_goes_through_a_pivot_and_every_direction(trained, multi, tmp_path):
-    """decoding=mbr (nmt.extras.mbr, around evaluate_direction) composes with pivot= and
+    """decoding=mbr (nmt.extras.decoding.mbr, around evaluate_direction) composes with pivot= and
     directions=all: each direction's scores.json has MBR's cost and the search it replaces."""
-    from nmt.extras.mbr import MbrTranslator, mbr_settings
+    from nmt.extras.decoding.mbr import MbrTranslator, mbr_settings
 
     base = [f"checkpoint={trained['source']}", "max_len_a=0", "max_len_b=5", "device=cpu",
             "decoding=mbr", "mbr.num=2", "mbr.compare_beam=true"]
@@ -414,8 +414,8 @@ def test_translate_cli_tgt_lang_and_pivot(trained, multi, tmp_path, capsys):
 
 def test_align_shows_the_tag_as_a_piece_of_no_word(trained, multi, tmp_path):
     from nmt.evaluation.alignments import load_alignments
-    from nmt.extras.viewer import page_data
-    from nmt.extras.word_alignment import force_align, word_links
+    from nmt.extras.tools.viewer import page_data
+    from nmt.extras.tools.word_alignment import force_align, word_links
 
     pairs = [("A big dog runs in the park .", "Un grand chien court dans le parc .")]
     tags = direction_tags(multi.config, multi.tokenizer, "en", "fr")
@@ -462,7 +462,7 @@ def test_ctranslate2_engine_takes_the_tag_on_either_side(multi, multi_target, tm
     the output and rescored. Greedy and beam outputs, scores and alignments are PyTorch's
     (max_len_a=0: every sentence has the same limit, so no output is cut, see docs/ctranslate2.md)."""
     pytest.importorskip("ctranslate2")
-    from nmt.extras.ctranslate2 import CTranslate2Translator, export
+    from nmt.extras.tools.ctranslate2 import CTranslate2Translator, export
 
     for name, translator in (("source", multi), ("target", multi_target)):
         export(translator, tmp_path / name)
@@ -485,7 +485,7 @@ def test_serve_tgt_lang_directions_and_errors(trained, multi):
 
     from nmt.cli.serve import _check
     from nmt.config import compose_config
-    from nmt.extras import serve
+    from nmt.extras.tools import serve
 
     cfg = compose_config([f"checkpoint={trained['source']}", "max_len_a=0", "max_len_b=6"],
                          config_name="serve", validate_fn=_check)
@@ -543,7 +543,7 @@ def test_multi30k_test_split_has_all_12_directions_of_an_english_centric_model(m
 
     from omegaconf import OmegaConf
 
-    from nmt.extras.multilingual import direction_kind, split_directions
+    from nmt.extras.decoding.multilingual import direction_kind, split_directions
 
     pairs = ["de-en", "fr-en", "cs-en", "en-de", "en-fr", "en-cs"]
     data = OmegaConf.create({"format": "text", "root": "/nowhere", "src_lang": "de",

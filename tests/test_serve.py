@@ -1,4 +1,4 @@
-"""nmt-serve's app (nmt/extras/serve.py, nmt/cli/serve.py) through FastAPI's test client: the
+"""nmt-serve's app (nmt/extras/tools/serve.py, nmt/cli/serve.py) through FastAPI's test client: the
 API, dynamic batching (grouping, budget, the batch leader's turns, each request its own
 sentences), load shedding (503 with Retry-After, 413 over the work bound), every bad input,
 an out-of-memory batch, the API key and CORS. The worker is held with events, never timed. A
@@ -31,7 +31,7 @@ pytest.importorskip("fastapi")
 from fastapi.testclient import TestClient  # noqa: E402
 
 from nmt.cli.serve import _check  # noqa: E402
-from nmt.extras import serve  # noqa: E402
+from nmt.extras.tools import serve  # noqa: E402
 
 CKPT = REPO_ROOT / "tests" / "data" / "tiny_transformer_2026-11-22.pt"
 SHORT = ["max_len_a=0", "max_len_b=6"]     # the tiny model's outputs stay short
@@ -522,7 +522,7 @@ def test_model_health_page_and_openapi(tiny, base, tmp_path):
 
 def test_a_ctranslate2_export_serves_the_same_greedy_translation(tiny, base, tmp_path):
     pytest.importorskip("ctranslate2")
-    from nmt.extras.ctranslate2 import CTranslate2Translator, export
+    from nmt.extras.tools.ctranslate2 import CTranslate2Translator, export
 
     export(tiny, tmp_path / "ct2")
     engine = CTranslate2Translator.from_dir(tmp_path / "ct2")
@@ -542,7 +542,7 @@ def test_a_sentence_beyond_the_export_s_positions_gets_413_without_its_path(tiny
     """An export of 8 positions takes 7 source subwords and EOS; the client learns which
     sentence, the server log where the model lies."""
     pytest.importorskip("ctranslate2")
-    from nmt.extras.ctranslate2 import CTranslate2Translator, export
+    from nmt.extras.tools.ctranslate2 import CTranslate2Translator, export
 
     model_dir = export(tiny, tmp_path / "ct2", max_positions=8)
     long = "Ein großer Hund läuft im Park mit einem Ball ."

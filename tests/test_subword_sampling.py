@@ -1,4 +1,4 @@
-"""Subword sampling (nmt/extras/subword_sampling.py): sampled segmentations that repeat with
+"""Subword sampling (nmt/extras/training/subword_sampling.py): sampled segmentations that repeat with
 the seed, epoch splits with a fallback and a cache, and the trainer's hook. The epochs of a
 training run: tests/test_trainer.py; the exact resume: tests/e2e/test_train_cli.py; rank 0's
 draw sent to the other ranks: tests/e2e/test_torchrun.py."""
@@ -16,8 +16,8 @@ from nmt.config import ConfigError, compose_config
 from nmt.data.batching import TokenizedSplit, prepare_data, write_pairs
 from nmt.data.corpus import iter_text_pair
 from nmt.data.vocab import EOS_ID, PAD_ID
-from nmt.extras import subword_sampling
-from nmt.extras.subword_sampling import encode_sampled, resampler, sample_split
+from nmt.extras.training import subword_sampling
+from nmt.extras.training.subword_sampling import encode_sampled, resampler, sample_split
 from nmt.training.trainer import train
 
 

@@ -245,7 +245,7 @@ def test_the_weight_average_is_validated_checkpointed_translated_and_fine_tuned_
 def test_subword_sampling_draws_each_training_epoch_and_leaves_validation_alone(overrides,
                                                                                 tmp_path):
     from nmt.data.batching import load_split
-    from nmt.extras.subword_sampling import resampler
+    from nmt.extras.training.subword_sampling import resampler
     from nmt.runtime import resolve_device
     from nmt.training.distributed import DistInfo
     from nmt.training.trainer import Trainer
@@ -418,7 +418,7 @@ RDROP = SimpleNamespace(consistency="rdrop", label_smoothing=0.1, consistency_al
 
 def _objective(net, batch, t):
     """nmt.training.loss.objective with train.consistency's regulariser, as the trainer calls it."""
-    from nmt.extras.consistency import regulariser
+    from nmt.extras.training.consistency import regulariser
     from nmt.training.loss import objective
 
     return objective(net, batch, t, contextlib.nullcontext(), regulariser(t))
@@ -496,7 +496,7 @@ def test_token_cutoff_erases_regular_tokens_of_the_second_copy_in_training_only(
     half and the special tokens (PAD, BOS, EOS) of the second, and zeroes the rest; in eval
     mode nothing is cut."""
     from nmt.data.vocab import EOS_ID
-    from nmt.extras.consistency import add_token_cutoff
+    from nmt.extras.training.consistency import add_token_cutoff
 
     net, batch = _tiny_model_and_batch(model, dropout=0.0)
     add_token_cutoff(net, 1.0)
@@ -524,7 +524,7 @@ def test_simcut_one_forward_of_the_doubled_batch_is_the_plain_and_the_cut_pass(m
     import torch.nn.functional as F
 
     from nmt.data.vocab import EOS_ID
-    from nmt.extras.consistency import add_token_cutoff
+    from nmt.extras.training.consistency import add_token_cutoff
 
     net, batch = _tiny_model_and_batch(model, dropout=0.0)
     draws, rand = [], torch.rand

@@ -16,7 +16,7 @@ from conftest import REPO_ROOT
 import nmt
 import nmt.cli.schemas  # noqa: F401 - registers nmt-translate's schema for compose_config
 from nmt.config import ConfigError, compose_config
-from nmt.extras.ensemble import Ensemble, ensemble_translator
+from nmt.extras.decoding.ensemble import Ensemble, ensemble_translator
 from nmt.inference.search import length_penalty_factor
 from nmt.inference.translator import length_sorted_batches, search_settings
 from nmt.models import build_model
@@ -60,7 +60,7 @@ def test_translate_one_sentence_or_many(translator):
 def test_search_settings_default_to_the_command_lines_yaml_and_are_checked_once():
     """The Python API's defaults are those of configs/search/default.yaml and sampling.yaml,
     as nmt-translate composes them (but its own batch_sentences=100); MBR is no search
-    setting (nmt.extras.mbr)."""
+    setting (nmt.extras.decoding.mbr)."""
     cli = compose_config(["checkpoint=x"], config_name="translate", validate_fn=None)
     assert search_settings() == {**{k: cli[k] for k in search_settings()}, "batch_sentences": 200}
     assert search_settings(beam_size=1, top_p=None)["beam_size"] == 1
@@ -138,7 +138,7 @@ def test_ensemble_needs_one_vocabulary(tmp_path):
 def test_the_core_loads_one_checkpoint_and_points_to_the_ensemble_room():
     assert nmt.Translator.from_checkpoint([CKPT]).model.all_attention   # a list of one
     for paths in ([CKPT, CKPT], []):
-        with pytest.raises(ConfigError, match="nmt.extras.ensemble.ensemble_translator"):
+        with pytest.raises(ConfigError, match="nmt.extras.decoding.ensemble.ensemble_translator"):
             nmt.Translator.from_checkpoint(paths)
 
 

@@ -1,4 +1,4 @@
-"""nmt.extras.viewer: the page's data decodes to the weights, the page is self-contained, and
+"""nmt.extras.tools.viewer: the page's data decodes to the weights, the page is self-contained, and
 headless Chromium builds its cells, shows a hovered weight and reports a script error (skipped
 where no ``chromium`` binary is installed; CI installs one)."""
 
@@ -16,7 +16,7 @@ from test_translator import SHORT, transformer  # noqa: F401 (fixture)
 
 import nmt
 from nmt.evaluation.alignments import load_alignments, save_alignments
-from nmt.extras.viewer import attention_page, page_data
+from nmt.extras.tools.viewer import attention_page, page_data
 
 SOURCES = ["Ein großer Hund läuft im Park .", "Zwei Mädchen tanzen am Strand .", ""]
 

@@ -1,4 +1,4 @@
-"""nmt.extras.word_alignment: Pharaoh I/O, subwords -> words, extraction, forced alignment
+"""nmt.extras.tools.word_alignment: Pharaoh I/O, subwords -> words, extraction, forced alignment
 on the tiny de->en Transformer checkpoint, symmetrisation and AER.
 
 Every expected value of the numpy parts is worked out by hand in the comments.
@@ -13,7 +13,7 @@ from conftest import REPO_ROOT
 
 from nmt.config import ConfigError, compose_config
 from nmt.data.corpus import CorpusError
-from nmt.extras.word_alignment import (
+from nmt.extras.tools.word_alignment import (
     AlignmentFormatError,
     ForcedAlignment,
     alignment_scores,
@@ -316,7 +316,7 @@ def test_symmetrize_final_order_flip_and_errors():
 
 
 def test_agreement_of_two_directions_by_hand():
-    from nmt.extras.word_alignment import agreement_links, word_attention
+    from nmt.extras.tools.word_alignment import agreement_links, word_attention
 
     # source "▁ab c ▁d" (2 words: pieces 0, 1 -> word 0; piece 2 -> word 1), target "▁x ▁y"
     # rows: the two target pieces and </s>; columns: the three source pieces and </s>

@@ -31,7 +31,7 @@ from nmt.runtime import ensure_writable_dir, resolve_device, write_json_atomic
 
 def _check(cfg: DictConfig) -> DictConfig:
     """The settings that depend on each other, and the ranges."""
-    from nmt.extras.word_alignment import SYMMETRIZATIONS, check_extraction
+    from nmt.extras.tools.word_alignment import SYMMETRIZATIONS, check_extraction
 
     require(cfg, "checkpoint", "out")
     if bool(cfg.src_file) != bool(cfg.tgt_file) or bool(cfg.src_file) == bool(cfg.input):
@@ -51,7 +51,7 @@ def _check(cfg: DictConfig) -> DictConfig:
 
 
 def _run(cfg: DictConfig) -> None:
-    from nmt.extras import word_alignment as wa
+    from nmt.extras.tools import word_alignment as wa
     from nmt.inference.translator import direction_tags, load_for_inference
 
     pairs = (wa.read_pair_file(cfg.input) if cfg.input else
@@ -105,7 +105,7 @@ def _run(cfg: DictConfig) -> None:
 def _save_attention(cfg: DictConfig, items) -> None:
     """Write the forced cross-attention of every pair to ``attention_out`` (alignments npz)."""
     from nmt.evaluation.alignments import save_alignments
-    from nmt.extras.word_alignment import item_attention
+    from nmt.extras.tools.word_alignment import item_attention
 
     save_alignments(cfg.attention_out,
                     [item_attention(item, cfg.layer, cfg.head) for item in items],

@@ -174,11 +174,11 @@ def check_decoding(cfg: DictConfig) -> DictConfig:
     """ConfigError, naming the key, for a bad search or sampling setting (``beam_size``,
     ``top_p``, ...; :func:`nmt.config.validate_decoding`) of an nmt-evaluate or nmt-translate
     config and, with ``decoding=mbr``, a bad ``mbr.*`` setting or a search MBR cannot take
-    (:func:`nmt.extras.mbr.mbr_settings`, :func:`~nmt.extras.mbr.check_search`; the room loads
+    (:func:`nmt.extras.decoding.mbr.mbr_settings`, :func:`~nmt.extras.decoding.mbr.check_search`; the room loads
     only then), before any checkpoint loads."""
     settings = validate_decoding(decode_settings(cfg))
     if cfg.decoding == "mbr":
-        from nmt.extras.mbr import check_search, mbr_settings
+        from nmt.extras.decoding.mbr import check_search, mbr_settings
 
         mbr_settings(**to_plain(cfg.mbr))
         check_search(settings)
@@ -219,16 +219,16 @@ def check_engine(cfg: DictConfig) -> DictConfig:
 
 def load_translator(cfg: DictConfig):
     """The translator ``engine`` names, on ``device``: a ``Translator`` of ``checkpoint`` (of
-    an ensemble for several: :mod:`nmt.extras.ensemble`) or a ``CTranslate2Translator`` of
+    an ensemble for several: :mod:`nmt.extras.decoding.ensemble`) or a ``CTranslate2Translator`` of
     ``model_dir`` (both translate alike)."""
     device = resolve_device(cfg.device)
     if cfg.engine == "ctranslate2":
-        from nmt.extras.ctranslate2 import CTranslate2Translator
+        from nmt.extras.tools.ctranslate2 import CTranslate2Translator
 
         return CTranslate2Translator.from_dir(cfg.model_dir, device)
     paths = checkpoint_paths(cfg)
     if isinstance(paths, list):
-        from nmt.extras.ensemble import ensemble_translator
+        from nmt.extras.decoding.ensemble import ensemble_translator
 
         return ensemble_translator(paths, device, weights=cfg.weights)
     from nmt.inference.translator import Translator

@@ -12,12 +12,12 @@ The split is read with the checkpoint's data config; every sentence is translate
 filtered or truncated). ``out_dir`` (default ``<checkpoint dir>/eval_<split>_beam<k>``, with
 ``decoding=mbr`` ``eval_<split>_mbr_<candidates><num>_<utility>``) gets the files of
 :mod:`nmt.evaluation.evaluate`, scores.json with ``decoding`` too. ``decoding=mbr`` translates
-by minimum-Bayes-risk decoding (:func:`nmt.extras.mbr.evaluate_mbr`: its cost in scores.json,
+by minimum-Bayes-risk decoding (:func:`nmt.extras.decoding.mbr.evaluate_mbr`: its cost in scores.json,
 ``nbest.txt`` the distinct candidates by expected utility); with ``mbr.compare_beam=true`` the
 split is also translated by the search without MBR (``beam_size``, ...), and both are printed
 side by side: BLEU, chrF, ms/sentence. A multilingual model (or ``src_lang``/``tgt_lang``/
 ``pivot``) also gets the off-target rate, and ``directions=all`` scores every direction of
-the split (:mod:`nmt.extras.multilingual`): ``out_dir/<src>-<tgt>/`` each,
+the split (:mod:`nmt.extras.decoding.multilingual`): ``out_dir/<src>-<tgt>/`` each,
 ``directions.{md,json}``.
 Options: configs/evaluate.yaml (``nmt-evaluate --help``).
 """
@@ -41,7 +41,7 @@ from nmt.cli.common import (
     run_task,
 )
 from nmt.config import CONFIG_PATH, ConfigError, is_multilingual, to_plain
-from nmt.data.corpus import iter_parallel, iter_text_pair
+from nmt.data.corpus import iter_parallel, iter_text_pair, with_root
 from nmt.runtime import ensure_writable_dir
 
 
@@ -77,8 +77,6 @@ def load_texts(cfg: DictConfig, train_cfg: DictConfig) -> tuple[str, list[str], 
     if cfg.src_file:
         name, pairs = Path(cfg.src_file).name, iter_text_pair(cfg.src_file, cfg.ref_file)
     else:
-        from nmt.extras.multilingual import with_root
-
         data = with_root(train_cfg.data, cfg.data.root)
         name = cfg.split or data.test_split
         pairs = iter_parallel(data, name, direction(cfg, train_cfg))
@@ -88,19 +86,23 @@ def load_texts(cfg: DictConfig, train_cfg: DictConfig) -> tuple[str, list[str], 
 
 def _run(cfg: DictConfig) -> None:
     from nmt.evaluation.evaluate import evaluate_split, write_outputs
-    from nmt.extras import multilingual
 
     translator = load_translator(cfg)
     if cfg.directions == "all":
         return _run_all(cfg, translator)
     src_lang, tgt_lang = direction(cfg, translator.config)
-    multilingual.check_direction(translator, src_lang, tgt_lang, cfg.pivot)  # before reading
+    multi = is_multilingual(translator.config.data) or cfg.src_lang or cfg.tgt_lang or cfg.pivot
+    if multi:   # a bilingual evaluation loads no extras module
+        from nmt.extras.decoding.multilingual import evaluate_direction
+        from nmt.extras.decoding.pivot import check_direction
+
+        check_direction(translator, src_lang, tgt_lang, cfg.pivot)  # before reading
     name, src, ref = load_texts(cfg, translator.config)
     named = f"_{src_lang}-{tgt_lang}" if cfg.src_lang or cfg.tgt_lang else ""
     out_dir, source = _out_dir(cfg, translator, name + named)
     search = {**decode_settings(cfg), "return_attention": cfg.attention == "all"}
-    if is_multilingual(translator.config.data) or cfg.src_lang or cfg.tgt_lang or cfg.pivot:
-        evaluation = _decoded(cfg, multilingual.evaluate_direction)(
+    if multi:
+        evaluation = _decoded(cfg, evaluate_direction)(
             translator, src, ref, search=search, src_lang=src_lang, tgt_lang=tgt_lang,
             pivot=cfg.pivot)
     else:
@@ -114,11 +116,11 @@ def _run(cfg: DictConfig) -> None:
 
 def _decoded(cfg: DictConfig, evaluate: Callable) -> Callable:
     """``evaluate`` (an evaluation of one split, called as ``evaluate_split``), or with
-    ``decoding=mbr`` the same by MBR (:func:`nmt.extras.mbr.evaluate_mbr`, the ``mbr.*``
+    ``decoding=mbr`` the same by MBR (:func:`nmt.extras.decoding.mbr.evaluate_mbr`, the ``mbr.*``
     settings, checked by ``check_decoding``)."""
     if cfg.decoding != "mbr":
         return evaluate
-    from nmt.extras.mbr import evaluate_mbr
+    from nmt.extras.decoding.mbr import evaluate_mbr
 
     return functools.partial(evaluate_mbr, settings=to_plain(cfg.mbr), evaluate=evaluate)
 
@@ -144,7 +146,11 @@ def _out_dir(cfg: DictConfig, translator, name: str) -> tuple[Path, dict]:
 
 def _run_all(cfg: DictConfig, translator) -> None:
     """``directions=all``: every direction of the split, each in its directory, one table."""
-    from nmt.extras.multilingual import directions_table, evaluate_direction, evaluate_directions
+    from nmt.extras.decoding.multilingual import (
+        directions_table,
+        evaluate_direction,
+        evaluate_directions,
+    )
 
     name = cfg.split or translator.config.data.test_split
     out_dir, source = _out_dir(cfg, translator, f"{name}_all")

@@ -7,9 +7,9 @@ model directory.
     nmt-export checkpoint=runs/tf/checkpoints/best.pt format=marian out_dir=runs/tf/hf
 
 The ctranslate2 directory holds all that ``engine=ctranslate2 model_dir=DIR`` reads
-(:mod:`nmt.extras.ctranslate2`; ``pip install "nmt[ctranslate2]"``); the marian one what
+(:mod:`nmt.extras.tools.ctranslate2`; ``pip install "nmt[ctranslate2]"``); the marian one what
 ``transformers``' ``MarianMTModel``, ``MarianTokenizer`` and ``pipeline("translation")`` read
-(:mod:`nmt.extras.marian`; ``pip install "nmt[hf]"``). Options: configs/export.yaml
+(:mod:`nmt.extras.tools.marian`; ``pip install "nmt[hf]"``). Options: configs/export.yaml
 (``nmt-export --help``).
 """
 
@@ -31,14 +31,14 @@ def _check(cfg: DictConfig) -> DictConfig:
 
 def _run(cfg: DictConfig) -> None:
     if cfg.format == "marian":
-        from nmt.extras.marian import export_marian
+        from nmt.extras.tools.marian import export_marian
 
         out = export_marian(cfg.checkpoint, cfg.out_dir, max_positions=cfg.max_positions)
         print(f"exported {cfg.checkpoint} -> {out} (Marian); load it with transformers' "
               f"MarianMTModel.from_pretrained({str(out)!r}) or pipeline('translation', "
               f"model={str(out)!r})")
         return
-    from nmt.extras.ctranslate2 import export
+    from nmt.extras.tools.ctranslate2 import export
 
     out = export(cfg.checkpoint, cfg.out_dir, quantization=str(cfg.quantization),
                  max_positions=cfg.max_positions)

@@ -4,7 +4,7 @@
     nmt-translate checkpoint=opus_de_en.pt src_file=test.de      # every nmt tool reads it
 
 ``source`` is a directory as ``save_pretrained`` writes it, or a Hub name where the Hub is
-reachable (:mod:`nmt.extras.marian`; ``pip install "nmt[hf]"``). Options: configs/import.yaml
+reachable (:mod:`nmt.extras.tools.marian`; ``pip install "nmt[hf]"``). Options: configs/import.yaml
 (``nmt-import --help``).
 """
 
@@ -23,7 +23,7 @@ def _check(cfg: DictConfig) -> DictConfig:
 
 
 def _run(cfg: DictConfig) -> None:
-    from nmt.extras.marian import import_marian
+    from nmt.extras.tools.marian import import_marian
 
     out, overrides = import_marian(cfg.source, cfg.out, src_lang=cfg.src_lang, tgt_lang=cfg.tgt_lang)
     print(f"imported {cfg.source} ({cfg.format}) -> {out}; fine-tune with nmt-train "

@@ -48,7 +48,7 @@ def plot_kind(cfg: DictConfig) -> str:
 def _run(cfg: DictConfig) -> None:
     from nmt.evaluation.alignments import load_alignments
     from nmt.evaluation.plot import plot_alignment, plot_attention
-    from nmt.extras.word_alignment import read_gold, word_ids, word_link_cells
+    from nmt.extras.tools.word_alignment import read_gold, word_ids, word_link_cells
 
     try:
         data = load_alignments(cfg.alignments)
@@ -56,7 +56,7 @@ def _run(cfg: DictConfig) -> None:
         raise ConfigError(f"alignments={cfg.alignments}: {err}") from None
     indices, many = parse_index(cfg.index, len(data))
     if cfg.format == "html":
-        from nmt.extras.viewer import attention_page
+        from nmt.extras.tools.viewer import attention_page
 
         ensure_writable_dir(Path(cfg.out).parent, "out")
         page = attention_page([(i, data[i]) for i in indices], f"attention: {Path(cfg.alignments).name}")

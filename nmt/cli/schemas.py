@@ -27,7 +27,7 @@ ImportFormat = _choice_type("ImportFormat", "marian")
 Quantization = _choice_type("Quantization", "float32", "int8")
 Directions = _choice_type("Directions", "all")
 Decoding = _choice_type("Decoding", "search", "mbr")
-MbrCandidates = _choice_type("MbrCandidates", "beam", "sample")   # nmt.extras.mbr.CHOICES
+MbrCandidates = _choice_type("MbrCandidates", "beam", "sample")   # nmt.extras.decoding.mbr.CHOICES
 MbrUtility = _choice_type("MbrUtility", "chrf", "bleu")
 
 
@@ -45,7 +45,7 @@ class EngineSchema:
 
 @dataclass
 class MbrSchema:
-    """Minimum-Bayes-risk decoding (``decoding=mbr``; :mod:`nmt.extras.mbr`, whose
+    """Minimum-Bayes-risk decoding (``decoding=mbr``; :mod:`nmt.extras.decoding.mbr`, whose
     ``mbr_settings`` checks the ranges): of ``num`` candidates per sentence, the one with the
     highest mean utility against all of them. Defaults and meaning: configs/mbr.yaml."""
 

@@ -5,7 +5,7 @@
     NMT_SERVE_API_KEY=secret nmt-serve checkpoint=... serve.host=0.0.0.0
 
 Needs ``pip install "nmt[serve]"`` (FastAPI, uvicorn). The endpoints, the batching and the
-errors are described in :mod:`nmt.extras.serve`. Binding to an address other than loopback
+errors are described in :mod:`nmt.extras.tools.serve`. Binding to an address other than loopback
 needs ``serve.api_key`` or ``serve.allow_unauthenticated=true``. ``serve.port=0`` binds a free
 port; the log line ``nmt-serve: listening on http://HOST:PORT/`` names the port either way.
 On SIGTERM (or Ctrl-C) the server stops accepting connections, answers new requests on open
@@ -66,7 +66,7 @@ def _run(cfg: DictConfig) -> None:
     try:
         import uvicorn
 
-        from nmt.extras.serve import create_app
+        from nmt.extras.tools.serve import create_app
     except ImportError as err:
         raise ConfigError(f"nmt-serve needs FastAPI and uvicorn ({err}): pip install "
                           "\"nmt[serve]\".") from None

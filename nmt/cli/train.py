@@ -8,7 +8,7 @@ The same command again resumes, a changed setting is refused (``train.resume=for
 a finished run does nothing (:mod:`nmt.training.run`). In a sweep each job's ``run_dir`` is
 ``hydra.sweep.dir/<overrides>``, and the sweep ends with a table of all jobs. Guided alignment
 (``train.alignment_loss_weight`` > 0) without ``data.alignments`` first aligns the training
-corpora with eflomal, once (the teacher, :mod:`nmt.extras.eflomal_links`; rank 0).
+corpora with eflomal, once (the teacher, :mod:`nmt.extras.training.teacher`; rank 0).
 """
 
 from __future__ import annotations
@@ -46,9 +46,9 @@ def app(cfg: DictConfig) -> float | None:
     summary: dict = {}
 
     def body(cfg: DictConfig) -> None:
-        from nmt.extras.consistency import regulariser
-        from nmt.extras.eflomal_links import prepare_links
-        from nmt.extras.subword_sampling import resampler
+        from nmt.extras.training.consistency import regulariser
+        from nmt.extras.training.subword_sampling import resampler
+        from nmt.extras.training.teacher import prepare_links
         from nmt.training.trainer import train
 
         summary.update(train(cfg, record, regulariser(cfg.train), resampler(cfg), prepare_links))

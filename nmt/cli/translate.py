@@ -5,7 +5,7 @@
     nmt-translate engine=ctranslate2 model_dir=runs/tf/ct2 < input.de > output.en   # nmt-export
     nmt-translate checkpoint=runs/multi/checkpoints/best.pt tgt_lang=fr < input.de > output.fr
     nmt-translate checkpoint=runs/multi/checkpoints/best.pt src_lang=de tgt_lang=fr pivot=en < input.de
-    nmt-translate checkpoint=... decoding=mbr mbr.num=16 < input.de > output.en   # nmt.extras.mbr
+    nmt-translate checkpoint=... decoding=mbr mbr.num=16 < input.de > output.en   # nmt.extras.decoding.mbr
 
 Lines are read in chunks of ``batch_sentences``; each chunk is translated as one sorted batch
 and written (and flushed) in input order before the next is read, so output starts early.
@@ -15,8 +15,8 @@ them, and an empty line gives an empty line. With ``n_best=N`` (N > 1) each inpu
 N lines ``i ||| translation ||| score`` (Moses n-best format: ``i`` the 0-based input line,
 best first, score = length-penalised log-probability). A multilingual model translates into
 ``tgt_lang`` (default: its ``data.tgt_lang``; ``src_lang`` is checked), through ``pivot``
-if given (:class:`nmt.extras.multilingual.Pivot`). ``decoding=mbr`` translates by
-minimum-Bayes-risk decoding (:class:`nmt.extras.mbr.MbrTranslator`, the ``mbr.*`` settings).
+if given (:class:`nmt.extras.decoding.pivot.Pivot`). ``decoding=mbr`` translates by
+minimum-Bayes-risk decoding (:class:`nmt.extras.decoding.mbr.MbrTranslator`, the ``mbr.*`` settings).
 Options: configs/translate.yaml (``nmt-translate --help``).
 """
 
@@ -84,11 +84,11 @@ def _run(cfg: DictConfig) -> None:
     translator = load_translator(cfg)
     data = translator.config.data
     if cfg.decoding == "mbr":   # the mbr.* settings were checked by check_decoding
-        from nmt.extras.mbr import MbrTranslator
+        from nmt.extras.decoding.mbr import MbrTranslator
 
         translator = MbrTranslator(translator, to_plain(cfg.mbr))
     if cfg.src_lang or cfg.tgt_lang or cfg.pivot:   # checked before any input is read
-        from nmt.extras.multilingual import Pivot, check_direction
+        from nmt.extras.decoding.pivot import Pivot, check_direction
 
         check_direction(translator, cfg.src_lang or data.src_lang,
                         cfg.tgt_lang or data.tgt_lang, cfg.pivot)

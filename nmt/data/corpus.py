@@ -195,6 +195,24 @@ def iter_parallel(data_cfg: Any, split: str, direction: tuple[str, str] | None =
         *split_paths(data_cfg, split, direction))
 
 
+def with_root(data_cfg: Any, root: str | None) -> Any:
+    """A copy of a ``data`` section (a checkpoint's) that reads from ``root`` (None: its own
+    ``data.root``), as nmt-evaluate's ``data.root=DIR`` asks."""
+    data = OmegaConf.create(OmegaConf.to_container(data_cfg, resolve=True))
+    data.root = str(root or data.root)
+    return data
+
+
+def check_split(data_cfg: Any, split: str, direction: tuple[str, str]) -> None:
+    """CorpusError, naming what is missing, unless split ``split`` has ``direction`` (src, tgt),
+    found without reading its text: the files exist (``text``, ``tsv``), or the dataset has
+    the split and both languages (``hf``)."""
+    if data_cfg.format == "hf":
+        hf_split(str(data_cfg.root), split, *direction)
+    else:
+        split_paths(data_cfg, split, direction)
+
+
 def training_corpora(data_cfg: Any) -> list[tuple[Any, str, float]]:
     """``(data section, split, weight)`` of each training corpus: ``data.train_split``
     (weight 1), then each of ``data.corpora``, read from its own ``root`` (default

@@ -21,7 +21,7 @@ def sample_search(model: Seq2Seq, src: Tensor, src_mask: Tensor, max_len_a: floa
                   generator: torch.Generator | None = None,
                   length_penalty: float = 0.0) -> list[list[Hypothesis]]:
     """Ancestral sampling of one translation per sentence (back-translation; the candidates
-    of MBR decoding, :mod:`nmt.extras.mbr`, as rows repeated ``num`` times).
+    of MBR decoding, :mod:`nmt.extras.decoding.mbr`, as rows repeated ``num`` times).
 
     Each step draws the next token after four filters, in Hugging Face's order: divide the
     log-probabilities by ``temperature`` (0 = the most probable token, i.e. greedy search);

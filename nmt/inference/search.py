@@ -2,7 +2,7 @@
 
 The search talks to a model only through ``encode`` / ``init_state`` / ``decode`` /
 ``state.reorder`` (:mod:`nmt.models.base`), so one implementation serves the RNN, the
-Transformer and an ensemble of them (:class:`nmt.extras.ensemble.Ensemble`). Design
+Transformer and an ensemble of them (:class:`nmt.extras.decoding.ensemble.Ensemble`). Design
 (fairseq-style, see Ott et al. 2019):
 
 * All beams of all sentences of a batch are rows of one tensor: row ``b * k + j`` is beam

@@ -5,11 +5,11 @@
     result = translator.translate("Ein Hund läuft .", return_attention=True)
     result.attention["cross"].shape                            # [layers, heads, T, S]
     translator.score(["Ein Hund ."], ["A dog ."])[0].ppl       # forced decoding
-    mbr_translate(translator, "Ein Hund läuft .", num=16).utility   # MBR: nmt.extras.mbr
+    mbr_translate(translator, "Ein Hund läuft .", num=16).utility   # MBR: nmt.extras.decoding.mbr
     translator.translate("Ein Hund läuft .", tgt_lang="fr")    # a multilingual model: .directions
     json.dumps(result.to_dict())                               # arrays as nested lists
 
-Both engines (this one and :mod:`nmt.extras.ctranslate2`) share :class:`TranslatorBase` and
+Both engines (this one and :mod:`nmt.extras.tools.ctranslate2`) share :class:`TranslatorBase` and
 the length-sorted batches of :func:`in_batches`.
 """
 
@@ -309,7 +309,7 @@ class TranslatorBase:
         (nmt-evaluate's split, a pivot's two steps: checked once, where they entered).
         ``search(src_ids, settings)``: a hook that finds each tokenized sentence's hypotheses,
         best first, instead of the settings' search or sample (``settings["first_token"]``
-        set; minimum-Bayes-risk decoding, :mod:`nmt.extras.mbr`, is one)."""
+        set; minimum-Bayes-risk decoding, :mod:`nmt.extras.decoding.mbr`, is one)."""
         single = isinstance(sentences, str)
         settings = dict(settings)
         if return_attention and not self.all_attention:
@@ -371,11 +371,11 @@ class Translator(TranslatorBase):
                         device: str | torch.device = "cpu",
                         weights: str = "inference") -> Translator:
         """Load a checkpoint of ``nmt-train`` / ``nmt-average`` (or a list of one); ``weights``:
-        :func:`load_for_inference`. Several, an ensemble: :mod:`nmt.extras.ensemble`."""
+        :func:`load_for_inference`. Several, an ensemble: :mod:`nmt.extras.decoding.ensemble`."""
         paths = [path] if isinstance(path, str | Path) else list(path)
         if len(paths) != 1:
             raise ConfigError(f"give one checkpoint, not {len(paths)}: several make an ensemble, "
-                              "nmt.extras.ensemble.ensemble_translator(paths, device).")
+                              "nmt.extras.decoding.ensemble.ensemble_translator(paths, device).")
         return cls(*load_for_inference(paths[0], device, weights), device)
 
     def _hypotheses(self, src_ids, settings, sampling):

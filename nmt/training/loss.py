@@ -137,7 +137,7 @@ def alignment_loss(alignment: Tensor, links: Tensor) -> Tensor:
 
 class Regulariser(Protocol):
     """The objective's hook for a consistency regulariser (R-Drop, SimCut:
-    :mod:`nmt.extras.consistency`), which replaces the plain forward and cross-entropy:
+    :mod:`nmt.extras.training.consistency`), which replaces the plain forward and cross-entropy:
     ``(objective_sum, parts, alignment [B', T, S] or None)``; ``prepare`` runs once on the
     training model, before ``torch.compile`` and DDP."""
 

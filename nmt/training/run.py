@@ -256,7 +256,7 @@ def load_init_weights(model: torch.nn.Module, ckpt: dict, path: str) -> None:
 
 
 # Guided alignment's teacher: the data section -> the word links of its training corpora (a
-# Pharaoh file, one line per pair; nmt.extras.eflomal_links.prepare_links).
+# Pharaoh file, one line per pair; nmt.extras.training.teacher.prepare_links).
 Teacher = Callable[[DictConfig], "str | Path"]
 
 

@@ -97,7 +97,7 @@ class TrainState:
 
 
 class Resampler(Protocol):
-    """The trainer's hook for subword sampling (:mod:`nmt.extras.subword_sampling`): the
+    """The trainer's hook for subword sampling (:mod:`nmt.extras.training.subword_sampling`): the
     training ``split`` of ``epoch`` with new segmentations, the same on every rank."""
 
     def __call__(self, split: TokenizedSplit, tokenizer: Tokenizer, epoch: int,
@@ -546,10 +546,10 @@ def train(cfg: DictConfig, record: run.RunRecord | None = None,
     if (cfg.train.consistency != "none") != (regulariser is not None):
         raise ConfigError(f"train.consistency={cfg.train.consistency} and the regulariser given "
                           "disagree: train through nmt-train or nmt.train(), which pass "
-                          "nmt.extras.consistency.regulariser(cfg.train).")
+                          "nmt.extras.training.consistency.regulariser(cfg.train).")
     if bool(cfg.data.tokenizer.sampling_alpha) != (resampler is not None):
         raise ConfigError("data.tokenizer.sampling_alpha and the resampler disagree: train via "
-                          "nmt-train or nmt.train(): nmt.extras.subword_sampling.resampler(cfg).")
+                          "nmt-train or nmt.train(): nmt.extras.training.subword_sampling.resampler(cfg).")
     if cfg.train.alignment_loss_weight > 0 and cfg.data.alignments is None and teacher is None:
         raise ConfigError("train.alignment_loss_weight > 0 needs word links: data.alignments=FILE, "
                           "or train via nmt-train or nmt.train(), whose teacher is eflomal.")

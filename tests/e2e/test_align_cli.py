@@ -15,7 +15,7 @@ from test_evaluate_cli import user_error
 from nmt.cli import align as cli_align
 from nmt.cli import plot as cli_plot
 from nmt.evaluation.alignments import load_alignments
-from nmt.extras.word_alignment import alignment_scores, read_gold
+from nmt.extras.tools.word_alignment import alignment_scores, read_gold
 
 pytestmark = pytest.mark.slow
 CKPT = REPO_ROOT / "tests" / "data" / "tiny_transformer_2026-11-22.pt"

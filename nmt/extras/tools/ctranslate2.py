@@ -1,6 +1,6 @@
 """CTranslate2 export of a Transformer checkpoint, and the engine that serves it.
 
-    from nmt.extras.ctranslate2 import CTranslate2Translator, export
+    from nmt.extras.tools.ctranslate2 import CTranslate2Translator, export
 
     export("runs/tf/checkpoints/best.pt", "runs/tf/ct2", quantization="int8")
     translator = CTranslate2Translator.from_dir("runs/tf/ct2")

@@ -62,5 +62,5 @@ def attention_page(items: Sequence[tuple[int, Alignment]], title: str = "attenti
     payload = json.dumps({"title": title, "sentences": page_data(items), "serve": serve},
                          ensure_ascii=False, separators=(",", ":"))
     payload = payload.replace("<", "\\u003c")  # "</script>" can never end the block early
-    page = files("nmt.extras").joinpath("viewer.html").read_text(encoding="utf-8")
+    page = files("nmt.extras.tools").joinpath("viewer.html").read_text(encoding="utf-8")
     return page.replace("__TITLE__", html.escape(title)).replace("__DATA__", payload)

@@ -1,10 +1,10 @@
-"""Multilingual evaluation: any direction of a split, zero-shot and pivot translation, and the
-off-target rate (``nmt-evaluate src_lang=de tgt_lang=fr``, ``directions=all``, ``pivot=en``).
+"""Multilingual evaluation: any direction of a split, zero-shot and pivot translation
+(:class:`~nmt.extras.decoding.pivot.Pivot`), and the off-target rate (``nmt-evaluate
+src_lang=de tgt_lang=fr``, ``directions=all``, ``pivot=en``).
 
     translator = Translator.from_checkpoint("runs/multi/checkpoints/best.pt")
     rows = evaluate_directions(translator, train_cfg.data, "test_2016_flickr", "runs/multi/eval",
                                {"beam_size": 5})                 # every direction the split has
-    Pivot(translator, "en").translate(["Ein Hund ."], src_lang="de", tgt_lang="fr")
     off_target(["Un chien .", "A dog ."], "fr", ["de", "en", "fr"])   # [False, True]
     off_target_percent([False, True])                                   # 50.0
 
@@ -26,31 +26,12 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from omegaconf import DictConfig, OmegaConf
-
 from nmt.config import ConfigError
-from nmt.data.corpus import CorpusError, hf_split, iter_parallel, split_paths
+from nmt.data.corpus import CorpusError, check_split, iter_parallel, with_root
 from nmt.evaluation.evaluate import Evaluation, evaluate_split, write_outputs
+from nmt.extras.decoding.pivot import Pivot
 from nmt.inference.translator import direction_tags
 from nmt.runtime import write_json_atomic, write_text_atomic
-
-
-def with_root(data_cfg: DictConfig, root: str | None) -> DictConfig:
-    """A copy of a ``data`` section (a checkpoint's) that reads from ``root`` (None: its own
-    ``data.root``), as nmt-evaluate's ``data.root=DIR`` asks."""
-    data = OmegaConf.create(OmegaConf.to_container(data_cfg, resolve=True))
-    data.root = str(root or data.root)
-    return data
-
-
-def check_split(data_cfg: Any, split: str, direction: tuple[str, str]) -> None:
-    """CorpusError, naming what is missing, unless split ``split`` has ``direction`` (src, tgt),
-    found without reading its text: the files exist (``text``, ``tsv``), or the dataset has
-    the split and both languages (``hf``)."""
-    if data_cfg.format == "hf":
-        hf_split(str(data_cfg.root), split, *direction)
-    else:
-        split_paths(data_cfg, split, direction)
 
 
 @functools.lru_cache(maxsize=8)
@@ -87,55 +68,6 @@ def off_target_percent(flags: Sequence[bool]) -> float:
     return round(100.0 * sum(flags) / len(flags), 2) if flags else 0.0
 
 
-class Pivot:
-    """Pivot translation with one model: ``src -> pivot -> tgt`` (the baseline of a zero-shot
-    direction). ``translate`` and ``translate_with`` take the translator's arguments; the
-    first step's best translation is the second's input, so results are the second step's
-    (their ``src_tokens`` are the pivot sentences; ``return_attention``: the second step's).
-    Everything else (``search_settings``, ``device``, ``score``: the direct direction's) is the
-    wrapped translator's."""
-
-    def __init__(self, translator, pivot: str) -> None:
-        self.translator, self.pivot = translator, pivot
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self.translator, name)
-
-    def translate(self, sentences, *, src_lang: str | None = None, tgt_lang: str | None = None,
-                  return_attention: bool = False, **search):
-        """``sentences`` (a string or a list) through the pivot, ``search`` checked once
-        (``search_settings``); ConfigError: a bad setting, the pivot is the source or target
-        language, or a direction the model cannot translate."""
-        return self.translate_with(sentences, self.translator.search_settings(**search),
-                                   src_lang=src_lang, tgt_lang=tgt_lang,
-                                   return_attention=return_attention)
-
-    def translate_with(self, sentences, settings, *, src_lang: str | None = None,
-                       tgt_lang: str | None = None, return_attention: bool = False):
-        """:meth:`translate` with settings that ``search_settings`` checked already."""
-        data = self.translator.config.data
-        src, tgt = src_lang or data.src_lang, tgt_lang or data.tgt_lang
-        check_direction(self.translator, src, tgt, self.pivot)
-        single = isinstance(sentences, str)
-        first = self.translator.translate_with([sentences] if single else list(sentences),
-                                               settings, src_lang=src, tgt_lang=self.pivot)
-        out = self.translator.translate_with([r.text for r in first], settings,
-                                             src_lang=self.pivot, tgt_lang=tgt,
-                                             return_attention=return_attention)
-        return out[0] if single else out
-
-
-def check_direction(translator, src_lang: str, tgt_lang: str, pivot: str | None = None) -> None:
-    """ConfigError, naming what is allowed, unless ``translator`` can translate ``src_lang``
-    into ``tgt_lang`` (through ``pivot``: both steps), before any text is read."""
-    steps = [(src_lang, tgt_lang)] if pivot is None else [(src_lang, pivot), (pivot, tgt_lang)]
-    if pivot in (src_lang, tgt_lang):
-        raise ConfigError(f"pivot={pivot} is the source or target language of "
-                          f"{src_lang}-{tgt_lang}: give a third language, or no pivot.")
-    for src, tgt in steps:
-        direction_tags(translator.config, translator.tokenizer, src, tgt)
-
-
 def direction_kind(translator, src_lang: str, tgt_lang: str) -> str:
     """``supervised`` (a trained direction) or ``zero-shot``."""
     return "supervised" if (src_lang, tgt_lang) in translator.directions else "zero-shot"
@@ -154,7 +86,7 @@ def split_directions(translator, data_cfg: Any, split: str, root: str | None = N
                      ) -> list[tuple[str, str]]:
     """Every ordered pair of the model's languages that it can translate (the target has a
     tag: :func:`~nmt.inference.translator.direction_tags`) and ``split`` has, found before any
-    is read (:func:`check_split`: both files, or both languages of the
+    is read (:func:`~nmt.data.corpus.check_split`: both files, or both languages of the
     dataset): trained directions first, then zero-shot ones, each group in sorted order."""
     found, data = [], with_root(data_cfg, root)
     for src in translator.languages:
@@ -203,7 +135,7 @@ def evaluate_directions(translator, data_cfg: Any, split: str, out_dir: str | Pa
     """Score every direction of ``split`` (:func:`split_directions`) by
     :func:`evaluate_direction` (through ``pivot`` where it is neither side; directly where
     it is; ``evaluate``: another function called as it is, with keywords after the texts,
-    e.g. :func:`nmt.extras.mbr.evaluate_mbr` around it), write each one's files into
+    e.g. :func:`nmt.extras.decoding.mbr.evaluate_mbr` around it), write each one's files into
     ``out_dir/<src>-<tgt>/`` (``extra`` added to each scores.json) and the table
     ``directions.md`` / ``directions.json`` into ``out_dir``; returns the table's rows (``src``,
     ``tgt`` and :data:`TABLE_KEYS`). ConfigError: the split has no direction of the model's

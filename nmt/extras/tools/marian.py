@@ -1,6 +1,6 @@
 """Hugging Face Marian (OPUS-MT) models in and out: ``nmt-import`` / ``nmt-export format=marian``.
 
-    from nmt.extras.marian import export_marian, import_marian
+    from nmt.extras.tools.marian import export_marian, import_marian
 
     import_marian("opus-mt-de-en/", "opus_de_en.pt")       # a save_pretrained directory (or a Hub name)
     export_marian("runs/tf/checkpoints/best.pt", "hf_model/")  # MarianMTModel.from_pretrained("hf_model/")

@@ -1,7 +1,7 @@
 """Checkpoint ensembling, a room of its own: several models decode as one, as fairseq's
 ``EnsembleModel``; the core's ``Translator.from_checkpoint`` loads one checkpoint::
 
-    from nmt.extras.ensemble import ensemble_translator
+    from nmt.extras.decoding.ensemble import ensemble_translator
 
     translator = ensemble_translator(["runs/a/checkpoints/best.pt", "runs/b/checkpoints/best.pt"])
     nmt-translate checkpoint=[a.pt,b.pt] < input.de > output.en    # nmt-evaluate alike

@@ -6,9 +6,9 @@ decoding"; docs/studies.md, round two) and is off by default (``decoding=search`
 core knows nothing of it. It comes in through two hooks: ``translate_with(..., search=...)``
 of :class:`~nmt.inference.translator.TranslatorBase` (the candidates and the choice, in place
 of the search) and :class:`MbrTranslator`, a translator like any other to the evaluator, to
-:class:`~nmt.extras.multilingual.Pivot` and to nmt-translate's stream::
+:class:`~nmt.extras.decoding.pivot.Pivot` and to nmt-translate's stream::
 
-    from nmt.extras.mbr import MbrTranslator, evaluate_mbr, mbr_settings, mbr_translate
+    from nmt.extras.decoding.mbr import MbrTranslator, evaluate_mbr, mbr_settings, mbr_translate
 
     result = mbr_translate(translator, "Ein Hund läuft .", num=16, utility="chrf")
     result.text, result.utility, result.mbr_cost   # expected utility (0-100), the cost
@@ -214,7 +214,7 @@ class MbrTranslation(Translation):
 
 class MbrTranslator:
     """``translator`` (a :class:`~nmt.inference.translator.Translator` or
-    :class:`~nmt.extras.ctranslate2.CTranslate2Translator`) decoding by MBR with ``settings``
+    :class:`~nmt.extras.tools.ctranslate2.CTranslate2Translator`) decoding by MBR with ``settings``
     of :func:`mbr_settings`: ``translate`` / ``translate_with`` as the engine's, returning
     :class:`MbrTranslation` objects, and ``search_settings`` as the engine's that also refuses
     what MBR cannot take (:func:`check_search`); everything else (``score``, ``config``,
@@ -346,7 +346,7 @@ def evaluate_mbr(translator, src_texts: Sequence[str], ref_texts: Sequence[str],
                  **kwargs: Any) -> Evaluation:
     """``evaluate(MbrTranslator(translator, settings, quiet), src_texts, ref_texts,
     search=search, **kwargs)``: :func:`~nmt.evaluation.evaluate.evaluate_split`, or
-    nmt-evaluate's :func:`~nmt.extras.multilingual.evaluate_direction` (``src_lang``,
+    nmt-evaluate's :func:`~nmt.extras.decoding.multilingual.evaluate_direction` (``src_lang``,
     ``tgt_lang``, ``pivot`` in ``kwargs``), with in its scores ``mbr``: ``settings`` (and the
     sampling ones with ``candidates=sample``), ``generation_seconds``, ``selection_seconds``,
     ``candidates_per_s``, ``n_candidates`` and ``distinct_per_sentence`` (:class:`MbrCost`).

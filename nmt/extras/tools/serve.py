@@ -13,7 +13,7 @@ Endpoints (the OpenAPI page ``/docs`` documents their fields):
                         model's alignment [T][S], rows ``tokens``, columns ``src_tokens``),
                         ``links`` (Pharaoh ``i-j``: source word i, target word j, 0-based, by
                         argmax over the alignment) and ``view`` (the viewer's record,
-                        :func:`nmt.extras.viewer.page_data`, every layer and head where the
+                        :func:`nmt.extras.tools.viewer.page_data`, every layer and head where the
                         engine gives them, plus ``marks``: the heatmap cells of the links).
 ``GET /v1/model``       languages and ``directions``, model config, parameters, tokenizer, search
                         defaults and limits (no file paths).
@@ -77,9 +77,14 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from nmt.config import SEARCH_MINIMUM, ConfigError, to_plain
 from nmt.evaluation.alignments import Alignment
-from nmt.extras.ctranslate2 import InputTooLong
-from nmt.extras.viewer import attention_page, page_data
-from nmt.extras.word_alignment import ForcedAlignment, piece_words, word_link_cells, word_links
+from nmt.extras.tools.ctranslate2 import InputTooLong
+from nmt.extras.tools.viewer import attention_page, page_data
+from nmt.extras.tools.word_alignment import (
+    ForcedAlignment,
+    piece_words,
+    word_link_cells,
+    word_links,
+)
 from nmt.inference.search import max_output_lengths
 from nmt.models import build_model
 
@@ -307,7 +312,7 @@ def request_work(src_ids: Sequence[Sequence[int]], beam_size: int, max_len_a: fl
 
 def pharaoh_links(result) -> set[tuple[int, int]]:
     """(source word, target word) links of a :class:`~nmt.inference.translator.Translation`:
-    :func:`~nmt.extras.word_alignment.word_links` (argmax, no shift) of its alignment
+    :func:`~nmt.extras.tools.word_alignment.word_links` (argmax, no shift) of its alignment
     [len(tokens), len(src_tokens)]."""
     src, tgt = result.src_tokens[:-1], result.tokens[:-1]
     src_words, tgt_words = piece_words(src), piece_words(tgt)
@@ -518,7 +523,7 @@ def create_app(translator, cfg: DictConfig) -> FastAPI:
     responses[503]["headers"] = {"Retry-After": {"description": "seconds", "schema": {"type": "integer"}}}
 
     app = FastAPI(title=f"nmt-serve: {info['src_lang']} -> {info['tgt_lang']}", lifespan=lifespan,
-                  description="Neural machine translation with attention (nmt/extras/serve.py).")
+                  description="Neural machine translation with attention (nmt/extras/tools/serve.py).")
     app.state.batcher = None
     app.add_middleware(BodyGuard, limit=int(limits.max_body_bytes))
     if limits.cors_origins:
@@ -543,7 +548,7 @@ def create_app(translator, cfg: DictConfig) -> FastAPI:
               dependencies=auth)
     async def translate(request: TranslateRequest):
         """Translate ``text`` (a list of sentences); see the module docstring of
-        nmt/extras/serve.py for the fields of each answer."""
+        nmt/extras/tools/serve.py for the fields of each answer."""
         # on the loop (about 1 ms for 8 sentences): a thread would spread the arrivals of clients
         # answered together, and the batch window would close between them
         work = request_work(translator.tokenizer.encode_src_batch(request.text),
