@@ -245,6 +245,37 @@ def test_force_align_returns_a_row_for_every_reference_word(tiny):
     assert "<unk>" in items[1].src_pieces
 
 
+def test_full_context_models_are_read_through_their_full_context_pass(tiny):
+    """Forced alignment, and the translator's alignment of its outputs, are the model's own
+    (``model(src, mask, tgt_in)[1]``: the full-context pass), not the causal heads'."""
+    from nmt.data.batching import make_src_batch, make_tgt_batch
+    from nmt.inference.translator import Translator
+
+    model, tokenizer = tiny
+    _, _, cfg = load_for_inference(CKPT)
+
+    def model_alignment(src_ids, tgt_ids):
+        src, src_mask = make_src_batch([src_ids])
+        return model(src, src_mask, make_tgt_batch([tgt_ids])[0])[1][0].detach().numpy()
+
+    model.alignment_full_context = True
+    try:
+        translator = Translator(model, tokenizer, cfg)
+        for (src, tgt), item in zip(PAIRS, force_align(model, tokenizer, PAIRS, 3), strict=True):
+            ids = [sum(encode(text.split()), []) for encode, text in
+                   ((tokenizer.encode_src_batch, src), (tokenizer.encode_tgt_batch, tgt))]
+            np.testing.assert_allclose(item.alignment, model_alignment(*ids), rtol=0, atol=1e-6)
+            causal = item.cross[model.alignment_layer, :model.alignment_heads].mean(0)
+            if item.tgt_pieces:   # rows that have a future see it
+                assert np.abs(item.alignment - causal).max() > 1e-2
+            result = translator.translate(src, beam_size=2)
+            np.testing.assert_allclose(result.alignment, model_alignment(ids[0], result.ids),
+                                       rtol=0, atol=1e-6)
+            assert result.hypotheses[0].alignment is result.alignment
+    finally:
+        model.alignment_full_context = False
+
+
 def test_select_attention_layers_heads_and_refusals():
     cross = np.arange(2 * 3 * 1 * 2, dtype=np.float32).reshape(2, 3, 1, 2)
     np.testing.assert_array_equal(select_attention(cross, -1, 0), cross[1, 0])

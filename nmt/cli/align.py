@@ -41,6 +41,13 @@ def _check(cfg: DictConfig) -> DictConfig:
     if cfg.symmetrize not in (*SYMMETRIZATIONS, "agreement"):
         raise ConfigError(f"symmetrize={cfg.symmetrize} is not one of "
                           f"{', '.join(SYMMETRIZATIONS)}, agreement.")
+    if cfg.symmetrize == "agreement" and cfg.reverse_checkpoint:
+        ignored = [f"{k}={cfg[k]}" for k, default in (("method", "argmax"), ("threshold", None),
+                   ("shift", False), ("eos_unaligned", False)) if cfg[k] != default]
+        if ignored:
+            raise ConfigError(f"symmetrize=agreement reads the two directions' word attention "
+                              f"(layer, head, agreement_threshold), not {', '.join(ignored)}: "
+                              "drop them or choose another symmetrize.")
     if not 0.0 < cfg.agreement_threshold <= 1.0:
         raise ConfigError(f"agreement_threshold={cfg.agreement_threshold} must lie in (0, 1].")
     if cfg.gold and cfg.gold_one_based is None:

@@ -235,22 +235,27 @@ def _teacher_forced_batches(src_ids: Sequence[Sequence[int]], tgt_ids: Sequence[
 @torch.inference_mode()
 def capture_attention(model: Seq2Seq, src_ids: Sequence[Sequence[int]],
                       tgt_ids: Sequence[Sequence[int]], device: str | torch.device = "cpu",
-                      batch_sentences: int = 32, batch_tokens: int = 0
+                      batch_sentences: int = 32, batch_tokens: int = 0, everything: bool = True
                       ) -> list[dict[str, np.ndarray]]:
-    """Every attention weight of given outputs (ids without BOS/EOS), as ``Translation.attention``
-    (S and T with EOS): one teacher-forced ``need_alignment="all"`` pass per batch in eval mode
-    (the model's mode restored after), for a model with ``all_attention`` (not an ensemble)."""
+    """The model's alignment of given outputs (ids without BOS/EOS), S and T with EOS: per pair
+    ``"alignment"`` [T,S] (``Attention.alignment``: the full-context pass where the model has
+    one), and with ``everything`` every weight as ``Translation.attention`` (``"cross"``
+    [L,H,T,S], ``"decoder"`` [L,H,T,T], ``"encoder"`` [L,H,S,S]; a model with
+    ``all_attention``, not an ensemble). One teacher-forced pass per batch in eval mode (the
+    model's mode restored after)."""
     out: list[dict[str, np.ndarray] | None] = [None] * len(src_ids)
     with eval_mode(model):
         for batch, src, src_mask, tgt_in, _, _ in _teacher_forced_batches(
                 src_ids, tgt_ids, device, batch_sentences, batch_tokens):
-            _, attention = model(src, src_mask, tgt_in, need_alignment="all")
-            kinds = {name: getattr(attention, name) for name in ("cross", "decoder", "encoder")}
+            _, attention = model(src, src_mask, tgt_in, need_alignment="all" if everything else True)
+            kinds = ({name: getattr(attention, name) for name in ("alignment", "cross", "decoder",
+                                                                    "encoder")}
+                     if everything else {"alignment": attention})
             kinds = {name: w.float().cpu().numpy() for name, w in kinds.items() if w is not None}
             for k, i in enumerate(batch):
                 s, t = len(src_ids[i]) + 1, len(tgt_ids[i]) + 1
-                size = {"cross": (t, s), "decoder": (t, t), "encoder": (s, s)}
-                out[i] = {name: np.ascontiguousarray(w[k, :, :, : size[name][0], : size[name][1]])
+                size = {"cross": (t, s), "decoder": (t, t), "encoder": (s, s), "alignment": (t, s)}
+                out[i] = {name: np.ascontiguousarray(w[k, ..., : size[name][0], : size[name][1]])
                           for name, w in kinds.items()}
     return out  # type: ignore[return-value]
 
@@ -262,13 +267,15 @@ class TranslatorBase:
     log-probability sum and length, EOS included, the first ``given`` target tokens left out)
     and ``_attention`` (:func:`capture_attention`'s), and states what it can do:
     ``all_attention`` (every layer's and head's attention, ``return_attention``; not an
-    ensemble, not CTranslate2) and ``epsilon_sampling`` (``_hypotheses`` with a sampling
-    ``epsilon`` > 0; not CTranslate2). Nothing is stored per call: one translator serves many
+    ensemble, not CTranslate2), ``epsilon_sampling`` (``_hypotheses`` with a sampling
+    ``epsilon`` > 0; not CTranslate2) and ``full_context_alignment`` (the model's alignment
+    needs the whole output: each result's is read by ``_attention`` after search). Nothing is stored per call: one translator serves many
     threads."""
 
     search_settings = staticmethod(search_settings)
     all_attention: bool = True
     epsilon_sampling: bool = True
+    full_context_alignment: bool = False
 
     def __init__(self, tokenizer: Tokenizer, config: DictConfig,
                  device: str | torch.device = "cpu") -> None:
@@ -333,10 +340,16 @@ class TranslatorBase:
                                   src_tokens, list(h.tokens), float(h.score), h.alignment)
                       for h in hyps]
             results.append(dataclasses.replace(n_best[0], hypotheses=n_best))
-        if return_attention:
-            attentions = self._attention(src_ids, [r.ids for r in results], settings)
-            for result, attention in zip(results, attentions, strict=True):
-                result.attention = attention
+        full = self.full_context_alignment   # search's alignment is causal, not the model's
+        if return_attention or full:
+            captured = self._attention(src_ids, [r.ids for r in results], settings,
+                                       return_attention)
+            for result, weights in zip(results, captured, strict=True):
+                alignment = weights.pop("alignment")
+                if full:
+                    result.alignment = result.hypotheses[0].alignment = alignment
+                if return_attention:
+                    result.attention = weights
         return results[0] if single else results
 
     def score(self, sources: Sequence[str], targets: Sequence[str], batch_tokens: int = 4000,
@@ -365,6 +378,7 @@ class Translator(TranslatorBase):
         super().__init__(tokenizer, config, device)
         self.model = model.eval()
         self.all_attention = model.all_attention
+        self.full_context_alignment = model.alignment_full_context
 
     @classmethod
     def from_checkpoint(cls, path: str | Path | Sequence[str | Path],
@@ -381,11 +395,11 @@ class Translator(TranslatorBase):
     def _hypotheses(self, src_ids, settings, sampling):
         return decode(self.model, src_ids, settings, sampling, self.device)
 
-    def _attention(self, src_ids, tgt_ids, settings):
+    def _attention(self, src_ids, tgt_ids, settings, everything=True):
         first = settings["first_token"]   # a target-side tag: its step (from <s>) is cut
         out = capture_attention(self.model, src_ids, _tagged(tgt_ids, first), self.device,
-                                settings["batch_sentences"], settings["batch_tokens"])
-        cut = {"cross": np.s_[:, :, 1:], "decoder": np.s_[:, :, 1:, 1:]}
+                                settings["batch_sentences"], settings["batch_tokens"], everything)
+        cut = {"cross": np.s_[:, :, 1:], "decoder": np.s_[:, :, 1:, 1:], "alignment": np.s_[1:]}
         return out if first is None else [{k: np.ascontiguousarray(w[cut.get(k, np.s_[:])])
                                            for k, w in a.items()} for a in out]
 

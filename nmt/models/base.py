@@ -91,6 +91,8 @@ class Seq2Seq(nn.Module):
     alignment_layer: int = 0
     alignment_heads: int = 1
     all_attention: bool = True     # decode(..., need_alignment="all") gives every weight
+    alignment_full_context: bool = False   # teacher forcing's alignment sees the whole target:
+                                           # search's (causal) one is not the model's
 
     def encode(self, src: Tensor, src_mask: Tensor, need_weights: bool = False) -> Encoded:
         raise NotImplementedError

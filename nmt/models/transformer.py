@@ -367,17 +367,20 @@ class Transformer(Seq2Seq):
         cross-attention averaged over its first ``alignment_heads`` heads (all by default): a
         guided model's supervised heads (Garg et al. 2019, multi-task learning: one head of the
         penultimate layer, row t the step that predicts target token t), which search, the
-        evaluator, nmt-align and serving then read as the model's alignment."""
+        evaluator, nmt-align and serving then read as the model's alignment; with
+        ``alignment_full_context``, teacher forcing's is the hook's (the main pass then keeps its
+        fused kernels), which the translator reads instead of search's."""
         everything = check_need_alignment(need_alignment)
         if state is not None:
             cross_kv, src_mask, group = state.cross_kv, state.src_attn_mask, state.group
             if group is None:  # rows in no beam layout: gather the encoder side per row
                 cross_kv = reorder_tensors(cross_kv, state.rows)
                 src_mask, group = src_mask.index_select(0, state.rows), 1
+        full = bool(need_alignment) and state is None and self.alignment_full_context
         x = self._embed(self.tgt_embed, tgt_in, 0 if state is None else state.steps)
         cross, selfs, new_kv = [], [], []
-        for i, layer in enumerate(self.decoder):
-            want = bool(everything or (need_alignment and i == self.alignment_layer))
+        for i, layer in enumerate(self.decoder):   # fused kernels where no weight is read
+            want = bool(everything or (need_alignment and not full and i == self.alignment_layer))
             if state is None:
                 x, weights, self_weights = layer(x, enc.memory, enc.mask[:, None, None, :], want, everything)
             else:
@@ -387,10 +390,11 @@ class Transformer(Seq2Seq):
                 new_kv.append(kv)
             cross.append(weights)
             selfs.append(self_weights)
-        alignment = (cross[self.alignment_layer][:, :self.alignment_heads].mean(dim=1)
-                     if need_alignment else None)
-        if need_alignment and state is None and self.alignment_full_context:  # the hook above
+        alignment = None
+        if full:   # the hook above: teacher forcing reads the whole target
             alignment = self.full_context_alignment(tgt_in, enc)
+        elif need_alignment:
+            alignment = cross[self.alignment_layer][:, :self.alignment_heads].mean(dim=1)
         if everything:
             alignment = Attention(alignment, torch.stack(cross, 1), torch.stack(selfs, 1))
         x = self.decoder_norm(x)

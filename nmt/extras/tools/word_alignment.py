@@ -185,7 +185,8 @@ def force_align(model, tokenizer, pairs: Sequence[tuple[str, str]], batch_senten
                 tags: tuple[int | None, int | None] = (None, None)) -> list[ForcedAlignment]:
     """Teacher-force every (source, target) pair (``batch_sentences`` per length-sorted
     batch) and keep its cross-attention (:func:`~nmt.inference.translator.capture_attention`)
-    and the model's alignment (see :class:`~nmt.models.base.Seq2Seq`). ``tags``: the
+    and the model's alignment (``Attention.alignment``: the full-context pass where the model
+    has one, see :class:`~nmt.models.base.Seq2Seq`). ``tags``: the
     direction's (source, target) tag ids, each put first on its side as a piece of no word
     (:func:`~nmt.inference.translator.direction_tags`; None: none)."""
     def tagged(encoded: tuple[list[int], list[int], int], tag: int | None) -> tuple:
@@ -196,10 +197,8 @@ def force_align(model, tokenizer, pairs: Sequence[tuple[str, str]], batch_senten
     tgt = [tagged(_encode_words(tokenizer.encode_tgt_batch, t), tags[1]) for _, t in pairs]
     captured = capture_attention(model, [s[0] for s in src], [t[0] for t in tgt], device,
                                  batch_sentences)
-    layer, heads = model.alignment_layer, model.alignment_heads
     return [ForcedAlignment(tokenizer.src_pieces(s_ids), tokenizer.tgt_pieces(t_ids), s_words,
-                            t_words, n_s, n_t, weights["cross"],
-                            weights["cross"][layer, :heads].mean(0))
+                            t_words, n_s, n_t, weights["cross"], weights["alignment"])
             for (s_ids, s_words, n_s), (t_ids, t_words, n_t), weights
             in zip(src, tgt, captured, strict=True)]
 
@@ -290,18 +289,17 @@ def align_words(model, tokenizer, pairs: Sequence[tuple[str, str]], *, method: s
                     eos_unaligned=eos_unaligned)
     if items is None:
         items = force_align(model, tokenizer, pairs, batch_sentences, device)
-    links = [word_links(item, **settings) for item in items]
     if reverse is None:
-        return links
+        return [word_links(item, **settings) for item in items]
     rev_model, rev_tokenizer, *rev_tags = reverse
     back = force_align(rev_model, rev_tokenizer, [(t, s) for s, t in pairs], batch_sentences,
                        device, *rev_tags)
     if symmetrization == "agreement":
         return [agreement_links(word_attention(f, layer, head), word_attention(b, layer, head),
                                 agreement_threshold) for f, b in zip(items, back, strict=True)]
-    return [symmetrize(fwd, flip_links(word_links(b, **settings)), symmetrization,
-                       src_len=item.n_src_words, tgt_len=item.n_tgt_words)
-            for fwd, b, item in zip(links, back, items, strict=True)]
+    return [symmetrize(word_links(item, **settings), flip_links(word_links(b, **settings)),
+                       symmetrization, src_len=item.n_src_words, tgt_len=item.n_tgt_words)
+            for item, b in zip(items, back, strict=True)]
 
 
 def flip_links(links: Iterable[Link]) -> set[Link]:
