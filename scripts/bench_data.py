@@ -66,11 +66,11 @@ def _rss_parts_mb() -> dict[str, str]:
 def phase_prepare(overrides: list[str]) -> dict[str, str]:
     """Tokenizer (train or cache hit) + tokenization and caching; times each part."""
     from nmt.config import compose_config
-    from nmt.data import batching, tokenizer
+    from nmt.data import pipeline, tokenizer
 
     cfg = compose_config(overrides)
     timings: dict[str, float] = {"tokenizer_train_s": 0.0, "tokenize_s": 0.0, "tokenize_valid_s": 0.0}
-    train_sp, write = tokenizer.train_sentencepiece, batching.write_pairs
+    train_sp, write = tokenizer.train_sentencepiece, pipeline.write_pairs
 
     def timed_train(*args, **kwargs):
         t0 = time.perf_counter()
@@ -88,9 +88,9 @@ def phase_prepare(overrides: list[str]) -> dict[str, str]:
         finally:
             calls.append(time.perf_counter() - t0)
 
-    tokenizer.train_sentencepiece, batching.write_pairs = timed_train, timed_write
+    tokenizer.train_sentencepiece, pipeline.write_pairs = timed_train, timed_write
     t0 = time.perf_counter()
-    data = batching.prepare_data(cfg.data)
+    data = pipeline.prepare_data(cfg.data)
     prepare_s = time.perf_counter() - t0
     if calls:  # train split first, then validation
         timings["tokenize_s"] = calls[0]
@@ -103,7 +103,8 @@ def phase_prepare(overrides: list[str]) -> dict[str, str]:
 def phase_iterate(overrides: list[str], batch_tokens: int) -> dict[str, str]:
     """Open the cached splits and collate every batch of one epoch into tensors."""
     from nmt.config import compose_config
-    from nmt.data.batching import prepare_data
+    from nmt.data.batching import collate
+    from nmt.data.pipeline import prepare_data
     from nmt.data.sampler import TokenBatchSampler
 
     cfg = compose_config(overrides)
@@ -117,7 +118,7 @@ def phase_iterate(overrides: list[str], batch_tokens: int) -> dict[str, str]:
     batches = sampler.batches(epoch=0)
     real = padded = 0
     for rows in batches:
-        batch = split.collate(rows)
+        batch = collate(split, rows)
         real += batch.n_src_tokens + batch.n_tgt_tokens
         padded += batch.src.numel() + batch.tgt_out.numel()
     epoch_s = time.perf_counter() - t0

@@ -8,7 +8,7 @@ length_penalty, max_len_a, max_len_b, batch_sentences) plus:
 
 * ``random=transformer|rnn``: instead of a checkpoint, a randomly initialised model of the
   reference config (configs/model/*.yaml) with the tokenizer that ``nmt-train`` would use
-  for the default data config (``nmt.data.batching.prepare_data``: the same cache entry, trained on
+  for the default data config (``nmt.data.pipeline.prepare_data``: the same cache entry, trained on
   Multi30k train if not cached). Untrained models rarely emit EOS early, so
   their outputs run to the maximum length: a pessimistic measurement.
 * ``repeats=N`` (default 1): run each search N times, report the median time.
@@ -55,7 +55,7 @@ def _pop(argv: list[str], key: str, default: str | None) -> str | None:
 
 def random_model(name: str, device):
     """Untrained reference-size model + the tokenizer nmt-train builds for the default data config."""
-    from nmt.data.batching import prepare_data
+    from nmt.data.pipeline import prepare_data
     from nmt.models import build_model
 
     cfg = compose_config([f"model={name}"])

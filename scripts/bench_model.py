@@ -92,7 +92,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from nmt.cli.common import tune_malloc  # noqa: E402
 from nmt.config import ConfigError, compose_config  # noqa: E402
-from nmt.data.batching import prepare_data  # noqa: E402
+from nmt.data.batching import collate  # noqa: E402
+from nmt.data.pipeline import prepare_data  # noqa: E402
 from nmt.data.sampler import BatchShapes, TokenBatchSampler  # noqa: E402
 from nmt.data.vocab import PAD_ID  # noqa: E402
 from nmt.extras.training.consistency import add_token_cutoff, regulariser  # noqa: E402
@@ -161,7 +162,7 @@ def main(argv: list[str] | None = None) -> dict:
                                 directions=data.train.directions,   # as nmt-train draws them
                                 temperature=cfg.data.sampling_temperature)
     chosen = sampler.batches(0)[: args.warmup + args.steps]
-    batches = [data.train.collate(ix, shapes).to(device) for ix in chosen]
+    batches = [collate(data.train, ix, shapes).to(device) for ix in chosen]
 
     model = build_model(cfg.model, tok.src_vocab_size, tok.tgt_vocab_size).to(device).train()
     params = model.num_parameters()

@@ -1,23 +1,18 @@
-"""Batching: exact batches on a hand-made split, sampler invariants, caching, prepare_data."""
+"""Batching: exact batches of a hand-made split (collate, static shapes, search's source
+batches) and the sampler's invariants. The pipeline that writes splits: tests/test_pipeline.py."""
 
 from __future__ import annotations
 
-import logging
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
 
-from nmt.config import ConfigError, compose_config
-from nmt.data import batching
-from nmt.data.batching import (
-    TokenizedSplit,
-    make_src_batch,
-    prepare_data,
-    write_pairs,
-)
-from nmt.data.corpus import CorpusError
+from nmt.config import ConfigError
+from nmt.data import pipeline
+from nmt.data.batching import collate, make_src_batch
+from nmt.data.pipeline import TokenizedSplit, write_pairs
 from nmt.data.sampler import BatchShapes, TokenBatchSampler
 from nmt.data.vocab import BOS_ID, EOS_ID, PAD_ID
 
@@ -43,13 +38,17 @@ class WordTokenizer:
     encode_tgt_batch = encode_src_batch
 
 
-@pytest.fixture
-def hand_split(tmp_path):
+def write_hand_split(tmp_path: Path) -> TokenizedSplit:
     # ids: a=10 b=11 c=12 | x=13 y=14 z=15 w=16
     src = ["a b c", "a", "", "b b"]
     tgt = ["x y", "z w x y", "x", ""]
     write_pairs(tmp_path / "s.arrow", zip(src, tgt, strict=True), WordTokenizer())
     return TokenizedSplit(tmp_path / "s.arrow")
+
+
+@pytest.fixture
+def hand_split(tmp_path):
+    return write_hand_split(tmp_path)
 
 
 def test_collate_exact_values(hand_split):
@@ -61,7 +60,7 @@ def test_collate_exact_values(hand_split):
     assert split.src_texts() == ["a b c", "a", "", "b b"]
     assert split.tgt_texts()[1] == "z w x y"
 
-    b = split.collate([1, 0, 2])
+    b = collate(split, [1, 0, 2])
     P, E, S = PAD_ID, EOS_ID, BOS_ID
     assert b.src.tolist() == [[10, E, P, P], [10, 11, 12, E], [E, P, P, P]]
     assert b.src_mask.tolist() == [[1, 1, 0, 0], [1, 1, 1, 1], [1, 0, 0, 0]]
@@ -74,7 +73,7 @@ def test_collate_exact_values(hand_split):
     real = b.tgt_in[:, 1:] != P
     assert torch.equal(b.tgt_in[:, 1:][real], b.tgt_out[:, :-1][real])
 
-    empty_tgt = split.collate([3])
+    empty_tgt = collate(split, [3])
     assert empty_tgt.tgt_in.tolist() == [[S]] and empty_tgt.tgt_out.tolist() == [[E]]
     moved = b.to("cpu")
     assert torch.equal(moved.src, b.src) and moved.n_tgt_tokens == 10 and len(moved) == 3
@@ -84,25 +83,15 @@ def test_multi_chunk_split_collates_like_single(tmp_path, monkeypatch):
     src = [" ".join("abcdefg"[: 1 + i % 7]) for i in range(23)]
     tgt = [" ".join("uvwxyz"[: 1 + (i * 3) % 6]) for i in range(23)]
     write_pairs(tmp_path / "one.arrow", zip(src, tgt, strict=True), WordTokenizer())
-    monkeypatch.setattr(batching, "_CHUNK_ROWS", 5)
+    monkeypatch.setattr(pipeline, "_CHUNK_ROWS", 5)
     write_pairs(tmp_path / "many.arrow", zip(src, tgt, strict=True), WordTokenizer())
     one, many = TokenizedSplit(tmp_path / "one.arrow"), TokenizedSplit(tmp_path / "many.arrow")
-    assert len(many._chunks) == 5 and len(one._chunks) == 1
+    assert len(many.chunks) == 5 and len(one.chunks) == 1
     idx = [22, 0, 5, 6, 11, 17, 3]
-    a, b = one.collate(idx), many.collate(idx)
+    a, b = collate(one, idx), collate(many, idx)
     for name in ("src", "src_mask", "tgt_in", "tgt_out"):
         assert torch.equal(getattr(a, name), getattr(b, name)), name
     assert many.src_ids(17) == one.src_ids(17) and many.tgt_texts() == tgt
-
-
-def test_write_pairs_filters(tmp_path):
-    src = ["a b c d e", "a", "a b", "a"]
-    tgt = ["x", "x y z w", "x y", "x"]
-    stats = write_pairs(tmp_path / "f.arrow", zip(src, tgt, strict=True), WordTokenizer(),
-                        max_len=4, max_len_ratio=3.0)
-    assert stats == {"pairs": 2, "too_long": 1, "bad_ratio": 1}
-    split = TokenizedSplit(tmp_path / "f.arrow")
-    assert split.src_texts() == ["a b", "a"] and split.tgt_texts() == ["x y", "x"]
 
 
 def test_make_src_batch():
@@ -151,11 +140,11 @@ def test_static_lengths_pad_least_and_batches_take_their_fixed_shape(hand_split)
     # hand_split: src_lens [4, 2, 1, 3], tgt_lens [3, 5, 2, 1]; rows 1, 2: source 2 -> 2,
     # target 5 -> 6, in a 12-token budget 2 rows (3 rows of 6 positions would not fit).
     shapes = BatchShapes((2, 6), (2, 6), 12)
-    one = hand_split.collate([1, 2], shapes)
-    plain = hand_split.collate([1, 2])
+    one = collate(hand_split, [1, 2], shapes)
+    plain = collate(hand_split, [1, 2])
     assert one.src.shape == (2, 2) and one.tgt_in.shape == one.tgt_out.shape == (2, 6)
     assert torch.equal(one.src, plain.src) and torch.equal(one.tgt_in[:, :5], plain.tgt_in)
-    padded = hand_split.collate([2], BatchShapes((2,), (2,), 12))      # 1 real row of 6
+    padded = collate(hand_split, [2], BatchShapes((2,), (2,), 12))      # 1 real row of 6
     P, E, S = PAD_ID, EOS_ID, BOS_ID
     assert padded.src.tolist() == [[E, P]] + [[P, P]] * 5
     assert padded.src_mask.tolist() == [[1, 0]] * 6          # no row without a key
@@ -209,53 +198,6 @@ def test_sampler_rejects_too_small_budget():
         TokenBatchSampler(np.array([3, 12]), np.array([4, 5]), batch_tokens=10)
 
 
-def test_prepare_data_cache_hit_and_invalidation(tiny_cfg, tiny_corpus, tmp_path, monkeypatch, caplog):
-    data_cfg = tiny_cfg.data
-    with caplog.at_level(logging.INFO, logger="nmt.data"):
-        first = prepare_data(data_cfg)
-    assert len(first.train) == 200 and len(first.valid) == 20
-    batch = first.train.collate(np.arange(4))
-    assert first.tokenizer.decode_tgt(batch.tgt_out[0].tolist()) == first.train.tgt_texts()[0]
-
-    def forbidden(*args, **kwargs):
-        raise AssertionError("cache miss: the corpus was read or tokenized again")
-
-    with monkeypatch.context() as m:
-        m.setattr(batching, "write_pairs", forbidden)
-        m.setattr(batching, "iter_parallel", forbidden)
-        second = prepare_data(data_cfg)
-    assert second.train.path == first.train.path and second.valid.path == first.valid.path
-    assert np.array_equal(second.train.src_lens, first.train.src_lens)
-
-    # changed training data: new tokenizer and new token cache
-    with open(tiny_corpus / "train.de", "a", encoding="utf-8") as f:
-        f.write("Ein Hund schläft .\n")
-    with open(tiny_corpus / "train.en", "a", encoding="utf-8") as f:
-        f.write("A dog sleeps .\n")
-    third = prepare_data(data_cfg)
-    assert len(third.train) == 201 and third.train.path != first.train.path
-    assert third.tokenizer.fingerprint != first.tokenizer.fingerprint
-    assert third.valid.path != first.valid.path  # valid cache follows the tokenizer
-
-
-def test_prepare_data_filters_train_only(tiny_overrides, tiny_corpus):
-    long_de = " ".join(["Hund"] * 60)
-    for split in ("train", "val"):
-        for lang, extra in (("de", [long_de, "  ", "Ein Hund ."]), ("en", ["dog", "x", ""])):
-            with open(tiny_corpus / f"{split}.{lang}", "a", encoding="utf-8") as f:
-                f.write("".join(e + "\n" for e in extra))
-    cfg = compose_config(tiny_overrides + ["data.max_len=50", "data.max_len_ratio=2.5"])
-    data = prepare_data(cfg.data)
-    assert len(data.train) == 200  # long, empty and one-sided pairs dropped
-    assert len(data.valid) == 23  # validation untouched
-    assert data.valid.src_texts()[-3:] == [long_de, "  ", "Ein Hund ."]
-    assert data.train.src_texts()[-1] == (tiny_corpus / "train.de").read_text().splitlines()[199]
-    capped = prepare_data(compose_config(tiny_overrides + ["data.max_train_pairs=50"]).data)
-    assert len(capped.train) == 50
-    with pytest.raises(CorpusError, match="no training pair is left"):
-        prepare_data(compose_config(tiny_overrides + ["data.max_len=2"]).data)
-
-
 def test_multi30k_pad_efficiency(multi30k_root):
     """Length bucketing on the real corpus (word counts + EOS stand in for subword lengths;
     scripts/bench_data.py measures the subword figure)."""
@@ -267,73 +209,3 @@ def test_multi30k_pad_efficiency(multi30k_root):
     batches = TokenBatchSampler(src_lens, tgt_lens, 4096, seed=1).batches(0)
     assert pad_efficiency(batches, src_lens, tgt_lens) >= 0.9
     assert sum(len(b) for b in batches) == 29000
-
-
-# ------------------------------------------------------------------ streamed preparation
-def _split_contents(split):
-    return ([split.src_ids(i) for i in range(len(split))], [split.tgt_ids(i) for i in range(len(split))],
-            split.src_texts(), split.tgt_texts())
-
-
-def test_chunked_stream_writes_the_same_split_as_one_chunk(tmp_path, monkeypatch):
-    src = ["a b c d e", "a", "a b", "", "b b", "a b c", "c", "a a a a a a", "b"]
-    tgt = ["x", "x y z w", "x y", "x", "", "y z", "w w w w w", "x y", "z"]
-    whole = write_pairs(tmp_path / "w.arrow", zip(src, tgt, strict=True), WordTokenizer(),
-                        max_len=5, max_len_ratio=3.0)
-    monkeypatch.setattr(batching, "_CHUNK_ROWS", 3)
-    chunked = write_pairs(tmp_path / "c.arrow", zip(src, tgt, strict=True), WordTokenizer(),
-                          max_len=5, max_len_ratio=3.0)
-    assert chunked == whole == {"pairs": 5, "too_long": 1, "bad_ratio": 3}
-    a, b = TokenizedSplit(tmp_path / "c.arrow"), TokenizedSplit(tmp_path / "w.arrow")
-    assert len(a._chunks) == 2 and len(b._chunks) == 1                # 3 + 2 kept pairs
-    assert _split_contents(a) == _split_contents(b)
-    assert a.src_texts() == ["a b", "", "b b", "a b c", "b"]          # a ratio of 2 passes
-    assert a.src_ids(4) == [11] and a.tgt_ids(0) == [13, 14] and a.src_ids(1) == []
-
-
-def test_a_split_from_ids_in_memory_holds_what_the_file_holds(hand_split, monkeypatch):
-    """TokenizedSplit.from_ids (subword sampling's epochs): the same pairs as the file, in
-    record batches of _CHUNK_ROWS, readable again from its bytes (what DDP ranks get)."""
-    rows = range(len(hand_split))
-    monkeypatch.setattr(batching, "_CHUNK_ROWS", 3)
-    split = TokenizedSplit.from_ids([hand_split.src_ids(i) for i in rows],
-                                    [hand_split.tgt_ids(i) for i in rows],
-                                    hand_split.src_texts(), hand_split.tgt_texts())
-    assert split.path is None and len(split._chunks) == 2                # 3 + 1 pairs
-    assert _split_contents(split) == _split_contents(hand_split)
-    assert split.src_lens.tolist() == hand_split.src_lens.tolist() == [4, 2, 1, 3]
-    again = TokenizedSplit.from_bytes(split.ipc_bytes())
-    assert again.path is None and _split_contents(again) == _split_contents(hand_split)
-
-
-def test_stream_error_leaves_no_file(tmp_path, monkeypatch):
-    def broken():
-        yield from (("a", "x") for _ in range(7))
-        raise CorpusError("train.de, line 8: invalid UTF-8")
-
-    (tmp_path / "old.arrow").write_bytes(b"kept")
-    monkeypatch.setattr(batching, "_CHUNK_ROWS", 3)
-    with pytest.raises(CorpusError, match="line 8"):
-        write_pairs(tmp_path / "old.arrow", broken(), WordTokenizer())
-    assert [p.name for p in tmp_path.iterdir()] == ["old.arrow"]      # no temp file left
-    assert (tmp_path / "old.arrow").read_bytes() == b"kept"
-
-
-def test_prepare_data_in_chunks_of_3_equals_one_chunk(tiny_overrides, tmp_path, monkeypatch):
-    one = prepare_data(compose_config(tiny_overrides).data)
-    monkeypatch.setattr(batching, "_CHUNK_ROWS", 3)
-    cfg = compose_config(tiny_overrides + [f"data.cache_dir={tmp_path / 'chunked'}"])
-    many = prepare_data(cfg.data)
-    assert len(many.train._chunks) == 67 and len(one.train._chunks) == 1     # 200 pairs
-    assert many.tokenizer.fingerprint == one.tokenizer.fingerprint
-    for a, b in ((one.train, many.train), (one.valid, many.valid)):
-        assert _split_contents(a) == _split_contents(b)
-
-
-def test_capped_training_split_still_checks_the_whole_corpus(tiny_overrides, tiny_corpus):
-    with open(tiny_corpus / "train.en", "a", encoding="utf-8") as f:
-        f.write("one line too many\n")
-    with pytest.raises(CorpusError, match=r"train\.de has 200 lines but .*train\.en has 201"):
-        prepare_data(compose_config(tiny_overrides + ["data.max_train_pairs=50"]).data)
-    cache = Path(compose_config(tiny_overrides).data.cache_dir)
-    assert not list(cache.glob("tokenized/*")) and not list(cache.glob("tokenizers/*"))

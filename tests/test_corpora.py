@@ -11,8 +11,8 @@ import pytest
 from conftest import make_pairs, write_corpus
 
 from nmt.config import ConfigError, compose_config
-from nmt.data.batching import prepare_data, training_pairs
 from nmt.data.corpus import corpus_weights, iter_training
+from nmt.data.pipeline import prepare_data, training_pairs
 from nmt.data.sampler import TokenBatchSampler
 
 

@@ -13,9 +13,10 @@ from conftest import TINY_MODEL
 
 from nmt.checkpoint import upgrade_config
 from nmt.config import ConfigError, compose_config, to_plain
-from nmt.data.batching import prepare_data
+from nmt.data.batching import collate
 from nmt.data.corpus import CorpusError
 from nmt.data.links import AlignmentFormatError, piece_links, subword_links, with_links, word_ids
+from nmt.data.pipeline import prepare_data
 from nmt.extras.tools.word_alignment import ForcedAlignment, extract_links, word_links
 from nmt.models import build_model
 from nmt.training.loss import alignment_loss
@@ -90,10 +91,10 @@ def test_batches_carry_the_subword_links_of_their_rows(tiny_overrides, tiny_corp
     links = _diagonal_links(tmp_path / "links.txt", list(zip(src, tgt, strict=True)))
     plain = prepare_data(compose_config(tiny_overrides).data)
     data = prepare_data(compose_config(tiny_overrides + [*GUIDED, f"data.alignments={links}"]).data)
-    assert plain.train.collate([0, 1]).links is None          # off: no column, no tensor
+    assert collate(plain.train, [0, 1]).links is None          # off: no column, no tensor
     assert data.train.path != plain.train.path               # its own token cache
     rows = [17, 3, 150]
-    batch = data.train.collate(rows)
+    batch = collate(data.train, rows)
     assert batch.links.dtype == torch.int64 and batch.links.shape[1] == 3
     for r, i in enumerate(rows):
         mine = batch.links[batch.links[:, 0] == r, 1:].tolist()

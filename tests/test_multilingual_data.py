@@ -13,7 +13,7 @@ from omegaconf import OmegaConf
 
 from nmt import config
 from nmt.config import ConfigError, compose_config
-from nmt.data.batching import prepare_data, tag_ids
+from nmt.data.batching import collate
 from nmt.data.languages import (
     add_tag,
     check_target,
@@ -25,6 +25,7 @@ from nmt.data.languages import (
     target_languages,
     temperature_shares,
 )
+from nmt.data.pipeline import prepare_data, tag_ids
 from nmt.data.sampler import TokenBatchSampler
 from nmt.data.tokenizer import sample_languages
 from nmt.data.vocab import BOS_ID, PAD_ID
@@ -129,7 +130,7 @@ def test_tags_at_the_id_level_on_either_side(tmp_path, side):
         assert (train.src_ids(i), train.tgt_ids(i)) == expected
         # The batch the model sees: tgt_in = BOS + ids (with a target tag: <s> <2xx> ...);
         # a target tag is decoder input only: PAD in tgt_out, not counted (M2M-100).
-        batch = train.collate([i])
+        batch = collate(train, [i])
         assert batch.src[0, :len(expected[0])].tolist() == expected[0]
         assert batch.tgt_in[0, :len(expected[1]) + 1].tolist() == [BOS_ID, *expected[1]]
         if side == "source":

@@ -13,8 +13,9 @@ from omegaconf import OmegaConf
 from test_batching import WordTokenizer
 
 from nmt.config import ConfigError, compose_config
-from nmt.data.batching import TokenizedSplit, prepare_data, write_pairs
+from nmt.data.batching import collate
 from nmt.data.corpus import iter_text_pair
+from nmt.data.pipeline import TokenizedSplit, prepare_data, write_pairs
 from nmt.data.vocab import EOS_ID, PAD_ID
 from nmt.extras.training import subword_sampling
 from nmt.extras.training.subword_sampling import encode_sampled, resampler, sample_split
@@ -68,7 +69,7 @@ def test_sample_split_keeps_pairs_and_falls_back_beyond_the_longest_side(tmp_pat
     assert [split.tgt_ids(i) for i in range(4)] == [[13, 14], [15, 16, 13, 14], [13, 13], []]
     assert split.src_lens.tolist() == [4, 2, 1, 5] and split.tgt_lens.tolist() == [3, 5, 3, 1]
     assert split.src_texts() == hand_split.src_texts()
-    b = split.collate([3, 2])
+    b = collate(split, [3, 2])
     assert b.src.tolist() == [[11, 11, 11, 11, EOS_ID], [EOS_ID, PAD_ID, PAD_ID, PAD_ID, PAD_ID]]
     again = TokenizedSplit.from_bytes(split.ipc_bytes())
     assert again.tgt_ids(2) == [13, 13] and again.path is None

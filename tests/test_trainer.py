@@ -186,7 +186,8 @@ def test_compiled_training_checkpoints_like_eager_and_resumes(overrides, tmp_pat
 
 def _valid_nll(weights: dict, cfg) -> float:
     """Per-token NLL of the validation split under ``weights`` (one batch, fp32)."""
-    from nmt.data.batching import prepare_data
+    from nmt.data.batching import collate
+    from nmt.data.pipeline import prepare_data
     from nmt.data.vocab import PAD_ID
     from nmt.models import build_model
     from nmt.training.loss import label_smoothed_nll
@@ -195,7 +196,7 @@ def _valid_nll(weights: dict, cfg) -> float:
     model = build_model(cfg.model, data.tokenizer.src_vocab_size, data.tokenizer.tgt_vocab_size)
     model.load_state_dict(weights)
     model.eval()
-    batch = data.valid.collate(range(len(data.valid)))
+    batch = collate(data.valid, range(len(data.valid)))
     with torch.no_grad():
         logits, _ = model(batch.src, batch.src_mask, batch.tgt_in, need_alignment=False)
         _, nll_sum = label_smoothed_nll(logits, batch.tgt_out, 0.1, PAD_ID)
@@ -244,7 +245,7 @@ def test_the_weight_average_is_validated_checkpointed_translated_and_fine_tuned_
 
 def test_subword_sampling_draws_each_training_epoch_and_leaves_validation_alone(overrides,
                                                                                 tmp_path):
-    from nmt.data.batching import load_split
+    from nmt.data.pipeline import load_split
     from nmt.extras.training.subword_sampling import resampler
     from nmt.runtime import resolve_device
     from nmt.training.distributed import DistInfo

@@ -1,64 +1,23 @@
-"""Tokenized, memory-mapped splits and padded batches.
-
-:func:`prepare_data` gives the tokenizer and the tokenized training and validation splits.
-A split is an Arrow IPC file under ``{cache_dir}/tokenized/`` named by a hash of the corpus
-bytes, the tokenizer and the filters (a second run skips tokenization, any change makes a
-new file), memory-mapped: only two length arrays per split live in Python memory. With
-several directions (``data.pairs``) the training split holds every direction, each pair's
-language tag at the id level (:func:`nmt.data.languages.add_tag`) and its direction (column
-``direction``), the texts untagged; validation is one split per direction. Which rows form
-a batch: :mod:`nmt.data.sampler`.
+"""One step's batch: rows of a tokenized split padded into a :class:`Batch` (:func:`collate`,
+what a training step runs), and the source / target batches of search and forced decoding
+(:func:`make_src_batch`, :func:`make_tgt_batch`). Which rows form a batch:
+:mod:`nmt.data.sampler`; the tokenized, cached splits: :mod:`nmt.data.pipeline`.
 """
 
 from __future__ import annotations
 
-import functools
-import hashlib
-import itertools
-import json
-import logging
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, fields, replace
-from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 import numpy as np
-import pyarrow as pa
 import torch
 
-from nmt.data.corpus import (
-    CorpusError,
-    iter_nonempty_pairs,
-    iter_parallel,
-    iter_training,
-    split_fingerprint,
-    training_corpora,
-)
-from nmt.data.languages import (
-    add_tag,
-    directions,
-    is_multilingual,
-    lang_tag,
-    languages,
-    target_languages,
-)
-from nmt.data.links import links_fingerprint, piece_links, with_links
-from nmt.data.sampler import BatchShapes
-from nmt.data.tokenizer import Tokenizer, tokenizer_from_pairs
 from nmt.data.vocab import BOS_ID, EOS_ID, PAD_ID
-from nmt.runtime import atomic_path
 
-log = logging.getLogger("nmt.data")
-
-CACHE_VERSION = 2  # part of every cache key; 2: the Arrow files lost their "row" column
-_CHUNK_ROWS = 100_000  # pairs per Arrow record batch of a token cache
-_ENCODE_ROWS = 10_000  # pairs read and tokenized at a time (bounds the Python objects)
-_SCHEMA = pa.schema([("src_ids", pa.list_(pa.int32())), ("tgt_ids", pa.list_(pa.int32())),
-                     ("src_text", pa.large_string()), ("tgt_text", pa.large_string())])
-# links (data.alignments): per pair its subword links, flattened (target pos, source pos)
-# pairs; direction: its index in data.pairs, or of its training corpus (data.corpora)
-_LINKS, _GROUP = pa.field("links", pa.list_(pa.int32())), pa.field("direction", pa.int16())
-Tags = Sequence[tuple[int | None, int | None]]   # per direction: (source tag id, target tag id)
+if TYPE_CHECKING:
+    from nmt.data.pipeline import TokenizedSplit
+    from nmt.data.sampler import BatchShapes
 
 
 @dataclass
@@ -137,357 +96,55 @@ def _pad_batch(batch: Batch, rows: int) -> Batch:
                    tgt_in=grow(batch.tgt_in, PAD_ID), tgt_out=grow(batch.tgt_out, PAD_ID))
 
 
-class TokenizedSplit:
-    """A memory-mapped Arrow IPC file, or one held in memory (``path`` None: :meth:`from_bytes`).
-    ``src_lens`` / ``tgt_lens`` [N] int64: the lengths of ``src`` and ``tgt_out`` with EOS.
-    ``target_tag``: every target starts with a language tag (``data.lang_tag=target``), decoder
-    input after BOS that :meth:`collate` leaves out of the targets (M2M-100, Fan et al. 2021)."""
-
-    target_tag: bool = False
-
-    def __init__(self, path: str | Path, target_tag: bool = False):
-        self._open(Path(path))
-        self.target_tag = target_tag
-
-    @classmethod
-    def from_bytes(cls, data: bytes | pa.Buffer) -> TokenizedSplit:
-        """A split held in memory from :meth:`ipc_bytes` (the Arrow file, sent to other ranks)."""
-        split = cls.__new__(cls)
-        split._open(None, data if isinstance(data, pa.Buffer) else pa.py_buffer(data))
-        return split
-
-    @classmethod
-    def from_ids(cls, src_ids: list[list[int]], tgt_ids: list[list[int]],
-                 src_texts: Sequence[str], tgt_texts: Sequence[str]) -> TokenizedSplit:
-        """A split held in memory of these pairs: ids without EOS, and their texts."""
-        with pa.ipc.new_file(sink := pa.BufferOutputStream(), _SCHEMA) as writer:
-            for b in (slice(a, a + _CHUNK_ROWS) for a in range(0, len(src_ids), _CHUNK_ROWS)):
-                writer.write_batch(_record_batch(src_ids[b], tgt_ids[b], src_texts[b], tgt_texts[b]))
-        return cls.from_bytes(sink.getvalue())
-
-    def ipc_bytes(self) -> bytes:
-        return self.path.read_bytes() if self.path is not None else self._buffer.to_pybytes()
-
-    def _open(self, path: Path | None, buffer: pa.Buffer | None = None) -> None:
-        self.path, self._buffer = path, buffer
-        source = pa.memory_map(str(path), "r") if path is not None else pa.BufferReader(buffer)
-        self._reader = pa.ipc.open_file(source)
-        batches = [self._reader.get_batch(i) for i in range(self._reader.num_record_batches)]
-        self._starts = np.cumsum([0] + [rb.num_rows for rb in batches])
-        n = int(self._starts[-1])
-        self.src_lens, self.tgt_lens = np.empty(n, np.int64), np.empty(n, np.int64)
-        self._chunks: list[tuple[np.ndarray, ...]] = []
-        self._links = [] if "links" in self._reader.schema.names else None  # (values, offsets)
-        self.directions = np.concatenate(   # [N] int64: each row's direction, or None
-            [rb.column("direction").to_numpy() for rb in batches]).astype(np.int64) \
-            if "direction" in self._reader.schema.names else None
-        for rb, a, b in zip(batches, self._starts[:-1], self._starts[1:], strict=True):
-            src, tgt = rb.column("src_ids"), rb.column("tgt_ids")
-            s_off, t_off = src.offsets.to_numpy(), tgt.offsets.to_numpy()  # int32, zero-copy
-            self._chunks.append((src.values.to_numpy(zero_copy_only=True), s_off,
-                                 tgt.values.to_numpy(zero_copy_only=True), t_off))
-            np.subtract(s_off[1:], s_off[:-1] - 1, out=self.src_lens[a:b])  # + EOS
-            np.subtract(t_off[1:], t_off[:-1] - 1, out=self.tgt_lens[a:b])
-            if self._links is not None:
-                col = rb.column("links")
-                self._links.append((col.values.to_numpy(zero_copy_only=True),
-                                    col.offsets.to_numpy()))
-
-    def __len__(self) -> int:
-        return len(self.src_lens)
-
-    def _ids(self, i: int, side: int) -> list[int]:
-        c = int(np.searchsorted(self._starts, i, side="right") - 1)
-        j = i - int(self._starts[c])
-        values, off = self._chunks[c][2 * side], self._chunks[c][2 * side + 1]
-        return values[off[j]: off[j + 1]].tolist()
-
-    def src_ids(self, i: int) -> list[int]:   # without EOS
-        return self._ids(int(i), 0)
-
-    def tgt_ids(self, i: int) -> list[int]:   # without BOS/EOS
-        return self._ids(int(i), 1)
-
-    def _texts(self, column: str) -> list[str]:
-        return [s for i in range(self._reader.num_record_batches)
-                for s in self._reader.get_batch(i).column(column).to_pylist()]
-
-    def src_texts(self) -> list[str]:   # the raw sentences, in row order
-        return self._texts("src_text")
-
-    def tgt_texts(self) -> list[str]:
-        return self._texts("tgt_text")
-
-    def collate(self, indices: Sequence[int] | np.ndarray, shapes: BatchShapes | None = None
-                ) -> Batch:
-        """The padded :class:`Batch` of these rows, in their order; with ``shapes`` padded to
-        its static shape (:meth:`BatchShapes.shape`, padding rows by :func:`_pad_batch`)."""
-        idx = np.asarray(indices, dtype=np.int64).reshape(-1)
-        s_lens, t_lens = self.src_lens[idx], self.tgt_lens[idx]
-        width_s, width_t = int(s_lens.max()), int(t_lens.max())
-        if shapes is not None:
-            n_rows, width_s, width_t = shapes.shape(width_s, width_t)
-        src = np.empty((idx.size, width_s), np.int64)
-        tgt_in = np.empty((idx.size, width_t), np.int64)
-        tgt_out = np.empty((idx.size, width_t), np.int64)
-        chunk = np.searchsorted(self._starts, idx, side="right") - 1
-        for c in np.unique(chunk):
-            sel = np.nonzero(chunk == c)[0]
-            local = idx[sel] - self._starts[c]
-            s_val, s_off, t_val, t_off = self._chunks[c]
-            s_n, t_n = s_lens[sel] - 1, t_lens[sel] - 1
-            src[sel] = _pad_rows(s_val, s_off[local], s_n, width_s)
-            ys = _pad_rows(t_val, t_off[local], t_n, width_t)
-            tgt_out[sel] = ys
-            tgt_in[sel, 0] = BOS_ID
-            tgt_in[sel, 1:] = ys[:, :-1]
-        rows = np.arange(idx.size)
-        src[rows, s_lens - 1] = EOS_ID
-        tgt_out[rows, t_lens - 1] = EOS_ID
-        if self.target_tag:
-            tgt_out[:, 0] = PAD_ID          # the tag: decoder input only
-        src_mask = np.arange(width_s)[None, :] < s_lens[:, None]
-        tgt_in[~(np.arange(width_t)[None, :] < t_lens[:, None])] = PAD_ID
-        batch = Batch(src=torch.from_numpy(src), src_mask=torch.from_numpy(src_mask),
-                      tgt_in=torch.from_numpy(tgt_in), tgt_out=torch.from_numpy(tgt_out),
-                      n_src_tokens=int(s_lens.sum()), n_tgt_tokens=self.target_tokens(idx),
-                      links=None if self._links is None else self._batch_links(idx, chunk))
-        return batch if shapes is None else _pad_batch(batch, n_rows)
-
-    def target_tokens(self, indices: np.ndarray) -> int:
-        """The targets of these rows that a loss counts: subwords and EOS, no tag."""
-        return int(self.tgt_lens[indices].sum()) - (len(indices) if self.target_tag else 0)
-
-    def _batch_links(self, idx: np.ndarray, chunk: np.ndarray) -> torch.Tensor:
-        """The links of rows ``idx`` (in chunks ``chunk``) as Batch.links [n, 3]."""
-        parts = [np.zeros((0, 3), np.int64)]
-        for row, (i, c) in enumerate(zip(idx, chunk, strict=True)):
-            values, off = self._links[c]
-            j = i - self._starts[c]
-            pairs = values[off[j]: off[j + 1]].reshape(-1, 2)
-            parts.append(np.column_stack((np.full(len(pairs), row), pairs)))
-        return torch.from_numpy(np.concatenate(parts).astype(np.int64))
+def target_tokens(split: TokenizedSplit, indices: np.ndarray) -> int:
+    """The targets of these rows that a loss counts: subwords and EOS, no tag."""
+    return int(split.tgt_lens[indices].sum()) - (len(indices) if split.target_tag else 0)
 
 
-def _lengths(ids: list[list[int]]) -> np.ndarray:
-    return np.fromiter(map(len, ids), np.int64, count=len(ids))
+def collate(split: TokenizedSplit, indices: Sequence[int] | np.ndarray,
+            shapes: BatchShapes | None = None) -> Batch:
+    """The padded :class:`Batch` of rows ``indices`` of ``split``, in their order; with
+    ``shapes`` padded to its static shape (:meth:`BatchShapes.shape`, padding rows by
+    :func:`_pad_batch`). A target-side tag (``split.target_tag``) is decoder input only."""
+    idx = np.asarray(indices, dtype=np.int64).reshape(-1)
+    s_lens, t_lens = split.src_lens[idx], split.tgt_lens[idx]
+    width_s, width_t = int(s_lens.max()), int(t_lens.max())
+    if shapes is not None:
+        n_rows, width_s, width_t = shapes.shape(width_s, width_t)
+    src = np.empty((idx.size, width_s), np.int64)
+    tgt_in = np.empty((idx.size, width_t), np.int64)
+    tgt_out = np.empty((idx.size, width_t), np.int64)
+    chunk = np.searchsorted(split.starts, idx, side="right") - 1
+    for c in np.unique(chunk):
+        sel = np.nonzero(chunk == c)[0]
+        local = idx[sel] - split.starts[c]
+        s_val, s_off, t_val, t_off = split.chunks[c]
+        s_n, t_n = s_lens[sel] - 1, t_lens[sel] - 1
+        src[sel] = _pad_rows(s_val, s_off[local], s_n, width_s)
+        ys = _pad_rows(t_val, t_off[local], t_n, width_t)
+        tgt_out[sel] = ys
+        tgt_in[sel, 0] = BOS_ID
+        tgt_in[sel, 1:] = ys[:, :-1]
+    rows = np.arange(idx.size)
+    src[rows, s_lens - 1] = EOS_ID
+    tgt_out[rows, t_lens - 1] = EOS_ID
+    if split.target_tag:
+        tgt_out[:, 0] = PAD_ID          # the tag: decoder input only
+    src_mask = np.arange(width_s)[None, :] < s_lens[:, None]
+    tgt_in[~(np.arange(width_t)[None, :] < t_lens[:, None])] = PAD_ID
+    batch = Batch(src=torch.from_numpy(src), src_mask=torch.from_numpy(src_mask),
+                  tgt_in=torch.from_numpy(tgt_in), tgt_out=torch.from_numpy(tgt_out),
+                  n_src_tokens=int(s_lens.sum()), n_tgt_tokens=target_tokens(split, idx),
+                  links=None if split.links is None else _batch_links(split, idx, chunk))
+    return batch if shapes is None else _pad_batch(batch, n_rows)
 
 
-def _list_array(ids: list[list[int]], keep: np.ndarray) -> pa.ListArray:
-    """The id lists where ``keep`` is true as an Arrow list<int32> column."""
-    lens = _lengths(ids)
-    values = np.fromiter(itertools.chain.from_iterable(ids), np.int32, count=int(lens.sum()))
-    offsets = np.zeros(int(keep.sum()) + 1, np.int32)
-    np.cumsum(lens[keep], out=offsets[1:])
-    return pa.ListArray.from_arrays(pa.array(offsets), pa.array(values[np.repeat(keep, lens)]))
-
-
-def _record_batch(src_ids: list[list[int]], tgt_ids: list[list[int]], src_texts: Sequence[str],
-                  tgt_texts: Sequence[str], keep: np.ndarray | None = None,
-                  links: list[list[int]] | None = None, dirs: np.ndarray | None = None
-                  ) -> pa.RecordBatch:
-    """The pairs where ``keep`` (bool [N]; default all) is true, as an Arrow record batch
-    (with ``links``, flattened subword links per pair, the ``links`` column; with ``dirs``
-    [N], the ``direction`` column)."""
-    keep = np.ones(len(src_ids), bool) if keep is None else keep
-    columns = [_list_array(ids, keep) for ids in (src_ids, tgt_ids)]
-    for texts in (src_texts, tgt_texts):
-        columns.append(pa.array(list(texts), pa.large_string()).filter(pa.array(keep)))
-    if links is not None:
-        columns.append(_list_array(links, keep))
-    if dirs is not None:
-        columns.append(pa.array(dirs[keep].astype(np.int16)))
-    return pa.record_batch(columns, schema=_schema(links is not None, dirs is not None))
-
-
-def _schema(links: bool, groups: bool) -> pa.Schema:
-    return pa.schema([*_SCHEMA, *[_LINKS] * links, *[_GROUP] * groups])
-
-
-def _tokenize_piece(piece: list[tuple], tokenizer: Tokenizer, max_len: int | None,
-                    max_len_ratio: float | None, stats: dict[str, int], tags: Tags | None = None,
-                    groups: bool = False) -> pa.RecordBatch:
-    """The pairs tokenized, tagged and filtered (:func:`write_pairs`); adds the counts to
-    ``stats``."""
-    src_t, tgt_t, *word_links = zip(*piece, strict=True)
-    s_ids, t_ids = tokenizer.encode_src_batch(src_t), tokenizer.encode_tgt_batch(tgt_t)
-    dirs = np.asarray(word_links.pop(), np.int64) if groups or tags is not None else None
-    if tags is not None:   # the tags join the lengths the filters see
-        s_ids, t_ids = ([ids if tags[d][side] is None else add_tag(ids, tags[d][side])
-                         for ids, d in zip(side_ids, dirs, strict=True)]
-                        for side, side_ids in enumerate((s_ids, t_ids)))
-    ls, lt = _lengths(s_ids), _lengths(t_ids)
-    keep = np.ones(len(ls), bool)
-    if max_len is not None:
-        too_long = (ls > max_len) | (lt > max_len)
-        stats["too_long"] += int(too_long.sum())
-        keep &= ~too_long
-    if max_len_ratio is not None:
-        ratio = np.maximum(ls, lt) / np.maximum(np.minimum(ls, lt), 1)
-        bad = keep & (ratio > max_len_ratio)
-        stats["bad_ratio"] += int(bad.sum())
-        keep &= ~bad
-    stats["pairs"] += int(keep.sum())
-    links = None
-    if word_links:  # (source, target, word links) triples: the subword links per pair
-        links = [piece_links(w, tokenizer.src_pieces(s), tokenizer.tgt_pieces(t), src, tgt)
-                 for w, s, t, src, tgt in zip(word_links[0], s_ids, t_ids, src_t, tgt_t,
-                                              strict=True)]
-        stats["unmatched"] = stats.get("unmatched", 0) + sum(x is None for x in links)
-        links = [[] if x is None else x.ravel().tolist() for x in links]
-    return _record_batch(s_ids, t_ids, src_t, tgt_t, keep, links, dirs)
-
-
-def write_pairs(path: str | Path, pairs: Iterable[tuple], tokenizer: Tokenizer,
-                max_len: int | None = None, max_len_ratio: float | None = None,
-                links: bool = False, tags: Tags | None = None, groups: bool = False
-                ) -> dict[str, int]:
-    """Tokenize a stream of ``(source, target)`` texts into the Arrow file ``path`` (written
-    only if the stream ends without error); returns ``{"pairs": kept, "too_long": n,
-    "bad_ratio": n}``. Dropped (subwords, no EOS): a side longer than ``max_len``, or
-    ``max(len) / max(min(len), 1) > max_len_ratio`` (None: no filter). Memory stays within
-    one record batch of 100,000 pairs, tokenized 10,000 at a time. With ``links`` the stream
-    holds ``(source, target, word links)`` (:func:`~nmt.data.links.with_links`) and the file
-    the subword links (``"unmatched"``: pairs whose words could not be matched, no links).
-    With ``tags`` (per direction its tag ids, :func:`tag_ids`) the stream holds
-    ``(source, target, direction)`` and the file the tagged ids and a ``direction`` column;
-    with ``groups``, each pair's last item is its corpus (:func:`training_pairs`), kept in the
-    same column."""
-    stats = {"pairs": 0, "too_long": 0, "bad_ratio": 0}
-    stream, chunk_rows = iter(pairs), _CHUNK_ROWS
-    schema = _schema(links, groups or tags is not None)
-    with atomic_path(path) as tmp, pa.OSFile(str(tmp), "wb") as sink, \
-            pa.ipc.new_file(sink, schema) as writer:
-        pending = schema.empty_table()  # tokenized pairs not yet written
-        for piece in iter(lambda: list(itertools.islice(stream, min(chunk_rows, _ENCODE_ROWS))), []):
-            kept = _tokenize_piece(piece, tokenizer, max_len, max_len_ratio, stats, tags, groups)
-            pending = pa.concat_tables([pending, pa.Table.from_batches([kept])])
-            while pending.num_rows >= chunk_rows:
-                writer.write_table(pending.slice(0, chunk_rows).combine_chunks())
-                pending = pending.slice(chunk_rows)
-        if pending.num_rows:
-            writer.write_table(pending.combine_chunks())
-    return stats
-
-
-@dataclass
-class PreparedData:
-    tokenizer: Tokenizer
-    train: TokenizedSplit
-    valids: dict[str, TokenizedSplit]   # per direction "src-tgt", in data.pairs order
-
-    @property
-    def valid(self) -> TokenizedSplit:   # the first direction's (a bilingual run's only one)
-        return next(iter(self.valids.values()))
-
-
-def cache_key(*parts: Any) -> str:   # of a cache file's name: 24 hex digits
-    return hashlib.sha256(json.dumps([CACHE_VERSION, *parts], sort_keys=True,
-                                     default=str).encode()).hexdigest()[:24]
-
-
-def tag_ids(data_cfg: Any, tokenizer: Tokenizer) -> list[tuple[int | None, int | None]
-                                                                  ] | None:
-    """Per direction of ``data_cfg`` (:func:`~nmt.data.languages.directions`) the ids of its
-    ``(source-side, target-side)`` tag by ``data.lang_tag``, one of them None; None for a
-    bilingual model. ConfigError: a tag missing from the tokenizer (``Tokenizer.tag_id``)."""
-    if not is_multilingual(data_cfg):
-        return None
-    side = int(data_cfg.lang_tag == "target")
-    return [tuple(tokenizer.tag_id(tgt) if k == side else None for k in (0, 1))
-            for _, tgt in directions(data_cfg)]
-
-
-def load_split(data_cfg: Any, split: str, tokenizer: Tokenizer, direction: int = 0
-               ) -> TokenizedSplit:
-    """A split tokenized without filtering (validation, test), cached like training; of a
-    multilingual config, its ``direction``-th direction, tagged."""
-    tags, pair = tag_ids(data_cfg, tokenizer), directions(data_cfg)[direction]
-    fingerprint = [split_fingerprint(data_cfg, split, pair), tokenizer.fingerprint]
-    fingerprint += [] if tags is None else [str(data_cfg.lang_tag)]
-    path = Path(str(data_cfg.cache_dir)) / "tokenized" / f"{split}-{cache_key(*fingerprint)}.arrow"
-    if path.is_file():
-        log.info("%s: token cache hit %s", split, path)
-    else:
-        pairs = iter_parallel(data_cfg, split, pair)
-        pairs = pairs if tags is None else ((s, t, direction) for s, t in pairs)
-        stats = write_pairs(path, pairs, tokenizer, tags=tags)
-        log.info("%s %s: tokenized %d pairs -> %s", split, "-".join(pair), stats["pairs"], path)
-    return TokenizedSplit(path, target_tag=tags is not None and tags[direction][1] is not None)
-
-
-def training_pairs(data_cfg: Any, report: bool = True, links: str | None = None,
-                   direction: tuple[str, str] | None = None) -> Iterator[tuple]:
-    """The training pairs (:func:`~nmt.data.corpus.iter_training`: the first
-    ``data.max_train_pairs`` of ``data.train_split``, then ``data.corpora``; in ``direction``,
-    default the config's) but the empty ones (their number logged when ``report``). With
-    ``links`` (a Pharaoh file, one line per pair in that order) ``(source, target, word
-    links)``; with corpora, each pair's corpus index last."""
-    pairs = iter_training(data_cfg, direction)
-    if links is not None:
-        pairs = with_links(pairs, links, whole=data_cfg.max_train_pairs is None)
-    where = str(data_cfg.train_split) + ("" if direction is None else " " + "-".join(direction))
-    return iter_nonempty_pairs(pairs, where=where, report=report)
-
-
-def _language_texts(data_cfg: Any) -> dict[str, Callable[[], Iterator[str]]]:
-    """Per language, a function streaming its training sentences from every direction."""
-    def texts(lang: str) -> Iterator[str]:
-        for pair in directions(data_cfg):
-            if lang in pair:
-                side = pair.index(lang)
-                yield from (p[side] for p in training_pairs(data_cfg, False, direction=pair))
-    return {lang: functools.partial(texts, lang) for lang in languages(data_cfg)}
-
-
-def prepare_data(data_cfg: Any, tokenizer: Tokenizer | None = None) -> PreparedData:
-    """The tokenizer and the tokenized, cached training and validation splits of ``data_cfg``.
-    ``tokenizer`` (fine-tuning's, or ``data.tokenizer.model``'s) is used as it is; else one is
-    trained on :func:`training_pairs` (or found in the cache). Only training pairs are length
-    filtered. The corpus is streamed: one pass hashes its bytes (the cache key, all a cache
-    hit reads), one samples the tokenizer's sentences, one tokenizes it into the cache. With
-    several directions, the tokenizer is multilingual (a sample balanced across languages,
-    the target languages' tags) and the training split holds every direction, in turn."""
-    cache, split, pairs = Path(str(data_cfg.cache_dir)), str(data_cfg.train_split), \
-        directions(data_cfg)
-    corpora = training_corpora(data_cfg)
-    fingerprints = [split_fingerprint(data_cfg, split, pair) for pair in pairs] + \
-        [split_fingerprint(view, s) for view, s, _ in corpora[1:]]
-    train_id = cache_key(fingerprints[0] if len(fingerprints) == 1 else fingerprints,
-                         data_cfg.max_train_pairs)
-    multi = is_multilingual(data_cfg)
-    if tokenizer is None:
-        tokenizer = tokenizer_from_pairs(
-            data_cfg.tokenizer, str(data_cfg.src_lang), str(data_cfg.tgt_lang),
-            lambda: (p[:2] for p in training_pairs(data_cfg, report=False)), cache, train_id,
-            _language_texts(data_cfg) if multi else None,
-            [lang_tag(lang) for lang in target_languages(data_cfg)])
-    max_len, ratio = int(data_cfg.max_len), float(data_cfg.max_len_ratio)
-    links = data_cfg.get("alignments")  # guided alignment's word links: key and column
-    linked = [] if links is None else [links_fingerprint(links)]
-    linked += [str(data_cfg.lang_tag)] if multi else []
-    key = cache_key(train_id, tokenizer.fingerprint, max_len, ratio, *linked)
-    path = cache / "tokenized" / f"{split}-{key}.arrow"
-    tags = tag_ids(data_cfg, tokenizer)
-    if path.is_file():
-        log.info("%s: token cache hit %s", split, path)
-    else:
-        stream = training_pairs(data_cfg, links=links) if not multi else itertools.chain.from_iterable(
-            ((s, t, k) for s, t in training_pairs(data_cfg, direction=pair))
-            for k, pair in enumerate(pairs))
-        stats = write_pairs(path, stream, tokenizer, max_len, ratio, links=links is not None,
-                            tags=tags, groups=len(corpora) > 1)
-        log.info("%s: %d pairs kept; dropped %d longer than max_len=%d and %d with length ratio "
-                 "> %g -> %s", split, stats["pairs"], stats["too_long"], max_len,
-                 stats["bad_ratio"], ratio, path)
-        if links is not None:
-            log.info("%s: word links of %s; %d pairs without them (words unmatched)", split,
-                     links, stats.get("unmatched", 0))
-        if stats["pairs"] == 0:
-            path.unlink()
-            raise CorpusError(f"{split}: no training pair is left after the length filters "
-                              f"(data.max_len={max_len}, data.max_len_ratio={ratio}).")
-    valids = {"-".join(pair): load_split(data_cfg, str(data_cfg.valid_split), tokenizer, k)
-              for k, pair in enumerate(pairs)}
-    return PreparedData(tokenizer, TokenizedSplit(path, target_tag=tags is not None and
-                                                  tags[0][1] is not None), valids)
+def _batch_links(split: TokenizedSplit, idx: np.ndarray, chunk: np.ndarray) -> torch.Tensor:
+    """The links of rows ``idx`` (in chunks ``chunk``) as :attr:`Batch.links` [n, 3]."""
+    parts = [np.zeros((0, 3), np.int64)]
+    for row, (i, c) in enumerate(zip(idx, chunk, strict=True)):
+        values, off = split.links[c]
+        j = i - split.starts[c]
+        pairs = values[off[j]: off[j + 1]].reshape(-1, 2)
+        parts.append(np.column_stack((np.full(len(pairs), row), pairs)))
+    return torch.from_numpy(np.concatenate(parts).astype(np.int64))

@@ -36,8 +36,8 @@ from omegaconf import DictConfig, OmegaConf
 
 from nmt.checkpoint import CheckpointError, load_checkpoint
 from nmt.config import ConfigError, config_at, config_diff, to_plain
-from nmt.data.batching import prepare_data
 from nmt.data.corpus import CorpusError
+from nmt.data.pipeline import prepare_data
 from nmt.data.tokenizer import Tokenizer, load_tokenizer_model
 from nmt.runtime import compile_stats, ensure_writable_dir, write_json_atomic, write_text_atomic
 from nmt.training.distributed import DistInfo, broadcast_object, collective_errors, gather_objects
@@ -262,7 +262,7 @@ Teacher = Callable[[DictConfig], "str | Path"]
 
 def prepare_run_data(cfg: DictConfig, plan: RunPlan, init_ckpt: dict | None, last: Path,
                      teacher: Teacher | None = None):
-    """The run's :class:`~nmt.data.batching.PreparedData`. The tokenizer: a resumed run that
+    """The run's :class:`~nmt.data.pipeline.PreparedData`. The tokenizer: a resumed run that
     did not train its own takes ``last.pt``'s, fine-tuning ``train.init_from``'s, else
     ``data.tokenizer.model``'s or a trained one, which must be the one ``last.pt`` saved.
     Guided alignment without ``data.alignments`` trains on the ``teacher``'s links (made by

@@ -42,8 +42,9 @@ from tqdm.auto import tqdm
 
 from nmt.checkpoint import CONFIG_VERSION, CheckpointManager, rng_state, set_rng_state
 from nmt.config import ConfigError, to_plain
-from nmt.data.batching import TokenizedSplit, tag_ids
+from nmt.data.batching import collate, target_tokens
 from nmt.data.corpus import corpus_weights
+from nmt.data.pipeline import TokenizedSplit, tag_ids
 from nmt.data.sampler import BatchShapes, TokenBatchSampler
 from nmt.data.tokenizer import Tokenizer
 from nmt.evaluation.plot import tensorboard_figures
@@ -281,7 +282,7 @@ class Trainer:
     def _collate_share(self, split, group: list[np.ndarray]) -> list:
         """This rank's micro-batches of ``group`` (rows of ``split``), padded (pinned for
         CUDA). Pure: no random numbers, so prefetching it changes no result."""
-        batches = [split.collate(idx, self.sampler.shapes)
+        batches = [collate(split, idx, self.sampler.shapes)
                    for idx in dist.local_share(group, self.info)]
         return [b.pin_memory() for b in batches] if self.device.type == "cuda" else batches
 
@@ -298,7 +299,7 @@ class Trainer:
         target tokens of the whole group)``: ``sums`` the objective's named parts summed over
         this rank's micro-batches (:func:`nmt.training.loss.objective`)."""
         split = self.train_split if split is None else split
-        tokens = sum(split.target_tokens(idx) for idx in group)
+        tokens = sum(target_tokens(split, idx) for idx in group)
         scale = self.info.world_size / max(tokens, 1)
         mine = collated if collated is not None else self._collate_share(split, group)
         sums: dict[str, torch.Tensor] = {}

@@ -13,7 +13,8 @@ import numpy as np
 import torch
 from sacrebleu.metrics import BLEU
 
-from nmt.data.batching import TokenizedSplit
+from nmt.data.batching import collate
+from nmt.data.pipeline import TokenizedSplit
 from nmt.data.sampler import TokenBatchSampler
 from nmt.data.vocab import PAD_ID
 from nmt.inference.translator import decode
@@ -37,7 +38,7 @@ class ValidSet:
 
 def valid_sets(splits: dict[str, TokenizedSplit], tags: list | None, batch_tokens: int
                ) -> list[ValidSet]:
-    """The :class:`ValidSet` of each direction (``tags``: :func:`nmt.data.batching.tag_ids`)."""
+    """The :class:`ValidSet` of each direction (``tags``: :func:`nmt.data.pipeline.tag_ids`)."""
     out = []
     for (name, split), tag in zip(splits.items(), tags or [(None, None)] * len(splits), strict=True):
         lens = (split.src_lens, split.tgt_lens)
@@ -62,7 +63,7 @@ def validate(model: torch.nn.Module, sets: list[ValidSet], tokenizer, search: di
         for vs in sets:
             with autocast():
                 for idx in vs.batches:
-                    batch = vs.split.collate(idx).to(device)
+                    batch = collate(vs.split, idx).to(device)
                     logits, _ = model(batch.src, batch.src_mask, batch.tgt_in, need_alignment=False)
                     sums += torch.stack(label_smoothed_nll(logits, batch.tgt_out, label_smoothing,
                                                            PAD_ID))

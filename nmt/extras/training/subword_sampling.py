@@ -20,7 +20,7 @@ import numpy as np
 import sentencepiece as spm
 from omegaconf import DictConfig
 
-from nmt.data.batching import TokenizedSplit, cache_key
+from nmt.data.pipeline import TokenizedSplit, cache_key
 from nmt.data.tokenizer import Tokenizer
 from nmt.runtime import atomic_path
 from nmt.training.distributed import DistInfo, broadcast_object
