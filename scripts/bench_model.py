@@ -40,7 +40,7 @@ One step = forward (teacher forcing, ``need_alignment=False``) and loss as
 ``train.label_smoothing``; with ``train.consistency=rdrop|simcut`` one forward over the batch
 twice and the KL term, with simcut the token cutoff's hooks on the model), summed over real
 target tokens / their number, backward, gradient clipping (``train.clip_grad_norm``) and a
-step of the optimizer that :func:`nmt.training.setup.build_optimizer` builds from the train
+step of the optimizer that :func:`nmt.training.optim.build_optimizer` builds from the train
 config (Adam/AdamW, fused kernel where available): the same calls as ``nmt-train``'s step
 (fp32, one batch per step, no DDP).
 The batches are the first ``warmup + steps`` batches of epoch 0 of
@@ -113,7 +113,8 @@ from nmt.training.loss import (  # noqa: E402
     label_smoothed_nll,
     objective,
 )
-from nmt.training.setup import build_optimizer, compile_mode  # noqa: E402
+from nmt.training.optim import build_optimizer  # noqa: E402
+from nmt.training.trainer import compile_mode  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> dict:

@@ -72,8 +72,9 @@ def encode_sampled(tokenizer: Tokenizer, src_texts: Sequence[str], tgt_texts: Se
 def sample_split(split: TokenizedSplit, tokenizer: Tokenizer, alpha: float, nbest_size: int,
                  seed: int | Sequence[int], cache: bool = True) -> TokenizedSplit:
     """The training split with segmentations drawn by :func:`encode_sampled` under ``seed``,
-    e.g. ``(train.seed, epoch)``. A pair with a sampled side longer than the longest side in
-    ``split`` keeps its segmentation (no batch outgrows the ``train.batch_tokens`` check).
+    e.g. ``(train.seed, epoch)``. A pair with a sampled side longer than that side's longest
+    in ``split`` keeps its segmentation (no batch outgrows the ``train.batch_tokens`` check,
+    no side the longest static shape of ``train.shape_buckets``, which is per side).
     SentencePiece's draws repeat within one process only, so with ``cache`` the draw is
     cached beside ``split``'s file, keyed by the settings and ``seed``, for resumed runs;
     without (or for a split held in memory) the draw is held in memory."""
@@ -86,9 +87,9 @@ def sample_split(split: TokenizedSplit, tokenizer: Tokenizer, alpha: float, nbes
             return TokenizedSplit(path)
     src_texts, tgt_texts = split.src_texts(), split.tgt_texts()
     src_ids, tgt_ids = encode_sampled(tokenizer, src_texts, tgt_texts, alpha, nbest_size, seed)
-    limit = int(max(split.src_lens.max(initial=1), split.tgt_lens.max(initial=1))) - 1
+    src_limit, tgt_limit = (int(lens.max(initial=1)) - 1 for lens in (split.src_lens, split.tgt_lens))
     for i, (s, t) in enumerate(zip(src_ids, tgt_ids, strict=True)):
-        if len(s) > limit or len(t) > limit:
+        if len(s) > src_limit or len(t) > tgt_limit:
             src_ids[i], tgt_ids[i] = split.src_ids(i), split.tgt_ids(i)
     drawn = TokenizedSplit.from_ids(src_ids, tgt_ids, src_texts, tgt_texts)
     if path is None:

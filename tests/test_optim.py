@@ -1,11 +1,12 @@
-"""Learning-rate schedules: warmup + inverse square root values, constant, plateau."""
+"""The optimizer's learning rate (nmt/training/optim.py): warmup + inverse square root values,
+constant, plateau."""
 
 import math
 
 import pytest
 import torch
 
-from nmt.training.schedule import LRSchedule, inverse_sqrt_factor
+from nmt.training.optim import LRSchedule, inverse_sqrt_factor
 
 
 def _opt():
@@ -59,7 +60,7 @@ def test_plateau_reduces_after_patience_and_respects_min_lr():
 
 
 def test_cooldown_decays_linearly_to_zero_over_the_last_fraction_of_the_budget():
-    from nmt.training.schedule import cooldown_factor
+    from nmt.training.optim import cooldown_factor
 
     # c = 0.5 of a 10-step budget (progress p = s / 10): factor min(1, (1 - p) / 0.5)
     assert [cooldown_factor(s / 10, 0.5) for s in (0, 5, 6, 8, 10)] == pytest.approx([1, 1, 0.8, 0.4, 0])

@@ -1,4 +1,6 @@
-"""Learning-rate schedules: inverse square root with linear warmup, constant, reduce-on-plateau.
+"""The optimizer and its learning rate (Vaswani et al. 2017, section 5.3): Adam (Kingma & Ba
+2015; AdamW, Loshchilov & Hutter 2019, with ``train.optimizer=adamw``) and the schedules:
+inverse square root with linear warmup, constant, reduce-on-plateau.
 
 Vaswani et al. (2017), eq. 3::
 
@@ -28,6 +30,19 @@ from __future__ import annotations
 import math
 
 import torch
+
+
+def build_optimizer(params: list[torch.nn.Parameter], t) -> torch.optim.Optimizer:
+    """Adam / AdamW of the ``train`` section ``t`` (``betas``, ``eps``, ``weight_decay``; the lr
+    is the schedule's), fused where the device has the kernel."""
+    cls = torch.optim.AdamW if t.optimizer == "adamw" else torch.optim.Adam
+    kwargs = dict(lr=t.lr, betas=tuple(t.betas), eps=t.eps, weight_decay=t.weight_decay)
+    try:
+        return cls(params, fused=True, **kwargs)
+    except RuntimeError as err:
+        if "fused=True" not in str(err):     # "`fused=True` requires ... supported devices"
+            raise
+        return cls(params, foreach=True, **kwargs)
 
 
 def inverse_sqrt_factor(step: int, warmup_steps: int) -> float:
