@@ -28,14 +28,11 @@ def train(overrides: list[str] | tuple[str, ...] = ()) -> dict:
     contents. User errors (ConfigError, CorpusError, CheckpointError) come before the first
     batch."""
     from nmt.config import compose_config
-    from nmt.extras.training.consistency import regulariser
-    from nmt.extras.training.subword_sampling import resampler
-    from nmt.extras.training.teacher import prepare_links
+    from nmt.extras.training import hooks
     from nmt.training.trainer import train as run
 
     cfg = compose_config(list(overrides))
-    return run(cfg, regulariser=regulariser(cfg.train), resampler=resampler(cfg),
-               teacher=prepare_links)
+    return run(cfg, hooks=hooks(cfg))
 
 
 def __getattr__(name: str):

@@ -247,18 +247,24 @@ def _check_sampling(tok: DictConfig) -> None:
         raise ConfigError(f"data.tokenizer.nbest_size={nbest} samples nothing: use -1 or >= 2.")
 
 
+def is_guided(train: Any) -> bool:
+    """Guided alignment is on (Garg et al. 2019): ``alignment_loss_weight`` > 0 in a
+    ``train`` section (a DictConfig or the trainer's plain namespace). The one test of it."""
+    return train.alignment_loss_weight > 0
+
+
 def _check_guided(cfg: DictConfig) -> None:
     """Guided alignment: ``data.alignments`` (or the teacher's links) only with
     ``train.alignment_loss_weight`` > 0, on a head to supervise, with fixed subwords."""
-    weight, links = cfg.train.alignment_loss_weight, cfg.data.alignments
-    if links is not None and weight == 0:
+    guided, links = is_guided(cfg.train), cfg.data.alignments
+    if links is not None and not guided:
         raise ConfigError(f"data.alignments={links} supervises guided alignment: set "
                           "train.alignment_loss_weight > 0 (Garg et al. 2019: 0.05), or drop it.")
-    if weight > 0 and cfg.model.get("alignment_heads", 1) == 0:
+    if guided and cfg.model.get("alignment_heads", 1) == 0:
         raise ConfigError("train.alignment_loss_weight > 0 supervises model.alignment_heads heads "
                           "of model.alignment_layer: set model.alignment_heads=1 "
                           "model.alignment_layer=-2 (Garg et al. 2019: one head, penultimate layer).")
-    if weight > 0 and cfg.data.tokenizer.sampling_alpha:
+    if guided and cfg.data.tokenizer.sampling_alpha:
         raise ConfigError("data.tokenizer.sampling_alpha resegments the training split each epoch, "
                           "which guided alignment's subword links cannot follow: drop one of them.")
 
@@ -424,7 +430,7 @@ def validate(cfg: DictConfig) -> DictConfig:
     _check_sampling(data.tokenizer)
     _check_guided(out)
     check_positive(out, "data.sampling_temperature")
-    _check_pairs(data, train.alignment_loss_weight > 0 or data.alignments is not None)
+    _check_pairs(data, is_guided(train))   # data.alignments without it: refused above
     if train.init_from and data.tokenizer.model:
         raise ConfigError("data.tokenizer.model must be null with train.init_from (a fine-tuning "
                           "run uses its checkpoint's tokenizer).")

@@ -230,13 +230,9 @@ def overrides(tiny_overrides, shared_cache) -> list[str]:
 
 
 def train(cfg):
-    """:func:`nmt.training.trainer.train` with ``train.consistency``'s regulariser and
-    ``data.tokenizer.sampling_alpha``'s resampler and the eflomal teacher, as ``nmt-train`` and
-    ``nmt.train()`` pass them."""
-    from nmt.extras.training.consistency import regulariser
-    from nmt.extras.training.subword_sampling import resampler
-    from nmt.extras.training.teacher import prepare_links
+    """:func:`nmt.training.trainer.train` with the config's hooks
+    (:func:`nmt.extras.training.hooks`), as ``nmt-train`` and ``nmt.train()`` pass them."""
+    from nmt.extras.training import hooks
     from nmt.training.trainer import train as run
 
-    return run(cfg, regulariser=regulariser(cfg.train), resampler=resampler(cfg),
-               teacher=prepare_links)
+    return run(cfg, hooks=hooks(cfg))

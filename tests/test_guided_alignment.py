@@ -5,6 +5,7 @@ unaligned threshold, the eflomal step on a toy corpus, the checks of the setting
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -166,11 +167,19 @@ def test_guided_settings_are_checked(overrides, words, tiny_overrides):
     with pytest.raises(ConfigError) as err:
         compose_config(overrides)
     assert all(w in str(err.value) for w in words)
-    # links from the teacher: the trainer needs one when data.alignments is not given
-    from nmt.training.trainer import train
+    # links from the teacher: the trainer needs one when data.alignments is not given, and
+    # says so before it reads data or writes a file, also when built directly
+    from nmt.runtime import resolve_device
+    from nmt.training.distributed import DistInfo
+    from nmt.training.trainer import Trainer, train
 
-    with pytest.raises(ConfigError, match="data.alignments=FILE, or train via nmt-train"):
-        train(compose_config(tiny_overrides + GUIDED))
+    refusal = r"needs a teacher hook, which the TrainingHooks given lack: give data.alignments=FILE"
+    cfg = compose_config(tiny_overrides + GUIDED)
+    with pytest.raises(ConfigError, match=refusal):
+        train(cfg)
+    with pytest.raises(ConfigError, match=refusal):
+        Trainer(cfg, DistInfo(), resolve_device("cpu"))
+    assert not Path(cfg.run_dir).exists()
     compose_config(["model=rnn", "train.alignment_loss_weight=0.05", "data.alignments=x"])
     from nmt.models import validate_model
 

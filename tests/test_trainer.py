@@ -108,12 +108,12 @@ def test_bf16_autocast_trains_on_cpu_and_fp16_needs_cuda(overrides, tmp_path, ca
     elsewhere with one paragraph."""
     import math
 
-    from nmt import runtime as runtime_module
-    from nmt.runtime import autocast_dtype
+    from nmt.training import setup as setup_module
     from nmt.training import trainer as trainer_module
+    from nmt.training.setup import autocast_dtype
 
     assert isinstance(trainer_module.cpu_has_bf16(), bool)
-    for module in (trainer_module, runtime_module):                         # a CPU without it
+    for module in (trainer_module, setup_module):                         # a CPU without it
         monkeypatch.setattr(module, "cpu_has_bf16", lambda: False)
 
     run = tmp_path / "bf16"
@@ -130,7 +130,7 @@ def test_bf16_autocast_trains_on_cpu_and_fp16_needs_cuda(overrides, tmp_path, ca
     cpu = torch.device("cpu")
     assert autocast_dtype("auto", cpu) is None and autocast_dtype("bf16", cpu) == torch.bfloat16
     assert autocast_dtype("fp32", cpu) is None
-    monkeypatch.setattr(runtime_module, "cpu_has_bf16", lambda: True)      # AMX / AVX-512 BF16
+    monkeypatch.setattr(setup_module, "cpu_has_bf16", lambda: True)      # AMX / AVX-512 BF16
     assert autocast_dtype("auto", cpu) == torch.bfloat16 and autocast_dtype("fp32", cpu) is None
     assert main(overrides[:-1] + TINY_MODEL + TINY_TRAIN + [
         "train.max_steps=1", "train.precision=fp16", "device=cpu", f"run_dir={tmp_path / 'fp16'}"]) == 2
@@ -246,14 +246,14 @@ def test_the_weight_average_is_validated_checkpointed_translated_and_fine_tuned_
 def test_subword_sampling_draws_each_training_epoch_and_leaves_validation_alone(overrides,
                                                                                 tmp_path):
     from nmt.data.pipeline import load_split
-    from nmt.extras.training.subword_sampling import resampler
+    from nmt.extras.training import hooks
     from nmt.runtime import resolve_device
     from nmt.training.distributed import DistInfo
     from nmt.training.trainer import Trainer
 
     cfg = compose_config(overrides[:-1] + TINY_MODEL + TINY_TRAIN + [
         "data.tokenizer.sampling_alpha=0.5", "device=cpu", f"run_dir={tmp_path / 'run'}"])
-    trainer = Trainer(cfg, DistInfo(), resolve_device("cpu"), resampler=resampler(cfg))
+    trainer = Trainer(cfg, DistInfo(), resolve_device("cpu"), hooks=hooks(cfg))
     try:
         trainer.setup()
         tok, best = trainer.tokenizer, trainer.train_split
@@ -590,7 +590,7 @@ def test_rdrop_training_steps_log_the_kl_apart(overrides, tmp_path, model):
 
 def test_cuda_graphs_only_for_one_rank_without_accumulation():
     """train.compile's mode: CUDA graphs need static shapes on CUDA, one rank, accum_steps 1."""
-    from nmt.training.trainer import compile_mode
+    from nmt.training.setup import compile_mode
 
     cuda, cpu = torch.device("cuda", 0), torch.device("cpu")
     t = SimpleNamespace(shape_buckets=8, accum_steps=1)

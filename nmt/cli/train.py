@@ -46,12 +46,10 @@ def app(cfg: DictConfig) -> float | None:
     summary: dict = {}
 
     def body(cfg: DictConfig) -> None:
-        from nmt.extras.training.consistency import regulariser
-        from nmt.extras.training.subword_sampling import resampler
-        from nmt.extras.training.teacher import prepare_links
+        from nmt.extras.training import hooks
         from nmt.training.trainer import train
 
-        summary.update(train(cfg, record, regulariser(cfg.train), resampler(cfg), prepare_links))
+        summary.update(train(cfg, record, hooks(cfg)))
 
     run_task(cfg, body, prog="nmt-train", validate_fn=_job_config)
     return summary.get("best_bleu")

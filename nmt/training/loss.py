@@ -26,6 +26,7 @@ from typing import Protocol
 import torch
 from torch import Tensor
 
+from nmt.config import is_guided
 from nmt.data.vocab import PAD_ID
 
 
@@ -157,7 +158,7 @@ def objective(model: torch.nn.Module, batch, t, autocast, regulariser: Regularis
     ``t.alignment_loss_weight`` > 0) ``alignment_loss`` (:func:`alignment_loss` of the
     model's alignment [B, T, S] against ``batch.links``), and what a ``regulariser`` adds.
     ``cross_entropy``: :func:`label_smoothed_nll`, or its compiled equal (``train.compile``)."""
-    guided = t.alignment_loss_weight > 0
+    guided = is_guided(t)
     if regulariser is None:
         with autocast:
             logits, alignment = model(batch.src, batch.src_mask, batch.tgt_in,

@@ -25,7 +25,7 @@ from __future__ import annotations
 import json
 import logging
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -41,6 +41,7 @@ from nmt.data.pipeline import prepare_data
 from nmt.data.tokenizer import Tokenizer, load_tokenizer_model
 from nmt.runtime import compile_stats, ensure_writable_dir, write_json_atomic, write_text_atomic
 from nmt.training.distributed import DistInfo, broadcast_object, collective_errors, gather_objects
+from nmt.training.hooks import Teacher, needs_teacher
 
 log = logging.getLogger("nmt")
 
@@ -255,11 +256,6 @@ def load_init_weights(model: torch.nn.Module, ckpt: dict, path: str) -> None:
     log.info("fine-tuning: weights and tokenizer from %s (fresh optimizer, schedule, steps)", path)
 
 
-# Guided alignment's teacher: the data section -> the word links of its training corpora (a
-# Pharaoh file, one line per pair; nmt.extras.training.teacher.prepare_links).
-Teacher = Callable[[DictConfig], "str | Path"]
-
-
 def prepare_run_data(cfg: DictConfig, plan: RunPlan, init_ckpt: dict | None, last: Path,
                      teacher: Teacher | None = None):
     """The run's :class:`~nmt.data.pipeline.PreparedData`. The tokenizer: a resumed run that
@@ -277,7 +273,7 @@ def prepare_run_data(cfg: DictConfig, plan: RunPlan, init_ckpt: dict | None, las
         tokenizer = load_tokenizer_model(str(given), cfg.data.tokenizer, cfg.data.src_lang,
                                          cfg.data.tgt_lang)
     data_cfg = cfg.data
-    if cfg.train.alignment_loss_weight > 0 and data_cfg.alignments is None:
+    if needs_teacher(cfg):   # a teacher was given: TrainingHooks.check
         data_cfg = OmegaConf.merge(data_cfg, {"alignments": str(teacher(data_cfg))})
     data = prepare_data(data_cfg, tokenizer)
     if ckpt is not None:

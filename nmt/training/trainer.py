@@ -31,7 +31,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from types import SimpleNamespace
-from typing import Any, Protocol
+from typing import Any
 
 import numpy as np
 import torch
@@ -46,11 +46,9 @@ from nmt.data.batching import collate, target_tokens
 from nmt.data.corpus import corpus_weights
 from nmt.data.pipeline import TokenizedSplit, tag_ids
 from nmt.data.sampler import BatchShapes, TokenBatchSampler
-from nmt.data.tokenizer import Tokenizer
 from nmt.evaluation.plot import tensorboard_figures
 from nmt.models import build_model, validate_model
 from nmt.runtime import (
-    autocast_dtype,
     bound_onednn_cache,
     cpu_has_bf16,
     machine_info,
@@ -62,27 +60,19 @@ from nmt.runtime import (
 from nmt.training import distributed as dist
 from nmt.training import run
 from nmt.training.ema import WeightAverage
+from nmt.training.hooks import NO_HOOKS, TrainingHooks
 from nmt.training.loss import (
-    Regulariser,
     compiled_label_smoothed_nll,
     label_smoothed_nll,
     objective,
     perplexity,
 )
-from nmt.training.optim import build_optimizer, build_schedule
+from nmt.training.schedule import build_schedule
+from nmt.training.setup import autocast_dtype, build_optimizer, compile_mode
 from nmt.training.throughput import Throughput
 from nmt.training.validation import valid_sets, validate
 
 log = logging.getLogger("nmt")
-
-
-def compile_mode(t, device: torch.device, world_size: int) -> str | None:
-    """``torch.compile``'s mode for ``train`` section ``t``: ``"reduce-overhead"`` (CUDA graphs)
-    only with static shapes (``train.shape_buckets``) on CUDA, one process, no accumulation:
-    graph trees overwrite a replay's outputs at the next replay, which accumulation and DDP's
-    all-reduce read (an error or wrong gradients: pytorch#169545, #96693). Else None."""
-    static = bool(t.shape_buckets) and device.type == "cuda"
-    return "reduce-overhead" if static and t.accum_steps == 1 and world_size == 1 else None
 
 
 @dataclass
@@ -106,26 +96,19 @@ class TrainState:
     segments: list = field(default_factory=list)  # one dict per run of the command
 
 
-class Resampler(Protocol):
-    """The trainer's hook for subword sampling (:mod:`nmt.extras.training.subword_sampling`): the
-    training ``split`` of ``epoch`` with new segmentations, the same on every rank."""
-
-    def __call__(self, split: TokenizedSplit, tokenizer: Tokenizer, epoch: int,
-                 info: dist.DistInfo) -> TokenizedSplit: ...
-
-
 class Trainer:
     """Model, optimizer, schedule, data and the loop (module docstring). ``plan``:
     :func:`nmt.training.run.plan_run`'s decision; ``record``: how the command was launched;
-    hooks: ``regulariser`` (:func:`~nmt.training.loss.objective`), ``resampler`` (epoch_data),
-    ``teacher`` (:func:`~nmt.training.run.prepare_run_data`)."""
+    ``hooks`` (:mod:`nmt.training.hooks`, checked here: ConfigError if one disagrees with
+    ``cfg``): the objective's ``regulariser``, :meth:`epoch_data`'s ``resampler``,
+    :func:`~nmt.training.run.prepare_run_data`'s ``teacher``."""
 
     def __init__(self, cfg: DictConfig, info: dist.DistInfo, device: torch.device,
                  plan: run.RunPlan | None = None, record: run.RunRecord | None = None,
-                 regulariser: Regulariser | None = None, resampler: Resampler | None = None,
-                 teacher: run.Teacher | None = None):
+                 hooks: TrainingHooks = NO_HOOKS):
+        hooks.check(cfg)
         self.cfg, self.info, self.device, self.record = cfg, info, device, record
-        self.regulariser, self.resampler, self.teacher = regulariser, resampler, teacher
+        self.hooks = hooks
         self.plan = plan or run.RunPlan("fresh")
         # The train section as plain Python values (DictConfig access is slow in a loop).
         self.t = SimpleNamespace(**to_plain(cfg.train))
@@ -162,7 +145,8 @@ class Trainer:
         for main_first in (True, False):
             with dist.collective_errors(self.info, errors):
                 if self.info.is_main == main_first:
-                    data = run.prepare_run_data(self.cfg, self.plan, init_ckpt, last, self.teacher)
+                    data = run.prepare_run_data(self.cfg, self.plan, init_ckpt, last,
+                                                  self.hooks.teacher)
         with dist.collective_errors(self.info, errors):
             self._build(data)
             if ckpt is not None:
@@ -227,8 +211,8 @@ class Trainer:
             self.ema = WeightAverage(self.model, float(t.ema_decay))
             if ckpt is not None and "train_model" in ckpt:   # its "model" is the average
                 self.ema.load_state_dict(ckpt["model"])
-        if self.regulariser is not None:     # after the average's copy, before compile
-            self.regulariser.prepare(self.model)
+        if self.hooks.regulariser is not None:   # after the average's copy, before compile
+            self.hooks.regulariser.prepare(self.model)
         # Step checkpoints closer than half a validation interval are not both kept as "last".
         steps_per_epoch = -(-len(self.epoch_data(0)[1]) // (info.world_size * t.accum_steps))
         self.manager.min_gap = max(1, (t.eval_every_steps or steps_per_epoch) // 2)
@@ -268,8 +252,8 @@ class Trainer:
         Cached for this and the next epoch."""
         if epoch not in self._epoch_cache:
             split, sampler = self.train_split, self.sampler
-            if self.resampler is not None:
-                split = self.resampler(self.train_split, self.tokenizer, epoch, self.info)
+            if self.hooks.resampler is not None:
+                split = self.hooks.resampler(self.train_split, self.tokenizer, epoch, self.info)
                 sampler = TokenBatchSampler(split.src_lens, split.tgt_lens, self.t.batch_tokens,
                                             seed=self.t.seed, shapes=self.sampler.shapes,
                                             directions=self.sampler.directions,
@@ -319,7 +303,7 @@ class Trainer:
                 self.train_model.no_sync()
             with sync:
                 total, parts = objective(self.train_model, batch, self.t, self._autocast(),
-                                         self.regulariser, self.cross_entropy)
+                                         self.hooks.regulariser, self.cross_entropy)
                 loss = total * scale
                 (loss if self.scaler is None else self.scaler.scale(loss)).backward()
             sums = {name: sums.get(name, 0) + value for name, value in parts.items()}
@@ -545,24 +529,12 @@ class Trainer:
 
 
 def train(cfg: DictConfig, record: run.RunRecord | None = None,
-          regulariser: Regulariser | None = None, resampler: Resampler | None = None,
-          teacher: run.Teacher | None = None) -> dict[str, Any]:
+          hooks: TrainingHooks = NO_HOOKS) -> dict[str, Any]:
     """Run, resume or (finished) leave alone the training described by ``cfg``; returns its
-    summary (``summary.json``). ``record``: how ``nmt-train`` was launched. ``regulariser``
-    (``train.consistency``), ``resampler`` (``data.tokenizer.sampling_alpha``) and ``teacher``
-    (guided alignment's links): hooks of nmt.extras, passed by ``nmt-train`` and
-    ``nmt.train()``; ConfigError if one disagrees."""
-    # First, before any data is read or file written; the typed section from here on.
-    if (cfg.train.consistency != "none") != (regulariser is not None):
-        raise ConfigError(f"train.consistency={cfg.train.consistency} and the regulariser given "
-                          "disagree: train through nmt-train or nmt.train(), which pass "
-                          "nmt.extras.training.consistency.regulariser(cfg.train).")
-    if bool(cfg.data.tokenizer.sampling_alpha) != (resampler is not None):
-        raise ConfigError("data.tokenizer.sampling_alpha and the resampler disagree: train via "
-                          "nmt-train or nmt.train(): nmt.extras.training.subword_sampling.resampler(cfg).")
-    if cfg.train.alignment_loss_weight > 0 and cfg.data.alignments is None and teacher is None:
-        raise ConfigError("train.alignment_loss_weight > 0 needs word links: data.alignments=FILE, "
-                          "or train via nmt-train or nmt.train(), whose teacher is eflomal.")
+    summary (``summary.json``). ``record``: how ``nmt-train`` was launched; ``hooks``: what
+    :func:`nmt.extras.training.hooks` builds for ``cfg`` (``nmt-train`` and ``nmt.train()``
+    pass it), ConfigError if one disagrees (:meth:`~nmt.training.hooks.TrainingHooks.check`)."""
+    hooks.check(cfg)   # first, before any data is read or file written (the Trainer's own)
     model_cfg = validate_model(to_plain(cfg.model))
     cfg = cfg.copy()
     with read_write(cfg), open_dict(cfg):
@@ -578,7 +550,7 @@ def train(cfg: DictConfig, record: run.RunRecord | None = None,
         if plan.kind == "finished":
             return plan.summary
         with run.logging_to(Path(cfg.run_dir), info):
-            trainer = Trainer(cfg, info, device, plan, record, regulariser, resampler, teacher)
+            trainer = Trainer(cfg, info, device, plan, record, hooks)
             try:
                 trainer.setup()
                 summary = trainer.fit()
