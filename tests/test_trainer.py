@@ -108,12 +108,12 @@ def test_bf16_autocast_trains_on_cpu_and_fp16_needs_cuda(overrides, tmp_path, ca
     elsewhere with one paragraph."""
     import math
 
-    from nmt.training import setup as setup_module
+    from nmt import runtime as runtime_module
+    from nmt.runtime import autocast_dtype
     from nmt.training import trainer as trainer_module
-    from nmt.training.setup import autocast_dtype
 
     assert isinstance(trainer_module.cpu_has_bf16(), bool)
-    for module in (trainer_module, setup_module):                         # a CPU without it
+    for module in (trainer_module, runtime_module):                         # a CPU without it
         monkeypatch.setattr(module, "cpu_has_bf16", lambda: False)
 
     run = tmp_path / "bf16"
@@ -130,7 +130,7 @@ def test_bf16_autocast_trains_on_cpu_and_fp16_needs_cuda(overrides, tmp_path, ca
     cpu = torch.device("cpu")
     assert autocast_dtype("auto", cpu) is None and autocast_dtype("bf16", cpu) == torch.bfloat16
     assert autocast_dtype("fp32", cpu) is None
-    monkeypatch.setattr(setup_module, "cpu_has_bf16", lambda: True)      # AMX / AVX-512 BF16
+    monkeypatch.setattr(runtime_module, "cpu_has_bf16", lambda: True)      # AMX / AVX-512 BF16
     assert autocast_dtype("auto", cpu) == torch.bfloat16 and autocast_dtype("fp32", cpu) is None
     assert main(overrides[:-1] + TINY_MODEL + TINY_TRAIN + [
         "train.max_steps=1", "train.precision=fp16", "device=cpu", f"run_dir={tmp_path / 'fp16'}"]) == 2
@@ -590,7 +590,7 @@ def test_rdrop_training_steps_log_the_kl_apart(overrides, tmp_path, model):
 
 def test_cuda_graphs_only_for_one_rank_without_accumulation():
     """train.compile's mode: CUDA graphs need static shapes on CUDA, one rank, accum_steps 1."""
-    from nmt.training.setup import compile_mode
+    from nmt.training.trainer import compile_mode
 
     cuda, cpu = torch.device("cuda", 0), torch.device("cpu")
     t = SimpleNamespace(shape_buckets=8, accum_steps=1)

@@ -49,6 +49,7 @@ from nmt.data.sampler import BatchShapes, TokenBatchSampler
 from nmt.evaluation.plot import tensorboard_figures
 from nmt.models import build_model, validate_model
 from nmt.runtime import (
+    autocast_dtype,
     bound_onednn_cache,
     cpu_has_bf16,
     machine_info,
@@ -67,12 +68,20 @@ from nmt.training.loss import (
     objective,
     perplexity,
 )
-from nmt.training.schedule import build_schedule
-from nmt.training.setup import autocast_dtype, build_optimizer, compile_mode
+from nmt.training.optim import build_optimizer, build_schedule
 from nmt.training.throughput import Throughput
 from nmt.training.validation import valid_sets, validate
 
 log = logging.getLogger("nmt")
+
+
+def compile_mode(t, device: torch.device, world_size: int) -> str | None:
+    """``torch.compile``'s mode for ``train`` section ``t``: ``"reduce-overhead"`` (CUDA graphs)
+    only with static shapes (``train.shape_buckets``) on CUDA, one process, no accumulation:
+    graph trees overwrite a replay's outputs at the next replay, which accumulation and DDP's
+    all-reduce read (an error or wrong gradients: pytorch#169545, #96693). Else None."""
+    static = bool(t.shape_buckets) and device.type == "cuda"
+    return "reduce-overhead" if static and t.accum_steps == 1 and world_size == 1 else None
 
 
 @dataclass
