@@ -51,9 +51,10 @@ def test_sampled_segmentations_decode_to_the_text_and_repeat_with_the_seed(
 
 
 def test_sample_split_keeps_pairs_and_falls_back_beyond_the_longest_side(tmp_path, monkeypatch):
-    # ids: a=10 b=11 c=12 | x=13 y=14 z=15 w=16. The longest side is "z w x y" (4 tokens): a
-    # pair with a longer sampled side keeps its best segmentation (pairs 0 and 1); the others
-    # take the sampled one. The "sampling" doubles every word's id, seed ignored.
+    # ids: a=10 b=11 c=12 | x=13 y=14 z=15 w=16. Each side is bounded by its own longest: the
+    # source's "a b c" (3 tokens), the target's "z w x y" (4). A pair with a longer sampled side
+    # keeps its best segmentation (pairs 0, 1 and 3: "b b" sampled is 4 > 3 source tokens); the
+    # other takes the sampled one. The "sampling" doubles every word's id, seed ignored.
     src, tgt = ["a b c", "a", "", "b b"], ["x y", "z w x y", "x", ""]
     write_pairs(tmp_path / "s.arrow", zip(src, tgt, strict=True), WordTokenizer())
     hand_split = TokenizedSplit(tmp_path / "s.arrow")
@@ -66,12 +67,12 @@ def test_sample_split_keeps_pairs_and_falls_back_beyond_the_longest_side(tmp_pat
     monkeypatch.setattr(subword_sampling, "encode_sampled", doubled)
     split = sample_split(hand_split, WordTokenizer(), 0.5, -1, seed=(1, 0), cache=False)
     assert split.path is None and len(split) == 4
-    assert [split.src_ids(i) for i in range(4)] == [[10, 11, 12], [10], [], [11, 11, 11, 11]]
+    assert [split.src_ids(i) for i in range(4)] == [[10, 11, 12], [10], [], [11, 11]]
     assert [split.tgt_ids(i) for i in range(4)] == [[13, 14], [15, 16, 13, 14], [13, 13], []]
-    assert split.src_lens.tolist() == [4, 2, 1, 5] and split.tgt_lens.tolist() == [3, 5, 3, 1]
+    assert split.src_lens.tolist() == [4, 2, 1, 3] and split.tgt_lens.tolist() == [3, 5, 3, 1]
     assert split.src_texts() == hand_split.src_texts()
     b = collate(split, [3, 2])
-    assert b.src.tolist() == [[11, 11, 11, 11, EOS_ID], [EOS_ID, PAD_ID, PAD_ID, PAD_ID, PAD_ID]]
+    assert b.src.tolist() == [[11, 11, EOS_ID], [EOS_ID, PAD_ID, PAD_ID]]
     again = TokenizedSplit.from_bytes(split.ipc_bytes())
     assert again.tgt_ids(2) == [13, 13] and again.path is None
 
@@ -117,3 +118,14 @@ def test_the_resampler_is_the_hook_of_the_setting_and_the_trainer_wants_it(tiny_
     with pytest.raises(ConfigError, match="sampling_alpha=None takes no resampler hook"):
         train(plain, hooks=TrainingHooks(resampler=hook))
     assert not (tmp_path / "run").exists() and not (tmp_path / "cache").exists()
+
+
+def test_sampling_trains_with_static_shapes_per_side(tiny_overrides):
+    """``train.shape_buckets`` bounds each side by its own longest shape; a sampled side
+    longer than its side's longest keeps the best segmentation, so setup and every epoch fit."""
+    import nmt
+
+    summary = nmt.train(tiny_overrides + ["data.tokenizer.sampling_alpha=0.1",
+                                          "train.shape_buckets=2", "train.shape_multiple=1", "train.max_epochs=2",
+                                          "train.max_steps=null", "train.eval_every_steps=null"])
+    assert summary["epochs_done"] == 2 and summary["steps"] > 0
