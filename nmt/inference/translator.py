@@ -262,15 +262,14 @@ def capture_attention(model: Seq2Seq, src_ids: Sequence[Sequence[int]],
 
 class TranslatorBase:
     """``translate`` (``translate_with``: settings checked already) and ``score`` of raw
-    sentences for both engines; ``config`` is the training config. An engine implements
-    ``_hypotheses`` (:func:`decode`'s contract), ``_forced`` (per pair the teacher-forced
-    log-probability sum and length, EOS included, the first ``given`` target tokens left out)
-    and ``_attention`` (:func:`capture_attention`'s), and states what it can do:
-    ``all_attention`` (every layer's and head's attention, ``return_attention``; not an
-    ensemble, not CTranslate2), ``epsilon_sampling`` (``_hypotheses`` with a sampling
+    sentences for both engines; ``config`` is the training config. An engine implements the
+    engine contract on token ids, which decoders over it (MBR, pivot: :mod:`nmt.extras.decoding`)
+    call too: :meth:`hypotheses`, :meth:`forced` and :meth:`attention`; and states what it can
+    do: ``all_attention`` (every layer's and head's attention, ``return_attention``; not an
+    ensemble, not CTranslate2), ``epsilon_sampling`` (:meth:`hypotheses` with a sampling
     ``epsilon`` > 0; not CTranslate2) and ``full_context_alignment`` (the model's alignment
-    needs the whole output: each result's is read by ``_attention`` after search). Nothing is stored per call: one translator serves many
-    threads."""
+    needs the whole output: each result's is read by :meth:`attention` after search). Nothing
+    is stored per call: one translator serves many threads."""
 
     search_settings = staticmethod(search_settings)
     all_attention: bool = True
@@ -331,7 +330,7 @@ class TranslatorBase:
         else:
             sample = ({k: settings[k] for k in ("temperature", "top_k", "top_p", "seed")}
                       if settings["sampling"] else None)
-            found = self._hypotheses(src_ids, settings, sample)
+            found = self.hypotheses(src_ids, settings, sample)
         results = []   # the one place that turns hypotheses into text
         for ids, hyps in zip(src_ids, found, strict=True):
             src_tokens = self.tokenizer.src_pieces(list(ids) + [EOS_ID])
@@ -342,8 +341,8 @@ class TranslatorBase:
             results.append(dataclasses.replace(n_best[0], hypotheses=n_best))
         full = self.full_context_alignment   # search's alignment is causal, not the model's
         if return_attention or full:
-            captured = self._attention(src_ids, [r.ids for r in results], settings,
-                                       return_attention)
+            captured = self.attention(src_ids, [r.ids for r in results], settings,
+                                      return_attention)
             for result, weights in zip(results, captured, strict=True):
                 alignment = weights.pop("alignment")
                 if full:
@@ -365,8 +364,38 @@ class TranslatorBase:
         src_ids = _tagged(self.tokenizer.encode_src_batch(list(sources)), src_tag)
         tgt_ids = _tagged(self.tokenizer.encode_tgt_batch(list(targets)), first)
         return [ForcedScore(logprob=total, tokens=n, ppl=math.exp(-total / max(n, 1)))
-                for total, n in self._forced(src_ids, tgt_ids, batch_tokens,
-                                             given=int(first is not None))]
+                for total, n in self.forced(src_ids, tgt_ids, batch_tokens,
+                                            given=int(first is not None))]
+
+    # ------------------------------------------------------------------ the engine contract
+    def hypotheses(self, src_ids: list[list[int]], settings: Mapping,
+                   sampling: Mapping | None) -> list[list[Hypothesis]]:
+        """Per tokenized sentence (source ids without EOS, a source-side tag included), in input
+        order, its :class:`~nmt.inference.search.Hypothesis` list, best first (``tokens``
+        without BOS/EOS, ``score`` the length-penalised log-probability, ``alignment`` float32
+        [len(tokens) + 1, S + 1]): the search of ``settings`` (:func:`search_settings` plus
+        ``first_token``, a forced target-side tag, cut), or with ``sampling`` (temperature,
+        top_k, top_p, seed, optional epsilon) one sample per row. :func:`decode`'s contract;
+        an empty source gets one empty hypothesis."""
+        raise NotImplementedError
+
+    def forced(self, src_ids: list[list[int]], tgt_ids: list[list[int]], batch_tokens: int,
+               given: int = 0) -> list[tuple[float, int]]:
+        """Per pair (ids without EOS; a target-side tag is the first of ``tgt_ids``)
+        ``(log-probability sum in nats, tokens)`` of the target and EOS by teacher forcing, no
+        label smoothing, no length penalty, the first ``given`` target tokens neither scored
+        nor counted; about ``batch_tokens`` padded target tokens per pass."""
+        raise NotImplementedError
+
+    def attention(self, src_ids: list[list[int]], tgt_ids: list[list[int]], settings: Mapping,
+                  everything: bool = True) -> list[dict[str, np.ndarray]]:
+        """Per pair (ids without BOS/EOS; ``settings["first_token"]``, a target-side tag, is
+        put first and its step cut) the weights of one teacher-forced pass, T and S with EOS:
+        ``"alignment"`` [T, S] (the model's: the full-context pass where it has one), and with
+        ``everything`` ``"cross"`` [L, H, T, S], ``"decoder"`` [L, H, T, T] and ``"encoder"``
+        [L, H, S, S] (:func:`capture_attention`'s). Engines without ``all_attention`` and
+        ``full_context_alignment`` need not implement it."""
+        raise NotImplementedError
 
 
 class Translator(TranslatorBase):
@@ -392,10 +421,10 @@ class Translator(TranslatorBase):
                               "nmt.extras.decoding.ensemble.ensemble_translator(paths, device).")
         return cls(*load_for_inference(paths[0], device, weights), device)
 
-    def _hypotheses(self, src_ids, settings, sampling):
+    def hypotheses(self, src_ids, settings, sampling):   # TranslatorBase.hypotheses
         return decode(self.model, src_ids, settings, sampling, self.device)
 
-    def _attention(self, src_ids, tgt_ids, settings, everything=True):
+    def attention(self, src_ids, tgt_ids, settings, everything=True):   # TranslatorBase's
         first = settings["first_token"]   # a target-side tag: its step (from <s>) is cut
         out = capture_attention(self.model, src_ids, _tagged(tgt_ids, first), self.device,
                                 settings["batch_sentences"], settings["batch_tokens"], everything)
@@ -404,7 +433,7 @@ class Translator(TranslatorBase):
                                            for k, w in a.items()} for a in out]
 
     @torch.inference_mode()
-    def _forced(self, src_ids, tgt_ids, batch_tokens, given=0):
+    def forced(self, src_ids, tgt_ids, batch_tokens, given=0):   # TranslatorBase.forced
         out: list[tuple[float, int] | None] = [None] * len(src_ids)
         for batch, src, src_mask, tgt_in, tgt_out, tgt_mask in _teacher_forced_batches(
                 src_ids, tgt_ids, self.device, len(src_ids), batch_tokens):

@@ -3,3 +3,37 @@
 (:mod:`~nmt.extras.decoding.mbr`), ensembles (:mod:`~nmt.extras.decoding.ensemble`), pivot
 translation (:mod:`~nmt.extras.decoding.pivot`) and the evaluation of a split's directions
 through them (:mod:`~nmt.extras.decoding.multilingual`)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+class EngineDecoder:
+    """A decoder over an engine (``translator``: a
+    :class:`~nmt.inference.translator.TranslatorBase`, or another such decoder), which it calls
+    through the public engine contract only (``translate_with``, ``hypotheses``, ``forced``,
+    ``attention``). It passes on, as the engine has them, what callers read of an engine:
+    ``config``, ``tokenizer``, ``device``, ``directions``, ``languages``, the capabilities
+    (``all_attention``, ``epsilon_sampling``, ``full_context_alignment``), ``search_settings``
+    and ``score``; a subclass gives its own ``translate`` and ``translate_with``."""
+
+    def __init__(self, translator: Any) -> None:
+        self.translator = translator
+
+    config = property(lambda self: self.translator.config)
+    tokenizer = property(lambda self: self.translator.tokenizer)
+    device = property(lambda self: self.translator.device)
+    directions = property(lambda self: self.translator.directions)
+    languages = property(lambda self: self.translator.languages)
+    all_attention = property(lambda self: self.translator.all_attention)
+    epsilon_sampling = property(lambda self: self.translator.epsilon_sampling)
+    full_context_alignment = property(lambda self: self.translator.full_context_alignment)
+
+    def search_settings(self, **overrides: Any) -> dict:
+        """The engine's :func:`~nmt.inference.translator.search_settings`."""
+        return self.translator.search_settings(**overrides)
+
+    def score(self, *args: Any, **kwargs: Any) -> list:
+        """The engine's :meth:`~nmt.inference.translator.TranslatorBase.score`."""
+        return self.translator.score(*args, **kwargs)

@@ -64,6 +64,7 @@ from tqdm.auto import tqdm
 
 from nmt.config import ConfigError, config_file, to_plain
 from nmt.evaluation.evaluate import Evaluation, evaluate_split
+from nmt.extras.decoding import EngineDecoder
 from nmt.inference.search import Hypothesis
 from nmt.inference.translator import Translation
 from nmt.runtime import progress_enabled
@@ -212,14 +213,15 @@ class MbrTranslation(Translation):
     mbr_cost: MbrCost | None = field(default=None, repr=False, compare=False)
 
 
-class MbrTranslator:
+class MbrTranslator(EngineDecoder):
     """``translator`` (a :class:`~nmt.inference.translator.Translator` or
     :class:`~nmt.extras.tools.ctranslate2.CTranslate2Translator`) decoding by MBR with ``settings``
     of :func:`mbr_settings`: ``translate`` / ``translate_with`` as the engine's, returning
     :class:`MbrTranslation` objects, and ``search_settings`` as the engine's that also refuses
-    what MBR cannot take (:func:`check_search`); everything else (``score``, ``config``,
-    ``device``, ...) is the engine's. ``quiet``: no progress bar (else a tqdm bar on a
-    terminal, unless $CI). ConfigError: ``mbr.epsilon`` > 0 with samples on an engine without
+    what MBR cannot take (:func:`check_search`); what
+    :class:`~nmt.extras.decoding.EngineDecoder` passes on (``score``, ``config``, ``device``,
+    ...) is the engine's; candidates come from its ``hypotheses``. ``quiet``: no progress bar
+    (else a tqdm bar on a terminal, unless $CI). ConfigError: ``mbr.epsilon`` > 0 with samples on an engine without
     ``epsilon_sampling``. Nothing is stored per call: one MbrTranslator serves many threads."""
 
     def __init__(self, translator, settings: Mapping, quiet: bool = False) -> None:
@@ -227,10 +229,8 @@ class MbrTranslator:
                 and not translator.epsilon_sampling):
             raise ConfigError(f"{type(translator).__name__} cannot do mbr.epsilon > 0 (epsilon "
                               "sampling: engine=pytorch; or mbr.epsilon=0).")
-        self.translator, self.settings, self.quiet = translator, dict(settings), quiet
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self.translator, name)
+        super().__init__(translator)
+        self.settings, self.quiet = dict(settings), quiet
 
     def search_settings(self, **overrides: Any) -> dict:
         """The engine's ``search_settings`` (the samples' and the beam's settings), and
@@ -300,8 +300,8 @@ class MbrTranslator:
             for start in range(0, len(order), chunk_size):
                 chunk = order[start:start + chunk_size]
                 begin = time.perf_counter()
-                rows = engine._hypotheses([src_ids[i] for i in chunk for _ in range(copies)],
-                                          search, sampling)
+                rows = engine.hypotheses([src_ids[i] for i in chunk for _ in range(copies)],
+                                         search, sampling)
                 candidates = [[h for hyps in rows[k * copies:(k + 1) * copies] for h in hyps]
                               for k in range(len(chunk))]
                 middle = time.perf_counter()

@@ -7,25 +7,22 @@ direction; Johnson et al. 2017, sec. 5), and the check that a model can translat
 
 from __future__ import annotations
 
-from typing import Any
-
 from nmt.config import ConfigError
+from nmt.extras.decoding import EngineDecoder
 from nmt.inference.translator import direction_tags
 
 
-class Pivot:
+class Pivot(EngineDecoder):
     """Pivot translation with one model: ``src -> pivot -> tgt`` (the baseline of a zero-shot
     direction). ``translate`` and ``translate_with`` take the translator's arguments; the
     first step's best translation is the second's input, so results are the second step's
     (their ``src_tokens`` are the pivot sentences; ``return_attention``: the second step's).
-    Everything else (``search_settings``, ``device``, ``score``: the direct direction's) is the
-    wrapped translator's."""
+    What :class:`~nmt.extras.decoding.EngineDecoder` passes on (``search_settings``,
+    ``device``, ``score``: the direct direction's, ...) is the wrapped translator's."""
 
     def __init__(self, translator, pivot: str) -> None:
-        self.translator, self.pivot = translator, pivot
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self.translator, name)
+        super().__init__(translator)
+        self.pivot = pivot
 
     def translate(self, sentences, *, src_lang: str | None = None, tgt_lang: str | None = None,
                   return_attention: bool = False, **search):

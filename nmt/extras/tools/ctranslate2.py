@@ -254,7 +254,7 @@ class CTranslate2Translator(TranslatorBase):
         a, b = float(settings["max_len_a"]), int(settings["max_len_b"])
         return [max(0, math.floor(a * float(len(ids) + 1) + b)) for ids in src_ids]
 
-    def _hypotheses(self, src_ids, settings, sampling):
+    def hypotheses(self, src_ids, settings, sampling):   # TranslatorBase.hypotheses
         for i, (ids, limit) in enumerate(zip(src_ids, self._max_lengths(src_ids, settings),
                                              strict=True)):
             if len(ids) + 1 > self.max_positions or limit + 1 > self.max_positions:
@@ -360,7 +360,7 @@ class CTranslate2Translator(TranslatorBase):
             out.append(sorted(unique.values(), key=lambda h: -h.score)[:n_keep])
         return out
 
-    def _forced(self, src_ids, tgt_ids, batch_tokens, given=0):
+    def forced(self, src_ids, tgt_ids, batch_tokens, given=0):   # TranslatorBase.forced
         for i, (s, t) in enumerate(zip(src_ids, tgt_ids, strict=True)):
             if max(len(s), len(t)) + 1 > self.max_positions:
                 raise InputTooLong(f"pair {i} has {len(s) + 1} source and {len(t) + 1} target "
