@@ -66,14 +66,12 @@ def main(argv: list[str]) -> int:
     import torch
 
     from nmt.checkpoint import load_checkpoint
+    from nmt.data.links import SYMMETRIZATIONS, flip_links, symmetrize
     from nmt.extras.tools.word_alignment import (
-        SYMMETRIZATIONS,
         alignment_scores,
-        flip_links,
         force_align,
         read_gold,
         read_pair_file,
-        symmetrize,
         word_links,
     )
     from nmt.inference.translator import load_for_inference

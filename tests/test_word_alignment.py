@@ -13,23 +13,25 @@ from conftest import REPO_ROOT
 
 from nmt.config import ConfigError, compose_config
 from nmt.data.corpus import CorpusError
-from nmt.extras.tools.word_alignment import (
+from nmt.data.links import (
     AlignmentFormatError,
+    flip_links,
+    parse_links,
+    symmetrize,
+    word_ids,
+    write_links,
+)
+from nmt.extras.tools.word_alignment import (
     ForcedAlignment,
     alignment_scores,
     check_extraction,
     extract_links,
-    flip_links,
     force_align,
-    parse_links,
     read_gold,
     read_pair_file,
     select_attention,
-    symmetrize,
-    word_ids,
     word_link_cells,
     word_links,
-    write_links,
 )
 from nmt.inference.translator import load_for_inference
 from nmt.models import build_model

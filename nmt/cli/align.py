@@ -31,7 +31,8 @@ from nmt.runtime import ensure_writable_dir, resolve_device, write_json_atomic
 
 def _check(cfg: DictConfig) -> DictConfig:
     """The settings that depend on each other, and the ranges."""
-    from nmt.extras.tools.word_alignment import SYMMETRIZATIONS, check_extraction
+    from nmt.data.links import SYMMETRIZATIONS
+    from nmt.extras.tools.word_alignment import check_extraction
 
     require(cfg, "checkpoint", "out")
     if bool(cfg.src_file) != bool(cfg.tgt_file) or bool(cfg.src_file) == bool(cfg.input):
@@ -58,6 +59,7 @@ def _check(cfg: DictConfig) -> DictConfig:
 
 
 def _run(cfg: DictConfig) -> None:
+    from nmt.data.links import write_links
     from nmt.extras.tools import word_alignment as wa
     from nmt.inference.translator import direction_tags, load_for_inference
 
@@ -94,7 +96,7 @@ def _run(cfg: DictConfig) -> None:
     links = wa.align_words(model, tokenizer, pairs, **settings, reverse=reverse,
                         symmetrization=cfg.symmetrize, batch_sentences=cfg.batch_sentences,
                         device=device, items=items, agreement_threshold=cfg.agreement_threshold)
-    wa.write_links(out, links, one_based=cfg.one_based)
+    write_links(out, links, one_based=cfg.one_based)
     print(f"aligned {len(pairs)} pairs: {sum(map(len, links))} links "
           f"({'symmetrized ' + str(cfg.symmetrize) if reverse else 'one direction'}) -> {out}")
     if cfg.attention_out:

@@ -32,14 +32,9 @@ import torch
 from nmt.config import ConfigError
 from nmt.data.corpus import CorpusError, iter_lines
 from nmt.data.languages import LANG_TAG
-from nmt.data.links import AlignmentFormatError, Link, parse_links, word_ids
+from nmt.data.links import AlignmentFormatError, Link, flip_links, parse_links, symmetrize, word_ids
 from nmt.evaluation.alignments import attention_panel, panel_choices
 from nmt.inference.translator import capture_attention
-from nmt.runtime import write_text_atomic
-
-# Koehn's neighbours as (target, source) offsets: the 4 adjacent cells, then the 4 diagonal ones
-_NEIGHBOURS = ((-1, 0), (0, -1), (1, 0), (0, 1), (-1, -1), (-1, 1), (1, -1), (1, 1))
-SYMMETRIZATIONS = ("intersection", "union", "grow-diag", "grow-diag-final", "grow-diag-final-and")
 
 
 def read_gold(path: str | Path, *, one_based: bool, src_lengths: Sequence[int] | None = None,
@@ -70,15 +65,6 @@ def read_gold(path: str | Path, *, one_based: bool, src_lengths: Sequence[int] |
             raise AlignmentFormatError(f"{path}: {len(sure)} lines but {len(lengths)} {side} "
                                        "sentences; the file needs one line per pair.")
     return sure, possible
-
-
-def write_links(path: str | Path, alignments: Iterable[Iterable[Link]],
-                one_based: bool = False) -> None:
-    """One Pharaoh line per sentence, links ``i-j`` sorted by source, then target index (an
-    empty line for no links), UTF-8, written atomically."""
-    write_text_atomic(path, "".join(" ".join(f"{i + one_based}-{j + one_based}"
-                                             for i, j in sorted(links)) + "\n"
-                                    for links in alignments))
 
 
 def read_pair_file(path: str | Path, separator: str = "|||") -> list[tuple[str, str]]:
@@ -281,7 +267,7 @@ def align_words(model, tokenizer, pairs: Sequence[tuple[str, str]], *, method: s
                 agreement_threshold: float = 0.2) -> list[set[Link]]:
     """Word links of each pair by :func:`word_links`; with ``reverse`` (a target->source
     ``(model, tokenizer)``) symmetrised with its flipped links (same settings) by
-    :func:`symmetrize`, or with ``symmetrization="agreement"`` the two directions'
+    :func:`~nmt.data.links.symmetrize`, or with ``symmetrization="agreement"`` the two directions'
     :func:`word_attention` combined by :func:`agreement_links` (``agreement_threshold``).
     ``items``: ``force_align(model, tokenizer, pairs)`` if computed. ``reverse`` may hold a
     third item, its direction's ``tags`` (:func:`force_align`)."""
@@ -300,65 +286,6 @@ def align_words(model, tokenizer, pairs: Sequence[tuple[str, str]], *, method: s
     return [symmetrize(word_links(item, **settings), flip_links(word_links(b, **settings)),
                        symmetrization, src_len=item.n_src_words, tgt_len=item.n_tgt_words)
             for item, b in zip(items, back, strict=True)]
-
-
-def flip_links(links: Iterable[Link]) -> set[Link]:
-    """Swap each link's sides: a target->source model's (tgt, src) links become (src, tgt)."""
-    return {(j, i) for i, j in links}
-
-
-def symmetrize(src2tgt: Iterable[Link], tgt2src: Iterable[Link],
-               method: str = "grow-diag-final-and", *, src_len: int, tgt_len: int) -> set[Link]:
-    """Combine two directions' (src, tgt) links by ``method``: Koehn, Och and Marcu (2003),
-    "Statistical Phrase-Based Translation", as in Moses' ``symal``, after Koehn's pseudo-code:
-
-    * ``intersection`` / ``union`` of the two sets.
-    * ``grow-diag``: from the intersection, repeat until nothing changes: visit the aligned
-      cells target-major and add each of the 8 neighbours (adjacent, then diagonal) that is
-      in the union and whose source or target word is still unaligned.
-    * ``grow-diag-final``: then visit the links of ``src2tgt``, then those of ``tgt2src``
-      (each target-major) and add each whose source or target word is unaligned;
-      ``grow-diag-final-and``: both words must be unaligned.
-
-    Added links align their words at once, so the visiting order can decide between
-    competing links. ``src_len`` / ``tgt_len``: the sentence lengths in words."""
-    forward, backward = set(src2tgt), set(tgt2src)
-    union = forward | backward
-    alignment = forward & backward
-    if method == "intersection":
-        return alignment
-    if method == "union":
-        return union
-    src_aligned = {i for i, _ in alignment}
-    tgt_aligned = {j for _, j in alignment}
-
-    def add(i: int, j: int) -> None:
-        alignment.add((i, j))
-        src_aligned.add(i)
-        tgt_aligned.add(j)
-
-    added = True
-    while added:  # grow-diag
-        added = False
-        for e in range(tgt_len):
-            for f in range(src_len):
-                if (f, e) not in alignment:
-                    continue
-                for de, df in _NEIGHBOURS:
-                    e_new, f_new = e + de, f + df
-                    if ((f_new, e_new) in union and (f_new, e_new) not in alignment
-                            and (f_new not in src_aligned or e_new not in tgt_aligned)):
-                        add(f_new, e_new)
-                        added = True
-    if method == "grow-diag":
-        return alignment
-    both = method == "grow-diag-final-and"
-    for links in (forward, backward):  # final
-        for f, e in sorted(links, key=lambda link: (link[1], link[0])):
-            f_free, e_free = f not in src_aligned, e not in tgt_aligned
-            if (f_free and e_free) if both else (f_free or e_free):
-                add(f, e)
-    return alignment
 
 
 def alignment_scores(predicted: Sequence[Iterable[Link]], sure: Sequence[Iterable[Link]],

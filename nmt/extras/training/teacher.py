@@ -11,7 +11,7 @@ bytes and these settings (:func:`links_path`), then every rank trains on them::
 
 eflomal aligns the lowercased tokens ``re.findall(r"\\w+|[^\\w\\s]", word)`` of each whitespace
 word, both directions; ``data.teacher_symmetrize`` combines them
-(:func:`~nmt.extras.tools.word_alignment.symmetrize`, or one direction: ``forward``, ``reverse``)
+(:func:`~nmt.data.links.symmetrize`, or one direction: ``forward``, ``reverse``)
 and a link of two tokens links their whitespace words, the unit that :mod:`nmt.data.links`
 maps to subwords. The file is Pharaoh, 0-based ``i-j`` (source word i, target word j), one
 line per training pair (:func:`~nmt.data.corpus.iter_training`: the first
@@ -40,8 +40,7 @@ from nmt.data.corpus import (
     split_fingerprint,
     training_corpora,
 )
-from nmt.data.links import Link, parse_links
-from nmt.extras.tools.word_alignment import symmetrize, write_links
+from nmt.data.links import Link, parse_links, symmetrize, write_links
 
 log = logging.getLogger("nmt.data")
 
