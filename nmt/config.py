@@ -431,6 +431,11 @@ def validate(cfg: DictConfig) -> DictConfig:
     _check_guided(out)
     check_positive(out, "data.sampling_temperature")
     _check_pairs(data, is_guided(train))   # data.alignments without it: refused above
+    if data.alignments is not None and data.corpora and data.max_train_pairs is not None:
+        raise ConfigError("data.alignments with data.corpora and data.max_train_pairs: the file has "
+                          "a line per pair of every corpus, and past the capped split its lines "
+                          "would go to the wrong pairs; drop data.max_train_pairs, or "
+                          "data.alignments (the teacher aligns exactly the pairs trained on).")
     if train.init_from and data.tokenizer.model:
         raise ConfigError("data.tokenizer.model must be null with train.init_from (a fine-tuning "
                           "run uses its checkpoint's tokenizer).")

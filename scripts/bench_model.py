@@ -160,7 +160,7 @@ def main(argv: list[str] | None = None) -> dict:
                              t.batch_tokens, t.shape_multiple) if t.shape_buckets else None
     sampler = TokenBatchSampler(data.train.src_lens, data.train.tgt_lens, t.batch_tokens,
                                 shuffle=True, seed=t.seed, shapes=shapes,
-                                directions=data.train.directions,   # as nmt-train draws them
+                                groups=data.train.groups, weights=data.weights,  # as nmt-train
                                 temperature=cfg.data.sampling_temperature)
     chosen = sampler.batches(0)[: args.warmup + args.steps]
     batches = [collate(data.train, ix, shapes).to(device) for ix in chosen]

@@ -1,6 +1,6 @@
 """Weighted training corpora (``data.corpora``): read after the training split, one token cache
-with each pair's corpus, drawn ``weight`` times per epoch on average; guided alignment's links
-cover every corpus."""
+with each pair's corpus (column ``corpus``), drawn ``weight`` times per epoch on average
+(fairseq's upsampling); guided alignment's links cover every corpus."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import pytest
 from conftest import make_pairs, write_corpus
 
 from nmt.config import ConfigError, compose_config
-from nmt.data.corpus import corpus_weights, iter_training
+from nmt.data.corpus import iter_training, training_corpora
 from nmt.data.pipeline import prepare_data, training_pairs
 from nmt.data.sampler import TokenBatchSampler
 
@@ -30,7 +30,7 @@ def test_weighted_sampling_matches_its_expected_counts():
     groups = np.repeat([0, 1, 2], [500, 40, 60])          # a main corpus and two small ones
     lens = rng.integers(2, 20, size=(2, len(groups)))
     weights = [1.0, 2.5, 0.5]
-    sampler = TokenBatchSampler(*lens, 200, seed=3, directions=groups, weights=weights)
+    sampler = TokenBatchSampler(*lens, 200, seed=3, groups=groups, weights=weights)
     for epoch in (0, 1):
         rows = np.concatenate(sampler.batches(epoch))
         assert np.array_equal(np.bincount(groups[rows], minlength=3), [500, 100, 30])  # w * n
@@ -41,7 +41,7 @@ def test_weighted_sampling_matches_its_expected_counts():
     assert not np.array_equal(np.sort(np.concatenate(sampler.batches(0))[-200:]),
                               np.sort(np.concatenate(sampler.batches(1))[-200:]))
     # weights that give every corpus its size: every row once, as without corpora
-    same = TokenBatchSampler(*lens, 200, seed=3, directions=groups, weights=[1.0] * 3)
+    same = TokenBatchSampler(*lens, 200, seed=3, groups=groups, weights=[1.0] * 3)
     assert same.epoch_rows(0) is None
 
 
@@ -52,22 +52,44 @@ def test_corpora_are_read_after_the_training_split_into_one_cache(tmp_path):
             "data.tokenizer.vocab_size=100", "data.max_train_pairs=20"]
     cfg = compose_config(base + [f"data.corpora=[{{split: extra, root: {tmp_path / 'other'}, "
                                  "weight: 4}]"])
-    assert corpus_weights(cfg.data) == [1.0, 4.0]
-    assert corpus_weights(compose_config(base).data) is None
-    pairs = list(iter_training(cfg.data))
+    corpora = training_corpora(cfg.data)
+    assert [(c.split, c.weight, c.limit) for c in corpora] == [("train", 1.0, 20), ("extra", 4.0, None)]
+    pairs = list(iter_training(corpora))
     main = (corpus / "train.de").read_text(encoding="utf-8").splitlines()[:20]
     assert [p[0] for p in pairs] == main + [s for s, _ in extra]     # the cap: the main split's
     assert [p[2] for p in pairs] == [0] * 20 + [1] * 30
     data = prepare_data(cfg.data)
-    assert np.array_equal(data.train.directions, [0] * 20 + [1] * 30)
+    assert np.array_equal(data.train.groups, [0] * 20 + [1] * 30) and data.weights == [1.0, 4.0]
+    assert "corpus" in data.train._reader.schema.names                # not "direction"
+    assert "direction" not in data.train._reader.schema.names
     assert data.train.src_texts()[20:] == [s for s, _ in extra]
     plain = prepare_data(compose_config(base).data)
-    assert plain.train.directions is None and plain.train.path != data.train.path
-    # word links: one line per pair of every corpus, in that order
+    assert plain.train.groups is None and plain.weights is None and plain.train.path != data.train.path
+    # word links: a user's file has one line per pair of every corpus, in that order
     links = tmp_path / "links.txt"
+    links.write_text("0-0\n" * 80)
+    whole = training_corpora(compose_config(base[:-1] + list(cfg_corpora(tmp_path))).data)
+    assert [p[2] for p in training_pairs(whole, links=str(links))] == [{(0, 0)}] * 80
+    assert [p[3] for p in training_pairs(whole, links=str(links))][-1] == 1
+    # the teacher's: one line per pair trained on, so the cap's 20, then the corpus
     links.write_text("0-0\n" * 50)
-    assert [p[2] for p in training_pairs(cfg.data, links=str(links))] == [{(0, 0)}] * 50
-    assert [p[3] for p in training_pairs(cfg.data, links=str(links))][-1] == 1
+    assert [p[3] for p in training_pairs(corpora, links=str(links))] == [0] * 20 + [1] * 30
+
+
+def cfg_corpora(tmp_path):
+    return [f"data.corpora=[{{split: extra, root: {tmp_path / 'other'}, weight: 4}}]"]
+
+
+def test_a_links_file_with_corpora_and_a_capped_split_is_refused():
+    """A user's links file has a line per pair of every corpus; with data.max_train_pairs the
+    lines past the cap belong to the rest of the split, not to the corpora after it."""
+    with pytest.raises(ConfigError, match="data.alignments with data.corpora and data.max_train_pairs"):
+        compose_config(["data.alignments=links.txt", "data.corpora=[{split: x}]",
+                        "data.max_train_pairs=20", "train.alignment_loss_weight=0.05",
+                        "model.alignment_heads=1"])
+    for ok in (["data.max_train_pairs=20"], ["data.corpora=[{split: x}]"]):   # either alone
+        compose_config(["data.alignments=links.txt", "train.alignment_loss_weight=0.05",
+                        "model.alignment_heads=1", *ok])
 
 
 @pytest.mark.parametrize(("override", "words"), [

@@ -74,7 +74,7 @@ def test_sampler_draws_directions_by_temperature_deterministically():
     dirs = np.repeat([0, 1, 2], [700, 200, 100])            # an unbalanced corpus
     lens = rng.integers(2, 20, size=(2, len(dirs)))
     shares = temperature_shares([700, 200, 100], 5.0)
-    sampler = TokenBatchSampler(*lens, 200, seed=3, directions=dirs, temperature=5.0)
+    sampler = TokenBatchSampler(*lens, 200, seed=3, groups=dirs, temperature=5.0)
     for epoch in (0, 1):
         rows = np.concatenate(sampler.batches(epoch))
         counts = np.bincount(dirs[rows], minlength=3)
@@ -83,7 +83,7 @@ def test_sampler_draws_directions_by_temperature_deterministically():
         per_row = np.bincount(rows, minlength=len(dirs))
         assert per_row[:700].max() == 1                      # de-en: drawn without replacement
         assert set(per_row[900:]) <= {2, 3} and per_row[700:900].min() >= 1   # oversampled
-        again = TokenBatchSampler(*lens, 200, seed=3, directions=dirs, temperature=5.0)
+        again = TokenBatchSampler(*lens, 200, seed=3, groups=dirs, temperature=5.0)
         assert all(np.array_equal(a, b) for a, b in zip(again.batches(epoch),
                                                         sampler.batches(epoch), strict=True))
     assert not np.array_equal(np.sort(np.concatenate(sampler.batches(0))),
@@ -92,7 +92,7 @@ def test_sampler_draws_directions_by_temperature_deterministically():
     plain = TokenBatchSampler(*lens, 200, seed=3)
     for temperature in (1.0, 5.0):
         same = TokenBatchSampler(*lens, 200, seed=3, temperature=temperature,
-                                 directions=np.repeat([0, 1], 500) if temperature > 1 else dirs)
+                                 groups=np.repeat([0, 1], 500) if temperature > 1 else dirs)
         assert same.epoch_rows(0) is None
         assert all(np.array_equal(a, b) for a, b in zip(same.batches(0), plain.batches(0),
                                                         strict=True))
@@ -120,7 +120,7 @@ def test_tags_at_the_id_level_on_either_side(tmp_path, side):
     assert tag_ids(cfg.data, tok) == ([(en, None), (fr, None)] if side == "source" else
                                       [(None, en), (None, fr)])
     train = data.train
-    assert len(train) == 400 and train.directions.tolist() == [0] * 200 + [1] * 200
+    assert len(train) == 400 and train.groups.tolist() == [0] * 200 + [1] * 200
     src_texts, tgt_texts = train.src_texts(), train.tgt_texts()
     assert "<2" not in "".join(src_texts + tgt_texts)                  # raw texts untagged
     for i in (0, 199, 200, 399):
@@ -141,12 +141,12 @@ def test_tags_at_the_id_level_on_either_side(tmp_path, side):
             assert batch.n_tgt_tokens == len(expected[1])                      # - tag + EOS
     assert list(data.valids) == ["de-en", "en-fr"]
     val = data.valids["en-fr"]
-    assert val.directions.tolist() == [1] * 20 and "<2" not in "".join(val.tgt_texts())
+    assert val.groups.tolist() == [1] * 20 and "<2" not in "".join(val.tgt_texts())
     first = val.src_ids(0) if side == "source" else val.tgt_ids(0)
     assert first[0] == fr
     # A bilingual config of the same corpus: another tokenizer and cache, no tags.
     bilingual = prepare_data(_cfg(tmp_path, root=tmp_path / "corpus").data)
-    assert bilingual.train.directions is None and bilingual.train.path != train.path
+    assert bilingual.train.groups is None and bilingual.train.path != train.path
     assert "tags" not in bilingual.tokenizer.settings
     with pytest.raises(ConfigError, match="no <2en> tag; it has none"):
         bilingual.tokenizer.tag_id("en")
@@ -164,10 +164,10 @@ def test_tsv_per_direction_and_shares_of_an_unbalanced_corpus(tmp_path):
             (tsv / f"{split}.{pair}.tsv").write_text("".join(f"{s}\t{t}\n" for s, t in lines))
     cfg = _cfg(tmp_path, "data.format=tsv", "data.pairs=[de-en,fr-en]", root=tsv)
     train = prepare_data(cfg.data).train
-    assert np.bincount(train.directions).tolist() == [200, 40]
+    assert np.bincount(train.groups).tolist() == [200, 40]
     sampler = TokenBatchSampler(train.src_lens, train.tgt_lens, 1024, seed=1,
-                                directions=train.directions, temperature=5.0)
-    counts = np.bincount(train.directions[np.concatenate(sampler.batches(0))])
+                                groups=train.groups, temperature=5.0)
+    counts = np.bincount(train.groups[np.concatenate(sampler.batches(0))])
     assert np.abs(counts - temperature_shares([200, 40], 5.0) * 240).max() < 1
     assert counts.tolist() == [139, 101]   # q = (5/6)^0.2 : (1/6)^0.2 = 0.9642 : 0.6988
 
@@ -183,7 +183,7 @@ def test_hf_translation_dict_gives_every_direction(tmp_path):
     datasets.DatasetDict(splits).save_to_disk(str(tmp_path / "hf"))
     cfg = _cfg(tmp_path, "data.format=hf", "data.pairs=[de-en,fr-de]", root=tmp_path / "hf")
     data = prepare_data(cfg.data)
-    assert data.train.directions.tolist() == [0] * 60 + [1] * 60
+    assert data.train.groups.tolist() == [0] * 60 + [1] * 60
     assert data.train.src_texts()[60] == (root / "train.fr").read_text().splitlines()[0]
     assert data.train.tgt_texts()[60] == (root / "train.de").read_text().splitlines()[0]
     assert [len(v) for v in data.valids.values()] == [5, 5]
@@ -195,7 +195,7 @@ def test_one_pair_is_the_bilingual_run(tmp_path):
     one = prepare_data(_cfg(tmp_path, "data.pairs=[de-en]", root=root).data)
     assert (one.train.path, one.valid.path) == (plain.train.path, plain.valid.path)
     assert one.tokenizer.fingerprint == plain.tokenizer.fingerprint
-    assert one.train.directions is None and list(one.valids) == ["de-en"]
+    assert one.train.groups is None and list(one.valids) == ["de-en"]
 
 
 def test_per_direction_validation_of_a_tiny_run(tmp_path, monkeypatch):

@@ -13,7 +13,8 @@ import functools
 import hashlib
 import itertools
 import logging
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -213,31 +214,39 @@ def check_split(data_cfg: Any, split: str, direction: tuple[str, str]) -> None:
         split_paths(data_cfg, split, direction)
 
 
-def training_corpora(data_cfg: Any) -> list[tuple[Any, str, float]]:
-    """``(data section, split, weight)`` of each training corpus: ``data.train_split``
-    (weight 1), then each of ``data.corpora``, read from its own ``root`` (default
-    ``data.root``) as ``data.format`` says."""
-    return [(data_cfg, str(data_cfg.train_split), 1.0)] + [
-        (OmegaConf.merge(data_cfg, {"root": str(c.root or data_cfg.root)}), str(c.split),
-         float(c.weight)) for c in data_cfg.get("corpora") or ()]
+@dataclass(frozen=True)
+class Corpus:
+    """One training corpus (:func:`training_corpora`): split ``split`` read with the data
+    section ``data`` (its own ``root``), at most its first ``limit`` pairs (None: all), drawn
+    by ``weight``: fairseq's upsampling, each pair ``weight`` times per epoch on average, so a
+    corpus's share of an epoch is proportional to weight x size
+    (:meth:`~nmt.data.sampler.TokenBatchSampler.epoch_rows`)."""
+
+    data: Any
+    split: str
+    weight: float = 1.0
+    limit: int | None = None
 
 
-def corpus_weights(data_cfg: Any) -> list[float] | None:
-    """The training corpora's sampling weights (None: ``data.train_split`` alone)."""
-    corpora = training_corpora(data_cfg)
-    return None if len(corpora) == 1 else [w for _, _, w in corpora]
+def training_corpora(data_cfg: Any) -> list[Corpus]:
+    """``data.corpora`` prepared once, the list every reader of the training data takes:
+    ``data.train_split`` (weight 1, its first ``data.max_train_pairs``), then each of
+    ``data.corpora``, read from its own ``root`` (default ``data.root``) as ``data.format``
+    says. The index of a corpus in this list is its group (:func:`iter_training`)."""
+    return [Corpus(data_cfg, str(data_cfg.train_split), 1.0, data_cfg.max_train_pairs)] + [
+        Corpus(OmegaConf.merge(data_cfg, {"root": str(c.root or data_cfg.root)}), str(c.split),
+               float(c.weight)) for c in data_cfg.get("corpora") or ()]
 
 
-def iter_training(data_cfg: Any, direction: tuple[str, str] | None = None) -> Iterator[tuple]:
-    """The raw pairs of every training corpus, in :func:`training_corpora` order: the first
-    ``data.max_train_pairs`` of ``data.train_split`` (the rest still read, so a broken corpus
-    is a CorpusError whatever the cap), then each of ``data.corpora`` whole. With corpora,
-    ``(source, target, corpus index)``."""
-    corpora = training_corpora(data_cfg)
-    for k, (view, split, _) in enumerate(corpora):
-        pairs = iter_parallel(view, split, direction)
-        if k == 0 and data_cfg.max_train_pairs is not None:
-            head = itertools.islice(pairs, int(data_cfg.max_train_pairs))
+def iter_training(corpora: Sequence[Corpus], direction: tuple[str, str] | None = None
+                  ) -> Iterator[tuple]:
+    """The raw pairs of ``corpora`` (:func:`training_corpora`) in order, each cut to its first
+    ``limit`` (the rest still read, so a broken corpus is a CorpusError whatever the cap);
+    with several corpora ``(source, target, corpus index)``."""
+    for k, corpus in enumerate(corpora):
+        pairs = iter_parallel(corpus.data, corpus.split, direction)
+        if corpus.limit is not None:
+            head = itertools.islice(pairs, int(corpus.limit))
             pairs = itertools.chain(head, filter(lambda _: False, pairs))
         yield from pairs if len(corpora) == 1 else ((s, t, k) for s, t in pairs)
 

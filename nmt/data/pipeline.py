@@ -6,7 +6,8 @@ bytes, the tokenizer and the filters (a second run skips tokenization, any chang
 new file), memory-mapped: only two length arrays per split live in Python memory. With
 several directions (``data.pairs``) the training split holds every direction, each pair's
 language tag at the id level (:func:`nmt.data.languages.add_tag`) and its direction (column
-``direction``), the texts untagged; validation is one split per direction. Which rows form
+``direction``), the texts untagged; validation is one split per direction. With several
+training corpora (``data.corpora``) each pair's corpus index is in column ``corpus``. Which rows form
 a batch: :mod:`nmt.data.sampler`; a batch of rows: :func:`nmt.data.batching.collate`.
 """
 
@@ -26,6 +27,7 @@ import numpy as np
 import pyarrow as pa
 
 from nmt.data.corpus import (
+    Corpus,
     CorpusError,
     iter_nonempty_pairs,
     iter_parallel,
@@ -53,8 +55,9 @@ _ENCODE_ROWS = 10_000  # pairs read and tokenized at a time (bounds the Python o
 _SCHEMA = pa.schema([("src_ids", pa.list_(pa.int32())), ("tgt_ids", pa.list_(pa.int32())),
                      ("src_text", pa.large_string()), ("tgt_text", pa.large_string())])
 # links (data.alignments): per pair its subword links, flattened (target pos, source pos)
-# pairs; direction: its index in data.pairs, or of its training corpus (data.corpora)
-_LINKS, _GROUP = pa.field("links", pa.list_(pa.int32())), pa.field("direction", pa.int16())
+# pairs; direction: its index in data.pairs; corpus: its index in training_corpora (data.corpora)
+_LINKS = pa.field("links", pa.list_(pa.int32()))
+_GROUPS = {"direction": pa.field("direction", pa.int16()), "corpus": pa.field("corpus", pa.int16())}
 Tags = Sequence[tuple[int | None, int | None]]   # per direction: (source tag id, target tag id)
 
 
@@ -63,7 +66,8 @@ class TokenizedSplit:
     ``src_lens`` / ``tgt_lens`` [N] int64: the lengths of ``src`` and ``tgt_out`` with EOS;
     ``starts`` [chunks + 1]: the first row of each record batch; ``chunks``: per record batch
     its (source ids, offsets, target ids, offsets), zero-copy; ``links``: per record batch the
-    links' (values, offsets), or None. ``target_tag``: every target starts with a language tag
+    links' (values, offsets), or None; ``groups`` [N] int64: each row's direction (column
+    ``direction``) or training corpus (column ``corpus``), or None. ``target_tag``: every target starts with a language tag
     (``data.lang_tag=target``), decoder input after BOS that
     :func:`~nmt.data.batching.collate` leaves out of the targets (M2M-100, Fan et al. 2021)."""
 
@@ -102,9 +106,9 @@ class TokenizedSplit:
         self.src_lens, self.tgt_lens = np.empty(n, np.int64), np.empty(n, np.int64)
         self.chunks: list[tuple[np.ndarray, ...]] = []
         self.links = [] if "links" in self._reader.schema.names else None  # (values, offsets)
-        self.directions = np.concatenate(   # [N] int64: each row's direction, or None
-            [rb.column("direction").to_numpy() for rb in batches]).astype(np.int64) \
-            if "direction" in self._reader.schema.names else None
+        group = next((g for g in _GROUPS if g in self._reader.schema.names), None)
+        self.groups = None if group is None else np.concatenate(
+            [rb.column(group).to_numpy() for rb in batches]).astype(np.int64)
         for rb, a, b in zip(batches, self.starts[:-1], self.starts[1:], strict=True):
             src, tgt = rb.column("src_ids"), rb.column("tgt_ids")
             s_off, t_off = src.offsets.to_numpy(), tgt.offsets.to_numpy()  # int32, zero-copy
@@ -158,34 +162,34 @@ def _list_array(ids: list[list[int]], keep: np.ndarray) -> pa.ListArray:
 
 def _record_batch(src_ids: list[list[int]], tgt_ids: list[list[int]], src_texts: Sequence[str],
                   tgt_texts: Sequence[str], keep: np.ndarray | None = None,
-                  links: list[list[int]] | None = None, dirs: np.ndarray | None = None
-                  ) -> pa.RecordBatch:
+                  links: list[list[int]] | None = None, groups: np.ndarray | None = None,
+                  group: str | None = None) -> pa.RecordBatch:
     """The pairs where ``keep`` (bool [N]; default all) is true, as an Arrow record batch
-    (with ``links``, flattened subword links per pair, the ``links`` column; with ``dirs``
-    [N], the ``direction`` column)."""
+    (with ``links``, flattened subword links per pair, the ``links`` column; with ``groups``
+    [N], the column ``group``: ``direction`` or ``corpus``)."""
     keep = np.ones(len(src_ids), bool) if keep is None else keep
     columns = [_list_array(ids, keep) for ids in (src_ids, tgt_ids)]
     for texts in (src_texts, tgt_texts):
         columns.append(pa.array(list(texts), pa.large_string()).filter(pa.array(keep)))
     if links is not None:
         columns.append(_list_array(links, keep))
-    if dirs is not None:
-        columns.append(pa.array(dirs[keep].astype(np.int16)))
-    return pa.record_batch(columns, schema=_schema(links is not None, dirs is not None))
+    if groups is not None:
+        columns.append(pa.array(groups[keep].astype(np.int16)))
+    return pa.record_batch(columns, schema=_schema(links is not None, group))
 
 
-def _schema(links: bool, groups: bool) -> pa.Schema:
-    return pa.schema([*_SCHEMA, *[_LINKS] * links, *[_GROUP] * groups])
+def _schema(links: bool, group: str | None) -> pa.Schema:
+    return pa.schema([*_SCHEMA, *[_LINKS] * links, *([] if group is None else [_GROUPS[group]])])
 
 
 def _tokenize_piece(piece: list[tuple], tokenizer: Tokenizer, max_len: int | None,
                     max_len_ratio: float | None, stats: dict[str, int], tags: Tags | None = None,
-                    groups: bool = False) -> pa.RecordBatch:
+                    group: str | None = None) -> pa.RecordBatch:
     """The pairs tokenized, tagged and filtered (:func:`write_pairs`); adds the counts to
     ``stats``."""
     src_t, tgt_t, *word_links = zip(*piece, strict=True)
     s_ids, t_ids = tokenizer.encode_src_batch(src_t), tokenizer.encode_tgt_batch(tgt_t)
-    dirs = np.asarray(word_links.pop(), np.int64) if groups or tags is not None else None
+    dirs = np.asarray(word_links.pop(), np.int64) if group is not None else None
     if tags is not None:   # the tags join the lengths the filters see
         s_ids, t_ids = ([ids if tags[d][side] is None else add_tag(ids, tags[d][side])
                          for ids, d in zip(side_ids, dirs, strict=True)]
@@ -209,7 +213,7 @@ def _tokenize_piece(piece: list[tuple], tokenizer: Tokenizer, max_len: int | Non
                                               strict=True)]
         stats["unmatched"] = stats.get("unmatched", 0) + sum(x is None for x in links)
         links = [[] if x is None else x.ravel().tolist() for x in links]
-    return _record_batch(s_ids, t_ids, src_t, tgt_t, keep, links, dirs)
+    return _record_batch(s_ids, t_ids, src_t, tgt_t, keep, links, dirs, group)
 
 
 def write_pairs(path: str | Path, pairs: Iterable[tuple], tokenizer: Tokenizer,
@@ -225,16 +229,17 @@ def write_pairs(path: str | Path, pairs: Iterable[tuple], tokenizer: Tokenizer,
     the subword links (``"unmatched"``: pairs whose words could not be matched, no links).
     With ``tags`` (per direction its tag ids, :func:`tag_ids`) the stream holds
     ``(source, target, direction)`` and the file the tagged ids and a ``direction`` column;
-    with ``groups``, each pair's last item is its corpus (:func:`training_pairs`), kept in the
-    same column."""
+    with ``groups``, each pair's last item is its corpus (:func:`training_pairs`), kept in
+    column ``corpus``."""
     stats = {"pairs": 0, "too_long": 0, "bad_ratio": 0}
     stream, chunk_rows = iter(pairs), _CHUNK_ROWS
-    schema = _schema(links, groups or tags is not None)
+    group = "direction" if tags is not None else "corpus" if groups else None
+    schema = _schema(links, group)
     with atomic_path(path) as tmp, pa.OSFile(str(tmp), "wb") as sink, \
             pa.ipc.new_file(sink, schema) as writer:
         pending = schema.empty_table()  # tokenized pairs not yet written
         for piece in iter(lambda: list(itertools.islice(stream, min(chunk_rows, _ENCODE_ROWS))), []):
-            kept = _tokenize_piece(piece, tokenizer, max_len, max_len_ratio, stats, tags, groups)
+            kept = _tokenize_piece(piece, tokenizer, max_len, max_len_ratio, stats, tags, group)
             pending = pa.concat_tables([pending, pa.Table.from_batches([kept])])
             while pending.num_rows >= chunk_rows:
                 writer.write_table(pending.slice(0, chunk_rows).combine_chunks())
@@ -249,6 +254,7 @@ class PreparedData:
     tokenizer: Tokenizer
     train: TokenizedSplit
     valids: dict[str, TokenizedSplit]   # per direction "src-tgt", in data.pairs order
+    weights: list[float] | None = None  # per training corpus (train.groups), None: one corpus
 
     @property
     def valid(self) -> TokenizedSplit:   # the first direction's (a bilingual run's only one)
@@ -290,27 +296,28 @@ def load_split(data_cfg: Any, split: str, tokenizer: Tokenizer, direction: int =
     return TokenizedSplit(path, target_tag=tags is not None and tags[direction][1] is not None)
 
 
-def training_pairs(data_cfg: Any, report: bool = True, links: str | None = None,
+def training_pairs(corpora: Sequence[Corpus], report: bool = True, links: str | None = None,
                    direction: tuple[str, str] | None = None) -> Iterator[tuple]:
-    """The training pairs (:func:`~nmt.data.corpus.iter_training`: the first
-    ``data.max_train_pairs`` of ``data.train_split``, then ``data.corpora``; in ``direction``,
-    default the config's) but the empty ones (their number logged when ``report``). With
-    ``links`` (a Pharaoh file, one line per pair in that order) ``(source, target, word
-    links)``; with corpora, each pair's corpus index last."""
-    pairs = iter_training(data_cfg, direction)
+    """The pairs of the training ``corpora`` (:func:`~nmt.data.corpus.training_corpora`, read
+    by :func:`~nmt.data.corpus.iter_training`; in ``direction``, default the config's) but the
+    empty ones (their number logged when ``report``). With ``links`` (a Pharaoh file, one line
+    per pair in that order; past the cap of a capped split unread) ``(source, target, word
+    links)``; with several corpora, each pair's corpus index last."""
+    pairs = iter_training(corpora, direction)
     if links is not None:
-        pairs = with_links(pairs, links, whole=data_cfg.max_train_pairs is None)
-    where = str(data_cfg.train_split) + ("" if direction is None else " " + "-".join(direction))
+        pairs = with_links(pairs, links, whole=corpora[0].limit is None)
+    where = corpora[0].split + ("" if direction is None else " " + "-".join(direction))
     return iter_nonempty_pairs(pairs, where=where, report=report)
 
 
-def _language_texts(data_cfg: Any) -> dict[str, Callable[[], Iterator[str]]]:
+def _language_texts(data_cfg: Any, corpora: Sequence[Corpus]
+                    ) -> dict[str, Callable[[], Iterator[str]]]:
     """Per language, a function streaming its training sentences from every direction."""
     def texts(lang: str) -> Iterator[str]:
         for pair in directions(data_cfg):
             if lang in pair:
                 side = pair.index(lang)
-                yield from (p[side] for p in training_pairs(data_cfg, False, direction=pair))
+                yield from (p[side] for p in training_pairs(corpora, False, direction=pair))
     return {lang: functools.partial(texts, lang) for lang in languages(data_cfg)}
 
 
@@ -324,17 +331,17 @@ def prepare_data(data_cfg: Any, tokenizer: Tokenizer | None = None) -> PreparedD
     the target languages' tags) and the training split holds every direction, in turn."""
     cache, split, pairs = Path(str(data_cfg.cache_dir)), str(data_cfg.train_split), \
         directions(data_cfg)
-    corpora = training_corpora(data_cfg)
+    corpora = training_corpora(data_cfg)   # data.corpora, prepared once
     fingerprints = [split_fingerprint(data_cfg, split, pair) for pair in pairs] + \
-        [split_fingerprint(view, s) for view, s, _ in corpora[1:]]
+        [split_fingerprint(c.data, c.split) for c in corpora[1:]]
     train_id = cache_key(fingerprints[0] if len(fingerprints) == 1 else fingerprints,
                          data_cfg.max_train_pairs)
     multi = is_multilingual(data_cfg)
     if tokenizer is None:
         tokenizer = tokenizer_from_pairs(
             data_cfg.tokenizer, str(data_cfg.src_lang), str(data_cfg.tgt_lang),
-            lambda: (p[:2] for p in training_pairs(data_cfg, report=False)), cache, train_id,
-            _language_texts(data_cfg) if multi else None,
+            lambda: (p[:2] for p in training_pairs(corpora, report=False)), cache, train_id,
+            _language_texts(data_cfg, corpora) if multi else None,
             [lang_tag(lang) for lang in target_languages(data_cfg)])
     max_len, ratio = int(data_cfg.max_len), float(data_cfg.max_len_ratio)
     links = data_cfg.get("alignments")  # guided alignment's word links: key and column
@@ -346,8 +353,8 @@ def prepare_data(data_cfg: Any, tokenizer: Tokenizer | None = None) -> PreparedD
     if path.is_file():
         log.info("%s: token cache hit %s", split, path)
     else:
-        stream = training_pairs(data_cfg, links=links) if not multi else itertools.chain.from_iterable(
-            ((s, t, k) for s, t in training_pairs(data_cfg, direction=pair))
+        stream = training_pairs(corpora, links=links) if not multi else itertools.chain.from_iterable(
+            ((s, t, k) for s, t in training_pairs(corpora, direction=pair))
             for k, pair in enumerate(pairs))
         stats = write_pairs(path, stream, tokenizer, max_len, ratio, links=links is not None,
                             tags=tags, groups=len(corpora) > 1)
@@ -364,4 +371,5 @@ def prepare_data(data_cfg: Any, tokenizer: Tokenizer | None = None) -> PreparedD
     valids = {"-".join(pair): load_split(data_cfg, str(data_cfg.valid_split), tokenizer, k)
               for k, pair in enumerate(pairs)}
     return PreparedData(tokenizer, TokenizedSplit(path, target_tag=tags is not None and
-                                                  tags[0][1] is not None), valids)
+                                                  tags[0][1] is not None), valids,
+                        None if len(corpora) == 1 else [c.weight for c in corpora])

@@ -2,7 +2,7 @@
 2017, section 5.1: "sentence pairs were batched together by approximate sequence length"),
 optional static shapes (:class:`BatchShapes`), and with several directions (``data.pairs``)
 temperature sampling of each epoch's rows by direction (Arivazhagan et al. 2019, sec. 4.2)
-or with several training corpora (``data.corpora``) weighted sampling by corpus.
+or with several training corpora (``data.corpora``) fairseq's upsampling by corpus weight.
 """
 
 from __future__ import annotations
@@ -95,18 +95,18 @@ class TokenBatchSampler:
     With ``shapes`` rows are sorted by their static lengths first and a pair's width counts as
     the longer of them (``B * max(S, T) <= batch_tokens``: every batch fits its
     :meth:`BatchShapes.shape`).
-    With ``directions`` (each row's direction or corpus, [N]) and shuffling, an epoch's rows
-    are :meth:`epoch_rows`, drawn by ``temperature`` or, given, the corpora's ``weights``.
+    With ``groups`` (each row's direction or training corpus, [N]) and shuffling, an epoch's
+    rows are :meth:`epoch_rows`, drawn by ``temperature`` or, given, the corpora's ``weights``.
     ConfigError when ``batch_tokens`` is smaller than the longest pair."""
 
     def __init__(self, src_lens: np.ndarray, tgt_lens: np.ndarray, batch_tokens: int,
                  shuffle: bool = True, seed: int = 0, shapes: BatchShapes | None = None,
-                 directions: np.ndarray | None = None, temperature: float = 1.0,
+                 groups: np.ndarray | None = None, temperature: float = 1.0,
                  weights: Sequence[float] | None = None):
         self.src_lens = np.asarray(src_lens, dtype=np.int64)
         self.tgt_lens = np.asarray(tgt_lens, dtype=np.int64)
         self.batch_tokens, self.shuffle, self.seed = int(batch_tokens), bool(shuffle), int(seed)
-        self.shapes, self.directions, self.temperature = shapes, directions, float(temperature)
+        self.shapes, self.groups, self.temperature = shapes, groups, float(temperature)
         self.weights = None if weights is None else np.asarray(weights, np.float64)
         longest = int(np.maximum(self.src_lens, self.tgt_lens).max(initial=0))
         if longest > self.batch_tokens:
@@ -114,18 +114,18 @@ class TokenBatchSampler:
                               f"pair ({longest} tokens): raise it or lower data.max_len.")
 
     def epoch_rows(self, epoch: int) -> np.ndarray | None:
-        """The rows of ``epoch`` drawn by direction (Arivazhagan et al. 2019, sec. 4.2): as
-        many as the split has, direction d's share ``q_d`` of them (:func:`temperature_shares`
-        of the directions' sizes) or, with ``weights``, ``w_c * n_c`` rows of corpus c (its n_c
-        rows w_c times on average: OpenNMT-py's corpus weights, fairseq's upsampling), rounded
-        by largest remainders; each group's rows every one k times, then a random subset
-        without replacement; from ``default_rng((seed, epoch, 1))``. None (every row once): no
-        groups, or counts that give every group its size."""
-        if self.directions is None:
+        """The rows of ``epoch`` drawn by group: as many as the split has, direction d's share
+        ``q_d`` of them (:func:`temperature_shares` of the directions' sizes; Arivazhagan et al.
+        2019, sec. 4.2) or, with ``weights``, ``w_c * n_c`` rows of corpus c (its n_c rows w_c
+        times on average: fairseq's upsampling, a corpus's share proportional to weight x
+        size), rounded by largest remainders; each group's rows every one k times, then a
+        random subset without replacement; from ``default_rng((seed, epoch, 1))``. None (every
+        row once): no groups, or counts that give every group its size."""
+        if self.groups is None:
             return None
-        sizes = np.bincount(self.directions, minlength=0 if self.weights is None else
+        sizes = np.bincount(self.groups, minlength=0 if self.weights is None else
                             len(self.weights))
-        exact = temperature_shares(sizes, self.temperature) * len(self.directions) \
+        exact = temperature_shares(sizes, self.temperature) * len(self.groups) \
             if self.weights is None else self.weights * sizes
         counts = np.floor(exact).astype(np.int64)
         counts[np.argsort(counts - exact, kind="stable")[: round(exact.sum()) - counts.sum()]] += 1
@@ -133,7 +133,7 @@ class TokenBatchSampler:
             return None
         rng, rows = np.random.default_rng((self.seed, int(epoch), 1)), []
         for d in np.flatnonzero(counts):
-            mine = np.flatnonzero(self.directions == d)
+            mine = np.flatnonzero(self.groups == d)
             k, rest = divmod(int(counts[d]), len(mine))
             rows += [np.tile(mine, k), rng.choice(mine, rest, replace=False)]
         return np.concatenate(rows)

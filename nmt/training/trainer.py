@@ -43,7 +43,6 @@ from tqdm.auto import tqdm
 from nmt.checkpoint import CONFIG_VERSION, CheckpointManager, rng_state, set_rng_state
 from nmt.config import ConfigError, to_plain
 from nmt.data.batching import collate, target_tokens
-from nmt.data.corpus import corpus_weights
 from nmt.data.pipeline import TokenizedSplit, tag_ids
 from nmt.data.sampler import BatchShapes, TokenBatchSampler
 from nmt.evaluation.plot import tensorboard_figures
@@ -177,9 +176,9 @@ class Trainer:
             if t.shape_buckets else None
         self.sampler = TokenBatchSampler(self.train_split.src_lens, self.train_split.tgt_lens,
                                          t.batch_tokens, shuffle=True, seed=t.seed, shapes=shapes,
-                                         directions=self.train_split.directions,
+                                         groups=self.train_split.groups,
                                          temperature=self.cfg.data.sampling_temperature,
-                                         weights=corpus_weights(self.cfg.data))
+                                         weights=data.weights)
         if len(self.epoch_data(0)[1]) == 0:
             raise ConfigError(f"the training split yields fewer batches than processes "
                               f"({info.world_size}): use more data or fewer processes.")
@@ -265,7 +264,7 @@ class Trainer:
                 split = self.hooks.resampler(self.train_split, self.tokenizer, epoch, self.info)
                 sampler = TokenBatchSampler(split.src_lens, split.tgt_lens, self.t.batch_tokens,
                                             seed=self.t.seed, shapes=self.sampler.shapes,
-                                            directions=self.sampler.directions,
+                                            groups=self.sampler.groups,
                                             weights=self.sampler.weights)
             batches = dist.truncate_to_multiple(sampler.batches(epoch), self.info.world_size)
             self._epoch_cache = {k: v for k, v in self._epoch_cache.items() if k == epoch - 1}
@@ -503,6 +502,8 @@ class Trainer:
                 # note: .tolist() and float(grad_norm) wait for the device (a CPU-GPU sync point)
                 means = dict(zip(acc, (sums / max(acc_tokens, 1)).tolist(), strict=True))
                 loss, nll = means.pop("loss"), means.pop("nll")   # the rest: the add-ons' parts
+                self.speed.mark(st.step, st.train_tokens, st.train_flops,   # after the sync
+                                st.train_s + time.perf_counter() - self._mark)
                 seconds = max(now - t_log - self._pause, 1e-9)
                 tps, speed = acc_tokens / seconds, self.speed.take(seconds)
                 lr, gn = self.schedule.last_lr, float(grad_norm)

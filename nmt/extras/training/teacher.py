@@ -109,7 +109,7 @@ def links_path(data_cfg: Any) -> Path:
     split = str(data_cfg.train_split)
     key = hashlib.sha256(json.dumps(
         [LINKS_VERSION, str(data_cfg.teacher_symmetrize), version,
-         [split_fingerprint(view, s) for view, s, _ in training_corpora(data_cfg)],
+         [split_fingerprint(c.data, c.split) for c in training_corpora(data_cfg)],
          data_cfg.max_train_pairs, str(data_cfg.src_lang), str(data_cfg.tgt_lang)],
         sort_keys=True).encode()).hexdigest()[:24]
     path = Path(str(data_cfg.cache_dir)) / "alignments" / f"{split}-{key}.txt"
@@ -127,7 +127,7 @@ def prepare_links(data_cfg: Any, say: Callable[[str], None] = log.info) -> Path:
     if path.is_file():
         say(f"alignments: cache hit {path}")
         return path
-    pairs = [(p[0], p[1]) for p in iter_training(data_cfg)]
+    pairs = [(p[0], p[1]) for p in iter_training(training_corpora(data_cfg))]
     if not pairs:
         raise CorpusError(f"{data_cfg.train_split}: no pairs to align.")
     say(f"alignments: eflomal aligns {len(pairs)} pairs {data_cfg.src_lang}-{data_cfg.tgt_lang} "
