@@ -57,7 +57,7 @@ def evaluate_split(translator, src_texts: Sequence[str], ref_texts: Sequence[str
 
     ``translator``: anything with the ``search_settings``, ``translate_with``, ``score`` and
     ``device`` of :class:`~nmt.inference.translator.TranslatorBase` (a ``Translator``, the
-    CTranslate2 engine, a pivot or MBR wrapped around one: the hook by which decoders outside
+    CTranslate2 engine, a pivot or MBR wrapped around one: the seam by which decoders outside
     the core come in); ``search``: keyword arguments of its ``translate``, its settings
     checked once here (``search_settings``; ``src_lang``/``tgt_lang`` also of the reference
     score). ``scores``: :func:`corpus_scores`, the search settings, ``n_sentences``,

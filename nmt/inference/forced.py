@@ -1,4 +1,4 @@
-"""A hook beside the search, for multilingual models with ``data.lang_tag=target``: the
+"""A wrapper beside the search, for multilingual models with ``data.lang_tag=target``: the
 first output token is forced. Skip it on a first reading; :mod:`nmt.inference.search` stays
 the reference algorithms, which run on this wrapper unchanged."""
 

@@ -313,9 +313,9 @@ class TranslatorBase:
                        | None = None) -> Translation | list[Translation]:
         """:meth:`translate` with ``settings`` that :func:`search_settings` checked already
         (nmt-evaluate's split, a pivot's two steps: checked once, where they entered).
-        ``search(src_ids, settings)``: a hook that finds each tokenized sentence's hypotheses,
-        best first, instead of the settings' search or sample (``settings["first_token"]``
-        set; minimum-Bayes-risk decoding, :mod:`nmt.extras.decoding.mbr`, is one)."""
+        ``search(src_ids, settings)``: a callback that finds each tokenized sentence's
+        hypotheses, best first, instead of the settings' search or sample
+        (``settings["first_token"]`` set; minimum-Bayes-risk decoding, :mod:`nmt.extras.decoding.mbr`, is one)."""
         single = isinstance(sentences, str)
         settings = dict(settings)
         if return_attention and not self.all_attention:

@@ -3,7 +3,7 @@ the one with the highest expected utility against the model's other translations
 
 MBR was measured behind beam search on val BLEU in every setting (docs/results.md, "MBR
 decoding"; docs/studies.md, round two) and is off by default (``decoding=search``), so the
-core knows nothing of it. It comes in through two hooks: ``translate_with(..., search=...)``
+core knows nothing of it. It comes in through two seams: ``translate_with(..., search=...)``
 of :class:`~nmt.inference.translator.TranslatorBase` (the candidates and the choice, in place
 of the search) and :class:`MbrTranslator`, a translator like any other to the evaluator, to
 :class:`~nmt.extras.decoding.pivot.Pivot` and to nmt-translate's stream::
@@ -253,7 +253,7 @@ class MbrTranslator(EngineDecoder):
                        return_attention: bool = False, tgt_lang: str | None = None,
                        src_lang: str | None = None) -> MbrTranslation | list[MbrTranslation]:
         """:meth:`translate` with settings that :meth:`search_settings` checked already."""
-        chosen: list = []   # this call's (utilities, costs), filled by the search hook
+        chosen: list = []   # this call's (utilities, costs), filled by the search callback
 
         def search(src_ids: list[list[int]], settings: dict) -> list[list[Hypothesis]]:
             found, *rest = self._select(src_ids, settings)

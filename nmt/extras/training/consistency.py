@@ -3,8 +3,9 @@ measured behind the plain objective at equal steps: docs/results.md): R-Drop (Li
 between two dropout passes, SimCut (Gao et al. 2022) between a pass and a copy whose token
 embeddings were cut off. Both run one forward over the batch concatenated with itself
 ([2B, ...]) and add a KL term to the label-smoothed loss of :mod:`nmt.training.loss`. They
-enter the training objective through its hook (:class:`~nmt.training.loss.Regulariser`):
-``nmt-train`` and ``nmt.train()`` pass :func:`regulariser` to the trainer.
+enter the training objective as the training hooks' ``regulariser``
+(:class:`~nmt.training.loss.Regulariser`, built by :func:`nmt.extras.training.hooks`, which
+``nmt-train`` and ``nmt.train()`` call).
 """
 
 from __future__ import annotations
@@ -80,15 +81,15 @@ CONSISTENCY_LOSSES = {"rdrop": rdrop_loss, "simcut": simcut_loss}
 
 
 def add_token_cutoff(model: torch.nn.Module, p: float) -> list:
-    """SimCut's token cutoff (Gao et al. 2022; the token cutoff of Shen et al. 2020): forward
-    hooks on ``model``'s ``src_embed`` and ``tgt_embed`` (one when tied) that, in training
-    mode, erase with probability ``p`` the embedding vector of each token in the second half of
-    the rows of a lookup ([2B, T] ids -> [2B, T, d]: the cut copy of a doubled batch), except
-    the special tokens (ids <= EOS_ID: PAD, UNK, BOS, EOS). Positions, masks and the first half
-    stay as they are. One ``torch.rand`` [B, T] per lookup, from the RNG state the checkpoints
+    """SimCut's token cutoff (Gao et al. 2022; the token cutoff of Shen et al. 2020): cutoffs
+    registered with torch's ``register_forward_hook`` on ``model``'s ``src_embed`` and
+    ``tgt_embed`` (one when tied) that, in training mode, erase with probability ``p`` the
+    embedding vector of each token in the second half of the rows of a lookup ([2B, T] ids ->
+    [2B, T, d]: the cut copy of a doubled batch), except the special tokens (ids <= EOS_ID:
+    PAD, UNK, BOS, EOS). Positions, masks and the first half stay as they are. One ``torch.rand`` [B, T] per lookup, from the RNG state the checkpoints
     hold, so a resumed run cuts what an uninterrupted one cuts. Registered once, before
-    ``torch.compile`` (which traces the hooks); in eval mode (validation, the weight average,
-    inference) they do nothing. Returns the hooks' handles."""
+    ``torch.compile`` (which traces them); in eval mode (validation, the weight average,
+    inference) they do nothing. Returns their handles."""
     def cut(module: torch.nn.Module, args: tuple, out: Tensor) -> Tensor:
         if not module.training:
             return out

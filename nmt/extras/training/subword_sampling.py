@@ -2,10 +2,10 @@
 by default, and measured not better than the best segmentation: docs/results.md): every epoch
 the training split gets new segmentations of the same texts, drawn by SentencePiece, unigram
 subword regularisation (Kudo 2018) or BPE-dropout (Provilkov et al. 2020); validation and
-test keep the best segmentation. It enters the trainer through its hook
-(:class:`~nmt.training.trainer.Resampler`): ``nmt-train`` and ``nmt.train()`` pass
-:func:`resampler` to the trainer. Rank 0 draws each epoch's split, or reads it from the cache
-beside the split's file, and sends it to the other ranks: all ranks cut the same batches.
+test keep the best segmentation. It enters the trainer as the training hooks' ``resampler``
+(:class:`~nmt.training.hooks.Resampler`, built by :func:`nmt.extras.training.hooks`, which
+``nmt-train`` and ``nmt.train()`` call). Rank 0 draws each epoch's split, or reads it from the
+cache beside the split's file, and sends it to the other ranks: all ranks cut the same batches.
 """
 
 from __future__ import annotations
@@ -100,7 +100,7 @@ def sample_split(split: TokenizedSplit, tokenizer: Tokenizer, alpha: float, nbes
 
 
 class SubwordSampling:
-    """The trainer's resampler (:class:`~nmt.training.trainer.Resampler`) for the
+    """The trainer's resampler (:class:`~nmt.training.hooks.Resampler`) for the
     ``data.tokenizer`` section ``tok`` and ``train.seed``: epoch e's split is
     :func:`sample_split` under the seed ``(train.seed, e)``, drawn (or found in the cache) by
     rank 0 and sent to the others: all ranks must cut the same batches."""

@@ -3,9 +3,10 @@ eflomal (Östling and Tiedemann 2016, "Efficient Word Alignment with Markov Chai
 PBML 106), a Bayesian IBM-model aligner: the optional extra ``pip install 'nmt[align]'``.
 
 The teacher of a run, a prepared artifact like the tokenizer: with ``data.alignments`` null,
-the trainer's rank 0 calls :func:`prepare_links` (``nmt-train`` and ``nmt.train()`` pass it as
-the ``teacher`` hook), which writes the links of the training corpora once, keyed by their
-bytes and these settings (:func:`links_path`), then every rank trains on them::
+the trainer's rank 0 calls :func:`prepare_links` (the training hooks' ``teacher``, which
+:func:`nmt.extras.training.hooks` gives ``nmt-train`` and ``nmt.train()``), which writes the
+links of the training corpora once, keyed by their bytes and these settings
+(:func:`links_path`), then every rank trains on them::
 
     path = prepare_links(cfg.data)      # {cache_dir}/alignments/{key}.txt, eflomal runs once
 
