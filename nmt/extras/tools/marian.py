@@ -64,6 +64,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+import sentencepiece as spm
 import torch
 from omegaconf import OmegaConf
 from sentencepiece import sentencepiece_model_pb2 as spm_pb2
@@ -74,7 +75,7 @@ from nmt.data.languages import LANG_TAG
 from nmt.data.tokenizer import Tokenizer
 from nmt.data.vocab import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 from nmt.inference.translator import load_for_inference
-from nmt.runtime import atomic_path
+from nmt.runtime import atomic_path, ensure_writable_dir
 
 INSTALL_HINT = 'pip install "nmt[hf]" (transformers, safetensors)'
 SPECIALS = ("<pad>", "<unk>", "<s>", "</s>")  # nmt ids 0..3 (nmt.data.vocab)
@@ -83,6 +84,9 @@ WEIGHT_FILES = ("model.safetensors", "pytorch_model.bin")
 ACTIVATIONS = {"relu": "relu", "gelu": "gelu", "swish": "silu", "silu": "silu"}
 # Keys of older Marian/BART-style config.json files that transformers' MarianMTModel ignores:
 # the value it builds; another value asks for a model nmt (and transformers) does not have.
+SIZES = {"vocab_size": 58101, "d_model": 1024, "encoder_layers": 12, "decoder_layers": 12,
+         "encoder_attention_heads": 16, "decoder_attention_heads": 16, "encoder_ffn_dim": 4096,
+         "decoder_ffn_dim": 4096}   # MarianConfig's defaults, for keys a config.json omits
 BUILT = {"normalize_before": False, "add_final_layer_norm": False, "normalize_embedding": False,
          "add_bias_logits": False, "static_position_embeddings": True, "layernorm_embedding": False}
 _CODE = re.compile(r"^>>(.+)<<$")       # Marian's target-language tokens, >>fra<<
@@ -99,6 +103,11 @@ def residual_permutation(d_model: int) -> torch.Tensor:
 
 def _fail(path: Path | str, key: str, why: str) -> ConfigError:
     return ConfigError(f"{path}: {key} {why}")
+
+
+def _size(cfg: dict, key: str) -> Any:
+    """config.json's ``key`` of :data:`SIZES`, MarianConfig's default where it is absent."""
+    return cfg.get(key, SIZES[key])
 
 
 # ----------------------------------------------------------------------------- import
@@ -123,16 +132,39 @@ def resolve_source(source: str | Path) -> Path:
 
 
 def _read_json(path: Path) -> dict:
+    """A JSON object file of a Marian directory; CheckpointError naming ``path`` otherwise."""
     if not path.is_file():
         raise CheckpointError(f"{path}: missing (a Marian directory as save_pretrained writes it).")
     try:
-        return json.loads(path.read_text(encoding="utf-8"))
+        data = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError) as err:
         raise CheckpointError(f"{path}: not readable JSON ({err}).") from None
+    if not isinstance(data, dict):
+        raise CheckpointError(f"{path}: holds a JSON {type(data).__name__}, not an object "
+                              "(a Marian directory as save_pretrained writes it).")
+    return data
 
 
-def read_weights(directory: Path) -> dict[str, torch.Tensor]:
-    """model.safetensors, else pytorch_model.bin (``weights_only=True``), as float32 tensors."""
+def read_spm(path: Path) -> bytes:
+    """The bytes of SentencePiece model ``path`` (source.spm, target.spm); CheckpointError
+    naming it when it is missing, empty or not a model SentencePiece loads."""
+    if not path.is_file():
+        raise CheckpointError(f"{path}: missing (a Marian directory as save_pretrained writes it).")
+    try:
+        model = path.read_bytes()
+        if not model:
+            raise ValueError("the file is empty")
+        spm_pb2.ModelProto().ParseFromString(model)
+        spm.SentencePieceProcessor(model_proto=model)
+    except Exception as err:  # noqa: BLE001 - OSError, protobuf's DecodeError, SentencePiece's
+        why = " ".join(str(err).split())[:160] or type(err).__name__
+        raise CheckpointError(f"{path}: not a SentencePiece model ({why}).") from None
+    return model
+
+
+def read_weights(directory: Path) -> tuple[Path, dict[str, torch.Tensor]]:
+    """``(file, weights)``: model.safetensors, else pytorch_model.bin (``weights_only=True``),
+    as float32 tensors."""
     for name in WEIGHT_FILES:
         path = directory / name
         if not path.is_file():
@@ -147,7 +179,9 @@ def read_weights(directory: Path) -> dict[str, torch.Tensor]:
             raise ConfigError(f"{path}: reading it needs safetensors: {INSTALL_HINT}.") from None
         except Exception as err:  # noqa: BLE001 - any unreadable file
             raise CheckpointError(f"{path}: not readable weights ({err}).") from None
-        return {k: v.float() for k, v in weights.items()}
+        if not (isinstance(weights, dict) and all(isinstance(v, torch.Tensor) for v in weights.values())):
+            raise CheckpointError(f"{path}: not a state dict (names -> tensors).")
+        return path, {k: v.float() for k, v in weights.items()}
     raise CheckpointError(f"{directory}: no weights ({' or '.join(WEIGHT_FILES)}).")
 
 
@@ -164,46 +198,56 @@ def check_marian_config(cfg: dict, path: Path) -> None:
         if key in cfg and bool(cfg[key]) != built:
             raise _fail(path, key, f"= {cfg[key]}: nmt's Transformer (like transformers' "
                         f"MarianMTModel) has no equivalent; only {key}={str(built).lower()} imports.")
+    for key in SIZES:
+        if not (type(_size(cfg, key)) is int and _size(cfg, key) > 0):
+            raise _fail(path, key, f"= {cfg[key]!r} must be a positive integer.")
+    for key in ("dropout", "attention_dropout", "activation_dropout"):
+        if key in cfg and not (type(cfg[key]) in (int, float) and 0 <= cfg[key] < 1):
+            raise _fail(path, key, f"= {cfg[key]!r} must be a number in [0, 1).")
     for a, b in (("encoder_attention_heads", "decoder_attention_heads"),
                  ("encoder_ffn_dim", "decoder_ffn_dim")):
-        if cfg.get(a, 16) != cfg.get(b, 16):
-            raise _fail(path, f"{a}/{b}", f"= {cfg.get(a)}/{cfg.get(b)}: nmt's encoder and "
+        if _size(cfg, a) != _size(cfg, b):
+            raise _fail(path, f"{a}/{b}", f"= {_size(cfg, a)}/{_size(cfg, b)}: nmt's encoder and "
                         "decoder layers have one size.")
-    if cfg.get("d_model", 1024) % 2:
-        raise _fail(path, "d_model", f"= {cfg['d_model']} is odd: the sinusoids need an even one.")
-    vocab, dec_vocab = cfg.get("vocab_size"), cfg.get("decoder_vocab_size") or cfg.get("vocab_size")
+    d, heads, vocab = (_size(cfg, k) for k in ("d_model", "encoder_attention_heads", "vocab_size"))
+    if d % 2 or d % heads:
+        raise _fail(path, "d_model", f"= {d} must be even (the sinusoids) and divisible by "
+                    f"encoder_attention_heads={heads}.")
+    for key in ("pad_token_id", "eos_token_id", "decoder_start_token_id"):
+        if cfg.get(key) is not None and not (type(cfg[key]) is int and 0 <= cfg[key] < vocab):
+            raise _fail(path, key, f"= {cfg[key]!r} is not an id of the vocabulary (0..{vocab - 1}).")
+    dec_vocab = cfg.get("decoder_vocab_size") or vocab
     if dec_vocab != vocab:
         raise _fail(path, "decoder_vocab_size", f"= {dec_vocab} differs from vocab_size={vocab}: "
                     "separate vocabularies do not import yet.")
 
 
-def spm_with_pieces(model: bytes, pieces: Sequence[str], tags: set[str], where: str) -> bytes:
+def spm_with_pieces(model: bytes, pieces: Sequence[str], tags: set[str], absent: set[str]) -> bytes:
     """The SentencePiece ``model`` rewritten with ``pieces`` as its id order: ``SPECIALS`` at
-    ids 0..3 (``<unk>`` keeps its score), its own pieces with their scores and types where it
-    has them, ``tags`` (nmt's ``<2xx>``) as user-defined pieces, the others UNUSED (never
-    emitted: segmentation is unchanged). ConfigError naming ``where`` when one of its pieces
-    is not in ``pieces`` (Marian would map it to ``<unk>``, which no rewrite reproduces)."""
+    ids 0..3 (``<unk>`` keeps its score); its own pieces with their scores and types, but
+    UNUSED where vocab.json lacks them (``absent``); ``tags`` (nmt's ``<2xx>``) and pieces
+    made only of characters it lacks as user-defined pieces (``MarianTokenizer`` looks such
+    unknown text up in vocab.json); the others UNUSED with a score below all of its own. An
+    UNUSED piece is never emitted, and the lowest score keeps BPE from merging it first, so
+    segmentation is otherwise unchanged."""
     proto = spm_pb2.ModelProto()
     proto.ParseFromString(model)
     own = {p.piece: p for p in proto.pieces}
     kept = {_Piece.NORMAL, _Piece.USER_DEFINED, _Piece.BYTE}
-    wanted = set(pieces)
-    missing = [p.piece for p in proto.pieces if p.type in kept and p.piece not in wanted]
-    if missing:
-        raise ConfigError(f"{where}: the pieces {missing[:5]} are not in vocab.json "
-                          f"({len(missing)} in all): this tokenizer does not import exactly.")
+    chars = {c for p in proto.pieces if p.type in kept for c in p.piece}
+    lowest = min((p.score for p in proto.pieces), default=0.0) - 1.0
     out = []
     for i, piece in enumerate(pieces):
         old = own.get(piece)
         if i < len(SPECIALS):
             kind = _Piece.UNKNOWN if i == UNK_ID else _Piece.CONTROL
             score = old.score if (old is not None and i == UNK_ID) else 0.0
-        elif piece in tags:
+        elif piece in tags or (old is None and not _TAG.match(piece) and chars.isdisjoint(piece)):
             kind, score = _Piece.USER_DEFINED, 0.0
         elif old is not None and old.type in kept:
-            kind, score = old.type, old.score
+            kind, score = (_Piece.UNUSED if piece in absent else old.type), old.score
         else:
-            kind, score = _Piece.UNUSED, 0.0
+            kind, score = _Piece.UNUSED, lowest
         out.append(_Piece(piece=piece, score=score, type=kind))
     del proto.pieces[:]
     proto.pieces.extend(out)
@@ -219,10 +263,13 @@ def marian_vocabulary(vocab: dict[str, int], cfg: dict, tok_cfg: dict, path: Pat
     """``(pieces, rows)`` in nmt's id order: ``rows[k]`` is the Marian id of nmt id k (None:
     nmt's ``<pad>`` when Marian's is the decoder start, a row Marian lacks). ``>>xx<<`` tokens
     are renamed ``<2xx>``. ConfigError naming vocab.json / config.json and the key."""
-    size = cfg.get("vocab_size")
+    size = _size(cfg, "vocab_size")
     by_id: dict[int, str] = {}
     for token, i in vocab.items():
-        by_id.setdefault(int(i), token)
+        if type(i) is not int or not token:
+            raise _fail(path / "vocab.json", repr(token), f"-> {i!r}: vocab.json maps non-empty "
+                        "tokens to integer ids.")
+        by_id.setdefault(i, token)
     if sorted(by_id) != list(range(size)):
         raise _fail(path / "vocab.json", "ids", f"are not 0..vocab_size-1={size - 1} "
                     "(config.json's vocab_size).")
@@ -254,52 +301,67 @@ def marian_vocabulary(vocab: dict[str, int], cfg: dict, tok_cfg: dict, path: Pat
 def marian_to_nmt(weights: dict[str, torch.Tensor], cfg: dict, rows: list[int | None],
                   path: Path) -> tuple[dict, dict[str, torch.Tensor]]:
     """``(model section, nmt state dict)`` of a Marian ``weights`` dict (the module docstring's
-    table); ``rows`` as :func:`marian_vocabulary`. CheckpointError naming ``path`` for a
-    missing weight, ConfigError for one nmt has no place for."""
-    d, layers = int(cfg.get("d_model", 1024)), (int(cfg.get("encoder_layers", 12)),
-                                                 int(cfg.get("decoder_layers", 12)))
+    table), read as transformers' ``MarianMTModel`` reads it; ``rows`` as
+    :func:`marian_vocabulary`. CheckpointError naming ``path`` (the weights file) for a
+    missing weight or one of another shape than config.json gives, ConfigError for one nmt
+    has no place for."""
+    d, ff, vocab = (_size(cfg, k) for k in ("d_model", "encoder_ffn_dim", "vocab_size"))
+    layers = (_size(cfg, "encoder_layers"), _size(cfg, "decoder_layers"))
     perm, used = residual_permutation(d), set()
     rows_t = torch.tensor([0 if r is None else r for r in rows])
+    absent = torch.tensor([i for i, r in enumerate(rows) if r is None], dtype=torch.long)
 
-    def w(name: str) -> torch.Tensor:
-        for key in (name, f"model.{name}", name.removeprefix("model.")):
-            if key in weights:
-                used.add(key)
-                return weights[key]
-        raise CheckpointError(f"{path}: the weight {name} is missing.")
+    def keys(name: str) -> tuple[str, ...]:   # the names a file may give weight ``name``
+        return name, f"model.{name}", name.removeprefix("model.")
 
-    def vocab_rows(t: torch.Tensor, fill: float) -> torch.Tensor:   # [V_marian, ...] -> nmt rows
+    def w(name: str, *shape: int) -> torch.Tensor:
+        key = next((k for k in keys(name) if k in weights), None)
+        if key is None:
+            raise CheckpointError(f"{path}: the weight {name} is missing.")
+        used.add(key)
+        if tuple(weights[key].shape) != shape:
+            raise CheckpointError(f"{path}: the weight {key} has shape {list(weights[key].shape)}; "
+                                  f"config.json makes it {list(shape)}.")
+        return weights[key]
+
+    def vocab_rows(t: torch.Tensor) -> torch.Tensor:   # [V_marian, ...] -> nmt rows, absent: 0
         out = t[rows_t].clone()
-        out[[i for i, r in enumerate(rows) if r is None]] = fill
+        out[absent] = 0.0
         return out
 
-    sd: dict[str, torch.Tensor] = {}
-    share = bool(cfg.get("share_encoder_decoder_embeddings", True))
-    enc_emb = w("model.shared.weight" if share else "model.encoder.embed_tokens.weight")
-    dec_emb = enc_emb if share else w("model.decoder.embed_tokens.weight")
-    for k in ("model.encoder.embed_tokens.weight", "model.decoder.embed_tokens.weight"):
-        used.add(k)   # copies of shared.weight in some files
-    head = weights.get("lm_head.weight", dec_emb)
-    used.add("lm_head.weight")
-    tie = share and bool(cfg.get("tie_word_embeddings", True)) and (head is dec_emb or torch.equal(
-        head, dec_emb))
-    sd["src_embed.weight"] = vocab_rows(enc_emb, 0.0)[:, perm]
-    sd["tgt_embed.weight"] = sd["src_embed.weight"] if tie else vocab_rows(dec_emb, 0.0)[:, perm]
+    # The embeddings as transformers ties them: tie_word_embeddings (default true) ties the
+    # head to the decoder's embedding, and with share_encoder_decoder_embeddings (default
+    # true) all three to model.shared; otherwise each module reads its own weight
+    # (model.shared where a file lacks the shared copy). One nmt matrix when all three are
+    # equal, else three (the values transformers uses: exact, fine-tuning trains them apart).
+    share, tied = (bool(cfg.get(k, True)) for k in ("share_encoder_decoder_embeddings",
+                                                    "tie_word_embeddings"))
+    if share and tied:
+        enc = dec = head = w("model.shared.weight", vocab, d)
+    else:
+        enc, dec = (w(n if any(k in weights for k in keys(n)) or not share else "model.shared.weight",
+                      vocab, d) for n in (f"model.{s}.embed_tokens.weight" for s in ("encoder", "decoder")))
+        head = dec if tied else w("lm_head.weight", vocab, d)
+    used.update(("model.shared.weight", "model.encoder.embed_tokens.weight",   # copies in
+                 "model.decoder.embed_tokens.weight", "lm_head.weight"))        # some files
+    tie = torch.equal(enc, dec) and torch.equal(dec, head)
+    sd: dict[str, torch.Tensor] = {"src_embed.weight": vocab_rows(enc)[:, perm]}
+    sd["tgt_embed.weight"] = sd["src_embed.weight"] if tie else vocab_rows(dec)[:, perm]
     if not tie:
-        sd["output_proj.weight"] = vocab_rows(head, 0.0)[:, perm]
-    bias = weights.get("final_logits_bias", weights.get("model.final_logits_bias"))
-    used.update(("final_logits_bias", "model.final_logits_bias"))
-    bias = torch.zeros(len(rows_t)) if bias is None else vocab_rows(bias.reshape(-1), ABSENT_LOGIT)
-    if None in rows:
-        bias[rows.index(None)] = ABSENT_LOGIT
+        sd["output_proj.weight"] = vocab_rows(head)[:, perm]
+    bias = torch.zeros(len(rows))
+    if any(k in weights for k in keys("final_logits_bias")):
+        bias = vocab_rows(w("final_logits_bias", 1, vocab)[0])
+    bias[absent] = ABSENT_LOGIT
     if bool(bias.any()):
         sd["final_logits_bias"] = bias
 
-    def read(name: str) -> dict[str, torch.Tensor]:   # Linear reading the residual stream
-        return {"weight": w(f"{name}.weight")[:, perm], "bias": w(f"{name}.bias")}
+    def read(name: str, out: int = d) -> dict[str, torch.Tensor]:   # a Linear reading the
+        return {"weight": w(f"{name}.weight", out, d)[:, perm], "bias": w(f"{name}.bias", out)}
 
-    def write(name: str) -> dict[str, torch.Tensor]:  # Linear or LayerNorm writing / on it
-        return {"weight": w(f"{name}.weight")[perm], "bias": w(f"{name}.bias")[perm]}
+    def write(name: str, *cols: int) -> dict[str, torch.Tensor]:    # a Linear writing it, or a
+        return {"weight": w(f"{name}.weight", d, *cols)[perm],         # LayerNorm (no cols)
+                "bias": w(f"{name}.bias", d)[perm]}
 
     def put(prefix: str, parts: dict[str, torch.Tensor]) -> None:
         sd.update({f"{prefix}.{k}": v.contiguous() for k, v in parts.items()})
@@ -312,22 +374,22 @@ def marian_to_nmt(weights: dict[str, torch.Tensor], cfg: dict, rows: list[int | 
         for i in range(n):
             m, o = f"model.{side}.layers.{i}", f"{side}.{i}"
             put(f"{o}.self_attn.qkv_proj", fused([f"{m}.self_attn.{x}_proj" for x in "qkv"]))
-            put(f"{o}.self_attn.out_proj", write(f"{m}.self_attn.out_proj"))
+            put(f"{o}.self_attn.out_proj", write(f"{m}.self_attn.out_proj", d))
             put(f"{o}.res1.norm", write(f"{m}.self_attn_layer_norm"))
             if side == "decoder":
                 put(f"{o}.cross_attn.q_proj", read(f"{m}.encoder_attn.q_proj"))
                 put(f"{o}.cross_attn.kv_proj", fused([f"{m}.encoder_attn.{x}_proj" for x in "kv"]))
-                put(f"{o}.cross_attn.out_proj", write(f"{m}.encoder_attn.out_proj"))
+                put(f"{o}.cross_attn.out_proj", write(f"{m}.encoder_attn.out_proj", d))
                 put(f"{o}.res2.norm", write(f"{m}.encoder_attn_layer_norm"))
-            put(f"{o}.ff.linear1", read(f"{m}.fc1"))
-            put(f"{o}.ff.linear2", write(f"{m}.fc2"))
+            put(f"{o}.ff.linear1", read(f"{m}.fc1", ff))
+            put(f"{o}.ff.linear2", write(f"{m}.fc2", ff))
             put(f"{o}.res{3 if side == 'decoder' else 2}.norm", write(f"{m}.final_layer_norm"))
     extra = [k for k in weights if k not in used and "embed_positions" not in k]
     if extra:
         raise _fail(path, "weights", f"{extra[:4]} have no place in nmt's Transformer "
                     "(e.g. layernorm_embedding, a final LayerNorm).")
-    model = {"d_model": d, "heads": int(cfg.get("encoder_attention_heads", 16)),
-             "ff_dim": int(cfg.get("encoder_ffn_dim", 4096)), "encoder_layers": layers[0],
+    model = {"d_model": d, "heads": _size(cfg, "encoder_attention_heads"),
+             "ff_dim": ff, "encoder_layers": layers[0],
              "decoder_layers": layers[1], "norm": "post",
              "dropout": float(cfg.get("dropout", 0.1)),
              "attention_dropout": float(cfg.get("attention_dropout", 0.0)),
@@ -346,12 +408,28 @@ def fine_tune_overrides(model: dict) -> list[str]:
             for k, v in model.items() if base.get(k) != v]
 
 
+def own_pieces(model: bytes) -> list[str]:
+    """The pieces SentencePiece ``model`` can emit (normal, user-defined, byte), in id order."""
+    proto = spm_pb2.ModelProto()
+    proto.ParseFromString(model)
+    return [p.piece for p in proto.pieces if p.type in (_Piece.NORMAL, _Piece.USER_DEFINED, _Piece.BYTE)]
+
+
 def import_marian(source: str | Path, out: str | Path, src_lang: str | None = None,
                   tgt_lang: str | None = None) -> tuple[Path, list[str]]:
     """Read a Marian directory (or Hub name) ``source`` and write the nmt checkpoint ``out``
-    (:func:`nmt.checkpoint.save_atomic`); returns ``(out, fine-tuning overrides)``. The
-    languages default to tokenizer_config.json's ``source_lang``/``target_lang`` (else
-    ``src``/``tgt``); a multi-target model's directions are its ``>>xx<<`` tokens."""
+    (:func:`nmt.checkpoint.save_atomic`: whole or not at all); returns ``(out, fine-tuning
+    overrides)``. The languages default to tokenizer_config.json's ``source_lang``/
+    ``target_lang`` (else ``src``/``tgt``); a multi-target model's directions are its
+    ``>>xx<<`` tokens. Pieces of source.spm/target.spm that vocab.json lacks stay in nmt's
+    vocabulary, UNUSED (after vocab.json's, rows Marian lacks). ConfigError /
+    CheckpointError, one line naming the file: module docstring; ``out`` a directory or not
+    writable: ConfigError before any work."""
+    out = Path(out)
+    if out.is_dir():
+        raise ConfigError(f"out={out} is a directory: give the checkpoint file, e.g. "
+                          f"out={out / 'model.pt'}.")
+    ensure_writable_dir(out.parent, "out")
     directory = resolve_source(source)
     cfg_path = directory / "config.json"
     cfg = _read_json(cfg_path)
@@ -361,23 +439,25 @@ def import_marian(source: str | Path, out: str | Path, src_lang: str | None = No
     if tok_cfg.get("separate_vocabs"):
         raise _fail(tok_path, "separate_vocabs", "= true: separate vocabularies do not import yet.")
     vocab = _read_json(directory / "vocab.json")
-    spms = []
-    for name in ("source.spm", "target.spm"):
-        if not (directory / name).is_file():
-            raise CheckpointError(f"{directory / name}: missing (a Marian directory as "
-                                  "save_pretrained writes it).")
-        spms.append((directory / name).read_bytes())
+    spms = [read_spm(directory / f"{side}.spm") for side in ("source", "target")]
     pieces, rows = marian_vocabulary(vocab, cfg, tok_cfg, directory)
     tags = {p for p in pieces if _TAG.match(p)}
-    models = [spm_with_pieces(m, pieces, tags if side == "source" else set(), str(directory / f"{side}.spm"))
+    absent = list(dict.fromkeys(p for m in spms for p in own_pieces(m) if p not in set(pieces)))
+    pieces, rows = pieces + absent, rows + [None] * len(absent)
+    models = [spm_with_pieces(m, pieces, tags if side == "source" else set(), set(absent))
               for side, m in zip(("source", "target"), spms, strict=True)]
     src = src_lang or tok_cfg.get("source_lang") or "src"
     tgt_langs = sorted(_TAG.match(t).group(1) for t in tags)
     tgt = tgt_lang or (tgt_langs[0] if tgt_langs else tok_cfg.get("target_lang") or "tgt")
-    tokenizer = Tokenizer(models[0], None if models[0] == models[1] else models[1],
-                          {"type": "marian", "vocab_size": len(pieces), "joint": True,
-                           "src_lang": src, "tgt_lang": tgt, "model": str(source)})
-    model, sd = marian_to_nmt(read_weights(directory), cfg, rows, directory)
+    try:
+        tokenizer = Tokenizer(models[0], None if models[0] == models[1] else models[1],
+                              {"type": "marian", "vocab_size": len(pieces), "joint": True,
+                               "src_lang": src, "tgt_lang": tgt, "model": str(source)})
+    except (RuntimeError, ValueError) as err:
+        raise CheckpointError(f"{directory}: source.spm/target.spm with vocab.json's pieces do "
+                              f"not load in SentencePiece ({' '.join(str(err).split())[:160]}).") from None
+    weights_file, weights = read_weights(directory)
+    model, sd = marian_to_nmt(weights, cfg, rows, weights_file)
     overrides = [f"model.{k}={v}" for k, v in model.items()]
     overrides += [f"data.src_lang={src}", f"data.tgt_lang={tgt}", "data.tokenizer.joint=true",
                   f"data.tokenizer.vocab_size={len(pieces)}"]
@@ -389,13 +469,15 @@ def import_marian(source: str | Path, out: str | Path, src_lang: str | None = No
 
     net = build_model(config.model, tokenizer.src_vocab_size, tokenizer.tgt_vocab_size)
     net.load_state_dict(sd)
-    out = Path(out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    save_atomic({"version": CHECKPOINT_VERSION, "config_version": CONFIG_VERSION,
-                 "config": to_plain(config), "tokenizer": tokenizer.state_dict(),
-                 "model": net.state_dict(), "step": 0, "epoch": 0, "batch_in_epoch": 0,
-                 "valid_bleu": None, "imported_from": {"format": "marian", "source": str(source)}},
-                out)
+    try:
+        save_atomic({"version": CHECKPOINT_VERSION, "config_version": CONFIG_VERSION,
+                     "config": to_plain(config), "tokenizer": tokenizer.state_dict(),
+                     "model": net.state_dict(), "step": 0, "epoch": 0, "batch_in_epoch": 0,
+                     "valid_bleu": None, "imported_from": {"format": "marian", "source": str(source)}},
+                    out)
+    except OSError as err:
+        raise ConfigError(f"out={out}: cannot write the checkpoint ({err.strerror or err}); "
+                          "choose a writable out=PATH.") from None
     return out, fine_tune_overrides(model)
 
 
