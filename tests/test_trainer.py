@@ -419,10 +419,11 @@ RDROP = SimpleNamespace(consistency="rdrop", label_smoothing=0.1, consistency_al
 
 def _objective(net, batch, t):
     """nmt.training.loss.objective with train.consistency's regulariser, as the trainer calls it."""
+    from nmt.config import is_guided
     from nmt.extras.training.consistency import regulariser
     from nmt.training.loss import objective
 
-    return objective(net, batch, t, contextlib.nullcontext(), regulariser(t))
+    return objective(net, batch, t, contextlib.nullcontext(), regulariser(t), guided=is_guided(t))
 
 
 @pytest.mark.parametrize("model", ["transformer", "rnn"])
@@ -617,7 +618,8 @@ def test_compiled_accumulation_gives_the_eager_gradients():
     for model, loss in ((net, label_smoothed_nll), (net.compiled(None), compiled_label_smoothed_nll())):
         net.zero_grad()
         for batch in batches:
-            objective(model, batch, t, contextlib.nullcontext(), None, loss)[0].backward()
+            objective(model, batch, t, contextlib.nullcontext(), None, loss,
+                      guided=False)[0].backward()
         grads.append({n: p.grad.clone() for n, p in net.named_parameters()})
     for name in grads[0]:
         torch.testing.assert_close(grads[1][name], grads[0][name], atol=1e-6, rtol=1e-5, msg=name)

@@ -26,7 +26,6 @@ from typing import Protocol
 import torch
 from torch import Tensor
 
-from nmt.config import is_guided
 from nmt.data.vocab import PAD_ID
 
 
@@ -149,16 +148,17 @@ class Regulariser(Protocol):
 
 
 def objective(model: torch.nn.Module, batch, t, autocast, regulariser: Regulariser | None = None,
-              cross_entropy: Callable = label_smoothed_nll) -> tuple[Tensor, dict[str, Tensor]]:
+              cross_entropy: Callable = label_smoothed_nll, *, guided: bool
+              ) -> tuple[Tensor, dict[str, Tensor]]:
     """One teacher-forced forward of ``batch`` (src [B, S], tgt_in / tgt_out [B, T]) under
     ``autocast`` and its loss, ``train`` settings ``t``:  L = label-smoothed cross-entropy
     (section 5.4) [+ lambda * L_align]. Returns ``(objective_sum, parts)``: L in nats summed
     over the batch's target tokens (the trainer divides by the step's tokens) and its named,
-    detached parts: ``loss`` (smoothed), ``nll``, with guided alignment (lambda =
-    ``t.alignment_loss_weight`` > 0) ``alignment_loss`` (:func:`alignment_loss` of the
-    model's alignment [B, T, S] against ``batch.links``), and what a ``regulariser`` adds.
-    ``cross_entropy``: :func:`label_smoothed_nll`, or its compiled equal (``train.compile``)."""
-    guided = is_guided(t)
+    detached parts: ``loss`` (smoothed), ``nll``, with ``guided`` alignment (lambda =
+    ``t.alignment_loss_weight``; the caller decides once, :func:`nmt.config.is_guided`)
+    ``alignment_loss`` (:func:`alignment_loss` of the model's alignment [B, T, S] against
+    ``batch.links``), and what a ``regulariser`` adds. ``cross_entropy``:
+    :func:`label_smoothed_nll`, or its compiled equal (``train.compile``)."""
     if regulariser is None:
         with autocast:
             logits, alignment = model(batch.src, batch.src_mask, batch.tgt_in,

@@ -41,7 +41,7 @@ from torch.utils.tensorboard import SummaryWriter
 from tqdm.auto import tqdm
 
 from nmt.checkpoint import CONFIG_VERSION, CheckpointManager, rng_state, set_rng_state
-from nmt.config import ConfigError, to_plain
+from nmt.config import ConfigError, is_guided, to_plain
 from nmt.data.batching import collate, target_tokens
 from nmt.data.pipeline import TokenizedSplit, tag_ids
 from nmt.data.sampler import BatchShapes, TokenBatchSampler
@@ -120,6 +120,7 @@ class Trainer:
         self.plan = plan or run.RunPlan("fresh")
         # The train section as plain Python values (DictConfig access is slow in a loop).
         self.t = SimpleNamespace(**to_plain(cfg.train))
+        self.guided = is_guided(self.t)   # guided alignment's loss in every step
         self.run_dir = Path(cfg.run_dir)
         self.manager = CheckpointManager(self.run_dir / "checkpoints", self.t.keep_last,
                                          self.t.keep_best)
@@ -311,7 +312,8 @@ class Trainer:
                 self.train_model.no_sync()
             with sync:
                 total, parts = objective(self.train_model, batch, self.t, self._autocast(),
-                                         self.hooks.regulariser, self.cross_entropy)
+                                         self.hooks.regulariser, self.cross_entropy,
+                                         guided=self.guided)
                 loss = total * scale
                 (loss if self.scaler is None else self.scaler.scale(loss)).backward()
             sums = {name: sums.get(name, 0) + value for name, value in parts.items()}
