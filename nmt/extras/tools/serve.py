@@ -77,14 +77,9 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from nmt.config import SEARCH_MINIMUM, ConfigError, to_plain
 from nmt.evaluation.alignments import Alignment
+from nmt.extras.tools import word_alignment as wa
 from nmt.extras.tools.ctranslate2 import InputTooLong
 from nmt.extras.tools.viewer import attention_page, page_data
-from nmt.extras.tools.word_alignment import (
-    ForcedAlignment,
-    piece_words,
-    word_link_cells,
-    word_links,
-)
 from nmt.inference.search import max_output_lengths
 from nmt.models import build_model
 
@@ -315,10 +310,10 @@ def pharaoh_links(result) -> set[tuple[int, int]]:
     :func:`~nmt.extras.tools.word_alignment.word_links` (argmax, no shift) of its alignment
     [len(tokens), len(src_tokens)]."""
     src, tgt = result.src_tokens[:-1], result.tokens[:-1]
-    src_words, tgt_words = piece_words(src), piece_words(tgt)
-    item = ForcedAlignment(src, tgt, src_words, tgt_words, len(set(src_words)),
-                           len(set(tgt_words)), np.asarray(result.alignment)[None, None])
-    return word_links(item)
+    src_words, tgt_words = wa.piece_words(src), wa.piece_words(tgt)
+    item = wa.ForcedAlignment(src, tgt, src_words, tgt_words, len(set(src_words)),
+                              len(set(tgt_words)), np.asarray(result.alignment)[None, None])
+    return wa.word_links(item)
 
 
 def translation_json(result, alignment: bool) -> dict:
@@ -331,8 +326,8 @@ def translation_json(result, alignment: bool) -> dict:
         view = page_data([(0, Alignment(result.alignment, result.src_tokens, result.tokens,
                                         dict(result.attention or {})))])[0]
         view.update(translation=result.text, links=" ".join(f"{i}-{j}" for i, j in sorted(links)),
-                    marks=[list(c) for c in sorted(word_link_cells(links, result.src_tokens,
-                                                                    result.tokens))])
+                    marks=[list(c) for c in sorted(wa.word_link_cells(links, result.src_tokens,
+                                                                       result.tokens))])
         out.update(src_tokens=result.src_tokens, links=view["links"], view=view,
                    alignment=np.round(np.asarray(result.alignment, dtype=np.float64), 4).tolist())
     return out
