@@ -200,10 +200,11 @@ def main(argv: list[str] | None = None) -> dict:
         variants = {"fp32": (model, False, t), "bf16": (model, True, t)}
     elif args.compare_consistency:
         b_name = "simcut" if t.consistency == "simcut" else "rdrop"
-        variants = {c: (compiled or model, bf16, OmegaConf.merge(t, {"consistency": c}))
+        fwd = model if compiled is None else compiled   # (a compiled module has no truth value)
+        variants = {c: (fwd, bf16, OmegaConf.merge(t, {"consistency": c}))
                     for c in ("none", b_name)}
     else:
-        variants = {"run": (compiled or model, bf16, t)}
+        variants = {"run": (model if compiled is None else compiled, bf16, t)}
     timed = batches[args.warmup:]
     extra: dict = {}
     # --compile: the eager variant warms up and is timed before anything compiles, and its

@@ -41,7 +41,15 @@ def test_throughput_counts_6n_per_real_token_and_attention_against_the_peak_of_e
     assert meter.describe({"model_tflops_per_s": 0.5, "mfu": 0.25}) == " | TFLOP/s 0.5 | mfu 0.25"
     assert meter.describe({"model_tflops_per_s": 0.5}) == " | TFLOP/s 0.5 | mfu n/a"
     assert meter.summary(1920.0, 180.0) == {"mfu": 2.667, "model_tflops_per_s": 1.067e-11,
-                                            "peak_tflops": 4e-12}
+                                            "peak_tflops": 4e-12, "steady": None}
+    # The steady state: from the first log line (compile, graph capture before it) to the last.
+    meter.mark(50, 1000, 1e3, 2.0)
+    assert meter.steady() is None                     # nothing after the first log line yet
+    meter.mark(100, 3000, 2.5e3, 3.0)
+    meter.mark(150, 5000, 4e3, 4.5)                   # 4,000 tokens, 3,000 FLOPs in 2.5 s
+    steady = {"from_step": 50, "to_step": 150, "tokens_per_s": 1600.0, "mfu": 300.0,
+              "model_tflops_per_s": 1.2e-9}
+    assert meter.steady() == steady and meter.summary(1920.0, 180.0)["steady"] == steady
     # A CPU without train.peak_tflops divides by a measured matmul rate: not called MFU.
     measured = Throughput(_Counts(), torch.device("cpu"), None, None, world_size=1)
     assert measured.name == "matmul_util" and "matmul_util" in measured.take(1.0)
@@ -79,6 +87,10 @@ def test_every_log_line_and_the_summary_carry_model_flops_and_mfu(tiny_overrides
     assert saved["peak_tflops"] == 1e-6 and saved["mfu"] == summary["mfu"] > 0
     # The summary's figure is the FLOPs of all steps over the training time (no validation).
     assert saved["mfu"] == pytest.approx(saved["model_tflops_per_s"] / 1e-6, rel=1e-3)
+    # The steady state: the steps after the first log line (step 2) up to the last (step 4).
+    steady = saved["steady"]
+    assert (steady["from_step"], steady["to_step"]) == (2, 4) and steady["tokens_per_s"] > 0
+    assert steady["mfu"] == pytest.approx(steady["model_tflops_per_s"] / 1e-6, rel=1e-3)
 
 
 def _shapes_per_epoch(cfg, epochs: int) -> list[set]:

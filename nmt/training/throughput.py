@@ -5,13 +5,16 @@ MFU (model FLOPs utilisation; Chowdhery et al. 2022, appendix B) = model FLOPs o
 recomputation not counted) / their seconds / the peak FLOP/s of all devices
 (:func:`nmt.runtime.peak_flops`). On a CPU without ``train.peak_tflops`` the divisor is a
 matmul rate measured at start-up, not a peak: the figure is then called ``matmul_util``.
-``scripts/bench_model.py`` counts with the same function.
+``scripts/bench_model.py`` counts with the same function. The steady state (``summary.json``'s
+``steady``) is the span between this process's first and last log lines: the first interval,
+which holds ``torch.compile`` and CUDA graph capture, is left out.
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 import torch
@@ -33,6 +36,7 @@ class Throughput:
                  peak_tflops: float | None, world_size: int, copies: int = 1) -> None:
         self.model, self.flop_params = model, model.flop_params()
         self.copies, self.flops = copies, 0.0
+        self.marks: list[tuple[int, int, float, float]] = []   # the first and the last mark
         measured = device.type != "cuda" and peak_tflops is None
         self.name = "matmul_util" if measured else "mfu"
         peak = peak_flops(device, amp_dtype, peak_tflops)
@@ -68,11 +72,30 @@ class Throughput:
         figures, self.flops = self.figures(self.flops, seconds), 0.0
         return figures
 
-    def summary(self, flops: float, seconds: float) -> dict[str, float | None]:
-        """:meth:`figures` of a whole run, with ``peak_tflops`` (all devices; None: unknown)."""
+    def mark(self, step: int, tokens: int, flops: float, seconds: float) -> None:
+        """Note the run's counters at a log line, after its device sync: ``step``, the target
+        tokens and model FLOPs trained on and the training seconds (no validation) so far."""
+        self.marks[1:] = [(step, tokens, flops, seconds)]
+
+    def steady(self) -> dict[str, float | int | None] | None:
+        """``{"from_step", "to_step", "tokens_per_s", "model_tflops_per_s", name}`` of the steps
+        between the first and the last :meth:`mark`; None with fewer than two marks."""
+        if len(self.marks) < 2:
+            return None
+        (step0, tokens0, flops0, s0), (step1, tokens1, flops1, s1) = self.marks
+        seconds = max(s1 - s0, 1e-9)
+        figures = {self.name: None, **self.figures(flops1 - flops0, seconds)}
+        return {"from_step": step0, "to_step": step1,
+                "tokens_per_s": round((tokens1 - tokens0) / seconds, 1),
+                **{k: v if v is None else float(f"{v:.4g}") for k, v in figures.items()}}
+
+    def summary(self, flops: float, seconds: float) -> dict[str, Any]:
+        """:meth:`figures` of a whole run, with ``peak_tflops`` (all devices; None: unknown)
+        and the :meth:`steady` state."""
         figures = {self.name: None, **self.figures(flops, seconds),
                    "peak_tflops": None if self.peak is None else self.peak / 1e12}
-        return {k: v if v is None else float(f"{v:.4g}") for k, v in figures.items()}
+        rounded = {k: v if v is None else float(f"{v:.4g}") for k, v in figures.items()}
+        return {**rounded, "steady": self.steady()}
 
     def describe(self, figures: dict[str, float]) -> str:
         """`` | TFLOP/s 0.0123 | mfu 0.0456`` for a log line (``mfu n/a``: no peak; on a CPU
