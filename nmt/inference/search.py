@@ -25,18 +25,14 @@ Conventions:
   When a hypothesis reaches it, EOS is forced (its model probability is still scored), so
   every sentence gets an output.
 * PAD and BOS are never generated.
-* Beam search stops a sentence when ``beam_size`` hypotheses have ended (an EOS among the
+* Beam search ends a sentence when ``beam_size`` hypotheses have ended (an EOS among the
   ``beam_size`` best candidates of a step, as in fairseq), at the maximum length, or (with
-  ``n_best == 1``) when no alive hypothesis can still beat the best ended one: an alive
-  hypothesis' log-prob only falls, so its final score is at most its current log-prob
-  divided by the largest length penalty it can still reach (at the maximum length for
-  ``alpha >= 0``).
+  ``n_best == 1``) when no alive hypothesis can still beat the best ended one.
 
-Sampling (:mod:`nmt.inference.sampling`, skip on a first reading) walks one path per
-sentence as greedy search does. The batching around these functions (length-sorted batches,
-input order, empty sources) is :func:`nmt.inference.translator.decode`. Arguments are trusted: the search settings were
-validated where they entered (:func:`nmt.config.validate_search`,
-:func:`nmt.inference.translator.search_settings`).
+Sampling (:mod:`nmt.inference.sampling`, skip on a first reading) walks one path per sentence
+as greedy search does; the batching around these functions is
+:func:`nmt.inference.translator.decode`. Arguments are trusted: the search settings were
+validated where they entered (:func:`nmt.config.validate_search`: ``alpha >= 0``).
 """
 
 from __future__ import annotations
@@ -254,13 +250,10 @@ def _beam_search(model: Seq2Seq, src: Tensor, src_mask: Tensor, k: int, alpha: f
         next_tok = top_tok[go_on].view(n_act, k)
         next_rows = top_rows[go_on].view(n_act, k)
         # Which sentences are finished? An alive hypothesis' log-prob only falls, so its final
-        # score is at most best_alive over the largest length penalty it can still reach
-        # (alpha >= 0: at the maximum length; alpha < 0: at the next step).
+        # score is at most best_alive over the largest length penalty it can still reach: the
+        # one at the maximum length (alpha >= 0).
         best_alive = next_scores[:, 0]                                        # [n_act]
-        if alpha >= 0:
-            bound = best_alive / length_penalty_factor(max_lens[active].float() + 1, alpha)
-        else:
-            bound = best_alive / length_penalty_factor(float(t + 2), alpha)
+        bound = best_alive / length_penalty_factor(max_lens[active].float() + 1, alpha)
         done = (n_fin[active] >= k) | (max_lens[active] <= t)
         if n_best == 1:  # with n_best > 1 the n-th best could still change: run on
             done |= best_fin[active] >= bound
