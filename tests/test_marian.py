@@ -34,10 +34,10 @@ def _texts(n: int = 300) -> tuple[list[str], list[str]]:
     return [d for d, _ in pairs], [e for _, e in pairs]
 
 
-def _spm(texts: list[str], size: int, **extra) -> bytes:
+def _spm(texts: list[str], size: int, model_type: str = "unigram", **extra) -> bytes:
     out = io.BytesIO()   # Marian's layout: SentencePiece's default ids (<unk> 0, <s> 1, </s> 2)
     spm.SentencePieceTrainer.train(sentence_iterator=iter(texts), model_writer=out,
-                                   model_type="unigram", vocab_size=size, hard_vocab_limit=False,
+                                   model_type=model_type, vocab_size=size, hard_vocab_limit=False,
                                    character_coverage=1.0, minloglevel=2, num_threads=1, **extra)
     return out.getvalue()
 
@@ -50,16 +50,21 @@ def _pieces(model: bytes) -> list[str]:
 
 def build_marian(directory: Path, *, joint: bool = False, scale_embedding: bool = True,
                  activation: str = "swish", codes: tuple[str, ...] = (), tie: bool = True,
-                 seed: int = 0, d_model: int = 16) -> Path:
+                 share: bool | None = None, seed: int = 0, d_model: int = 16,
+                 model_type: str = "unigram", drop: int = 0, tgt_extra: tuple[str, ...] = ()
+                 ) -> Path:
     """A random MarianMTModel + MarianTokenizer saved as save_pretrained writes them: vocab.json
-    as OPUS-MT's (</s> 0, <unk> 1, ..., <pad> last, the decoder start), every weight random
-    (LayerNorms, biases, final_logits_bias and the decoder-start row included)."""
+    as OPUS-MT's (</s> 0, <unk> 1, ..., <pad> last, the decoder start; without the ``drop``
+    longest pieces only the source model has), every weight random (LayerNorms, biases, final_logits_bias and the
+    decoder-start row included). ``tie``: tie_word_embeddings, ``share`` (None: ``tie``):
+    share_encoder_decoder_embeddings; ``tgt_extra``: lines only the target model learns."""
     de, en = _texts()
-    src = _spm(de + en if joint else de, 200)
-    tgt = src if joint else _spm(en, 180)
+    src = _spm(de + en if joint else de, 200, model_type)
+    tgt = src if joint else _spm(en + list(tgt_extra), 180, model_type)
     tokens = ["</s>", "<unk>", *[f">>{c}<<" for c in codes]]
+    dropped = sorted(set(_pieces(src)) - set(_pieces(tgt)), key=lambda p: (-len(p), p))[:drop]
     for p in _pieces(src) + _pieces(tgt):
-        if p not in tokens:
+        if p not in tokens and p not in dropped:
             tokens.append(p)
     tokens.append("<pad>")
     directory.mkdir(parents=True, exist_ok=True)
@@ -78,7 +83,8 @@ def build_marian(directory: Path, *, joint: bool = False, scale_embedding: bool 
         decoder_ffn_dim=32, activation_function=activation, scale_embedding=scale_embedding,
         max_position_embeddings=256, pad_token_id=pad, decoder_start_token_id=pad,
         eos_token_id=0, forced_eos_token_id=0, dropout=0.0, attention_dropout=0.0,
-        activation_dropout=0.0, share_encoder_decoder_embeddings=tie, tie_word_embeddings=tie)
+        activation_dropout=0.0, share_encoder_decoder_embeddings=tie if share is None else share,
+        tie_word_embeddings=tie)
     torch.manual_seed(seed)
     model = transformers.MarianMTModel(config)
     with torch.no_grad():
@@ -115,65 +121,97 @@ def _import(directory: Path, out: Path, **kw):
     return load_for_inference(out)
 
 
+def check_logits(directory: Path, model, tok, sentences=SENTENCES[:2],
+                 targets=("A dog runs across the street .", "Two men play football .")) -> None:
+    """nmt's logits (its columns in Marian's order) equal MarianMTModel's to 1e-5 of their
+    largest magnitude; nmt's rows Marian lacks change no softmax sum."""
+    hf, htok = _hf(directory)
+    m2n, cols = _maps(directory, tok, hf.config)
+    enc = htok(list(sentences), return_tensors="pt", padding=True)
+    tgt = htok(text_target=list(targets), return_tensors="pt", padding=True).input_ids
+    start = hf.config.decoder_start_token_id
+    dec_in = torch.cat([torch.full((len(targets), 1), start), tgt[:, :-1]], 1)
+    src, mask = enc.input_ids, enc.attention_mask.bool()
+    with torch.no_grad():
+        ref = hf(input_ids=src, attention_mask=mask.long(), decoder_input_ids=dec_in).logits
+        full, _ = model(src.clone().apply_(m2n.get).masked_fill(~mask, 0), mask,
+                        dec_in.clone().apply_(m2n.get), need_alignment=False)
+    ours = full[..., cols]          # nmt's columns in Marian's order
+    real = tgt != hf.config.pad_token_id
+    scale = ref[real].abs().max()
+    assert ((ours - ref)[real].abs().max() / scale) < 1e-5, "logits differ beyond fp32 tolerance"
+    assert full.size(-1) > len(cols) or hf.config.pad_token_id != start
+    assert torch.allclose(torch.logsumexp(full, -1), torch.logsumexp(ours, -1), rtol=1e-6)
+
+
+def check_segmentation(directory: Path, tok, sentences=SENTENCES) -> None:
+    """MarianTokenizer's ids are nmt's source ids (+ </s>), mapped."""
+    hf, htok = _hf(directory)
+    m2n, _ = _maps(directory, tok, hf.config)
+    enc = htok(list(sentences), return_tensors="pt", padding=True)
+    for row, mask, ids in zip(enc.input_ids.tolist(), enc.attention_mask.tolist(),
+                              tok.encode_src_batch(sentences), strict=True):
+        assert [m2n[i] for i, m in zip(row, mask, strict=True) if m] == ids + [3]
+
+
 @pytest.mark.parametrize("kind", ["separate_scaled", "joint_unscaled_gelu", "untied"])
 def test_import_segmentation_and_logits_match_transformers(tmp_path, kind):
     opts = {"separate_scaled": {}, "untied": {"tie": False},
             "joint_unscaled_gelu": {"joint": True, "scale_embedding": False, "activation": "gelu"}}
     directory = build_marian(tmp_path / "hf", **opts[kind])
     model, tok, cfg = _import(directory, tmp_path / "m.pt")
-    hf, htok = _hf(directory)
     assert tok.joint and cfg.model.norm == "post" and cfg.model.final_logits_bias
     assert cfg.model.tie_embeddings == (kind != "untied")
-    m2n, cols = _maps(directory, tok, hf.config)
-    enc = htok(SENTENCES, return_tensors="pt", padding=True)
-    # segmentation: MarianTokenizer's ids are nmt's source ids (+ </s>), mapped
-    for row, mask, ids in zip(enc.input_ids.tolist(), enc.attention_mask.tolist(),
-                              tok.encode_src_batch(SENTENCES), strict=True):
-        assert [m2n[i] for i, m in zip(row, mask, strict=True) if m] == ids + [3]
-    tgt = htok(text_target=["A dog runs across the street .", "Two men play football ."],
-               return_tensors="pt", padding=True).input_ids
-    start = hf.config.decoder_start_token_id
-    dec_in = torch.cat([torch.full((2, 1), start), tgt[:, :-1]], 1)
-    src, mask = enc.input_ids[:2], enc.attention_mask[:2].bool()
-    with torch.no_grad():
-        ref = hf(input_ids=src, attention_mask=mask.long(), decoder_input_ids=dec_in).logits
-        ours, _ = model(src.clone().apply_(m2n.get).masked_fill(~mask, 0), mask,
-                        dec_in.clone().apply_(m2n.get), need_alignment=False)
-    ours = ours[..., cols]          # nmt's columns in Marian's order
-    real = tgt != hf.config.pad_token_id
-    scale = ref[real].abs().max()
-    assert ((ours - ref)[real].abs().max() / scale) < 1e-5, "logits differ beyond fp32 tolerance"
-    with torch.no_grad():   # nmt's extra <pad> row (Marian's pad is the decoder start) adds
-        full, _ = model(src.clone().apply_(m2n.get).masked_fill(~mask, 0), mask,   # nothing
-                        dec_in.clone().apply_(m2n.get), need_alignment=False)
-    assert full.size(-1) == len(cols) + 1
-    assert torch.allclose(torch.logsumexp(full, -1), torch.logsumexp(full[..., cols], -1), rtol=1e-6)
+    check_segmentation(directory, tok)
+    check_logits(directory, model, tok)
+
+
+class ScoredForcedEOS(transformers.LogitsProcessor):
+    """nmt's convention at the length limit (nmt/inference/search.py): only EOS, its log-prob
+    kept; transformers' ``forced_eos_token_id`` scores it 0, so beams that reach the limit
+    would rank otherwise. ``max_length`` counts the decoder start."""
+
+    def __init__(self, max_length: int, eos: int):
+        self.max_length, self.eos = max_length, eos
+
+    def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
+        if input_ids.size(-1) == self.max_length - 1:
+            scores[:, torch.arange(scores.size(-1)) != self.eos] = -torch.inf
+        return scores
 
 
 def _generate_ids(hf, enc, m2n, k: int, length: int) -> list[list[int]]:
-    pad = hf.config.pad_token_id
+    """``generate``'s ids (nmt's, by ``m2n``) at nmt's settings: at most ``length`` tokens
+    before EOS, length penalty 0, fairseq's stopping rule, EOS forced and scored as nmt does."""
+    pad, eos = hf.config.pad_token_id, hf.config.eos_token_id
     out = hf.generate(**enc, num_beams=k, length_penalty=0.0, max_new_tokens=length + 1,
-                      do_sample=False, early_stopping=True, bad_words_ids=[[pad]],
-                      eos_token_id=hf.config.eos_token_id, forced_eos_token_id=hf.config.eos_token_id)
-    hyps = [[m2n[i] for i in row[1:] if i != pad] for row in out.tolist()]
-    return [h[: h.index(3)] if 3 in h else h for h in hyps]
+                      do_sample=False, early_stopping=True, bad_words_ids=[[pad]], eos_token_id=eos,
+                      forced_eos_token_id=None, logits_processor=transformers.LogitsProcessorList(
+                          [ScoredForcedEOS(length + 2, eos)]))
+    hyps = [[i for i in row[1:] if i != pad] for row in out.tolist()]
+    return [[m2n[i] for i in (h[: h.index(eos)] if eos in h else h)] for h in hyps]
 
 
-def test_greedy_and_beam_match_generate(tmp_path):
+@pytest.mark.parametrize("to_the_limit", [False, True])
+def test_greedy_and_beam_match_generate(tmp_path, to_the_limit):
+    """Token for token, with hypotheses ending before the limit (a likelier </s>) or a random
+    model decoding 40 sentences to the limit, where the forced </s> is scored."""
     from nmt.inference.translator import Translator
 
     directory = build_marian(tmp_path / "hf", seed=1)
     hf, htok = _hf(directory)
-    sentences = SENTENCES + ["Ein Mann .", "Kinder spielen am Strand mit einem Ball ."]
+    sentences = _texts(340)[0][300:] if to_the_limit else SENTENCES + [
+        "Ein Mann .", "Kinder spielen am Strand mit einem Ball ."]
     enc = htok(sentences, return_tensors="pt", padding=True)
+    identity = {i: i for i in range(len(hf.final_logits_bias[0]))}
     base = hf.final_logits_bias[0, 0].item()
-    for boost in torch.arange(5.0, 9.0, 0.25).tolist():   # a likelier </s>: hypotheses that end
-        with torch.no_grad():                             # before the limit and some that do not
+    for boost in [] if to_the_limit else torch.arange(5.0, 9.0, 0.25).tolist():
+        with torch.no_grad():
             hf.final_logits_bias[0, 0] = base + boost
-        lengths = {len(h) for h in _generate_ids(hf, enc, {i: i for i in range(len(hf.final_logits_bias[0]))}, 5, 15)}
-        if len(lengths) > 1:
+        if len({len(h) for h in _generate_ids(hf, enc, identity, 5, 15)}) > 1:
             break
-    assert len(lengths) > 1
+    lengths = [len(h) for h in _generate_ids(hf, enc, identity, 5, 15)]
+    assert sum(n == 15 for n in lengths) > 30 if to_the_limit else len(set(lengths)) > 1
     hf.save_pretrained(str(directory))
     _import(directory, tmp_path / "m.pt")
     tr = Translator.from_checkpoint(tmp_path / "m.pt")
@@ -184,8 +222,9 @@ def test_greedy_and_beam_match_generate(tmp_path):
         assert [t.ids for t in got] == ref, f"beam {k}"
 
 
-def _nmt_checkpoint(root: Path, *overrides: str, seed: int = 0) -> Path:
-    """A random post-norm nmt Transformer checkpoint (tiny corpus, its tokenizer)."""
+def _nmt_checkpoint(root: Path, *overrides: str, seed: int = 0, tags: tuple[str, ...] = ()) -> Path:
+    """A random post-norm nmt Transformer checkpoint (tiny corpus, its tokenizer; ``tags``: a
+    joint one with these language tags)."""
     from conftest import write_corpus
 
     from nmt.checkpoint import CHECKPOINT_VERSION, CONFIG_VERSION, save_atomic
@@ -201,8 +240,14 @@ def _nmt_checkpoint(root: Path, *overrides: str, seed: int = 0) -> Path:
     cfg = compose_config([f"data.root={corpus}", f"data.cache_dir={root / 'cache'}",
                           "data.test_split=test", "data.tokenizer.vocab_size=100", *small,
                           *overrides])
-    tok = tokenizer_from_pairs(cfg.data.tokenizer, "de", "en", lambda: iter_parallel(cfg.data, "train"),
-                               cfg.data.cache_dir, split_fingerprint(cfg.data, "train"))
+    if tags:
+        from nmt.data.tokenizer import Tokenizer, train_sentencepiece
+
+        texts = [s for lang in ("de", "en") for s in (corpus / f"train.{lang}").read_text().splitlines()]
+        tok = Tokenizer(train_sentencepiece(texts, "unigram", 100, 1.0, symbols=tags))
+    else:
+        tok = tokenizer_from_pairs(cfg.data.tokenizer, "de", "en", lambda: iter_parallel(cfg.data, "train"),
+                                   cfg.data.cache_dir, split_fingerprint(cfg.data, "train"))
     torch.manual_seed(seed)
     model = build_model(cfg.model, tok.src_vocab_size, tok.tgt_vocab_size)
     with torch.no_grad():
@@ -244,7 +289,9 @@ def test_round_trip_nmt_marian_nmt_is_bit_for_bit(tmp_path, overrides):
     assert ta.encode_tgt_batch(texts) == tb.encode_tgt_batch(texts)
 
 
-def test_export_loads_in_transformers_and_pipeline_translates_as_nmt(tmp_path):
+def test_export_loads_in_transformers_and_translates_as_nmt(tmp_path):
+    """MarianTokenizer gives nmt's ids, generate nmt's greedy ids, and the Auto classes +
+    generate + batch_decode (transformers 5 removed pipeline("translation")) nmt's texts."""
     from nmt.extras.tools.marian import export_marian
     from nmt.inference.translator import Translator
 
@@ -260,13 +307,41 @@ def test_export_loads_in_transformers_and_pipeline_translates_as_nmt(tmp_path):
     ours = tr.translate(sentences, beam_size=1, max_len_a=0.0, max_len_b=12)
     identity = {i: i for i in range(tr.tokenizer.src_vocab_size)}
     assert _generate_ids(hf, enc, identity, 1, 12) == [t.ids for t in ours]
-    try:   # transformers 4.x; 5.x dropped the task: its steps, generate + batch_decode, below
-        pipe = transformers.pipeline("translation", model=str(tmp_path / "hf"), device="cpu")
-        got = [o["translation_text"] for o in pipe(sentences, num_beams=1, max_new_tokens=13)]
-    except KeyError:
-        got = htok.batch_decode(hf.generate(**enc, num_beams=1, max_new_tokens=13),
-                                skip_special_tokens=True)
+    auto = transformers.AutoModelForSeq2SeqLM.from_pretrained(str(tmp_path / "hf")).eval()
+    tokenizer = transformers.AutoTokenizer.from_pretrained(str(tmp_path / "hf"))
+    batch = tokenizer(sentences, return_tensors="pt", padding=True)
+    got = tokenizer.batch_decode(auto.generate(**batch, num_beams=1, max_new_tokens=13),
+                                 skip_special_tokens=True)
     assert got == [t.text for t in ours]
+
+
+def test_a_target_tag_model_exports_its_one_tag_as_forced_bos(tmp_path, capsys):
+    """data.lang_tag=target with one target language: the tag is generation_config's
+    forced_bos_token_id (scored 0 in both), so generate gives the tag, then nmt's output. Two
+    target languages, and importing such an export, are refused in one line."""
+    from nmt.cli.export import main as export_main
+    from nmt.cli.import_model import main as import_main
+    from nmt.extras.tools.marian import export_marian
+    from nmt.inference.translator import Translator
+
+    path = _nmt_checkpoint(tmp_path, "data.pairs=[de-en,fr-en]", "data.lang_tag=target",
+                           "model.final_logits_bias=true", seed=4, tags=("<2en>", "<2fr>"))
+    export_marian(path, tmp_path / "hf")
+    tr = Translator.from_checkpoint(path)
+    hf, htok = _hf(tmp_path / "hf")
+    tag = tr.tokenizer.tag_id("en")
+    assert hf.generation_config.forced_bos_token_id == tag
+    sentences = ["Ein großer Hund läuft über die Straße .", "Zwei Mädchen tanzen im Park ."]
+    identity = {i: i for i in range(tr.tokenizer.src_vocab_size)}
+    ref = _generate_ids(hf, htok(sentences, return_tensors="pt", padding=True), identity, 1, 13)
+    ours = tr.translate(sentences, beam_size=1, max_len_a=0.0, max_len_b=12)
+    assert [h[0] for h in ref] == [tag, tag] and [h[1:] for h in ref] == [t.ids for t in ours]
+    msg = _cli_error(capsys, import_main, [f"source={tmp_path / 'hf'}", f"out={tmp_path / 'back.pt'}"])
+    assert f"generation_config.json: forced_bos_token_id = {tag}: a forced first token" in msg
+    two = _nmt_checkpoint(tmp_path / "two", "data.pairs=[de-en,de-fr]", "data.lang_tag=target",
+                          tags=("<2en>", "<2fr>"))
+    msg = _cli_error(capsys, export_main, [f"checkpoint={two}", "format=marian", f"out_dir={tmp_path / 'e'}"])
+    assert "data.lang_tag=target with target languages en, fr: a Marian model forces one" in msg
 
 
 def _cli_error(capsys, main, argv) -> str:

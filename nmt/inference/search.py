@@ -22,8 +22,8 @@ Conventions:
   counts the output tokens including EOS; ``alpha = length_penalty`` (0 = raw log-prob).
 * Output length: at most ``floor(max_len_a * |x| + max_len_b)`` tokens before EOS, where
   ``|x|`` counts the real source positions (subwords + EOS, i.e. ``src_mask.sum(1)``).
-  When a hypothesis reaches it, EOS is forced (its model probability is still scored), so
-  every sentence gets an output.
+  When a hypothesis reaches it, EOS is forced and its log-probability added, as in fairseq
+  (transformers' ``forced_eos_token_id`` adds 0), so every sentence gets an output.
 * PAD and BOS are never generated.
 * Beam search ends a sentence when ``beam_size`` hypotheses have ended (an EOS among the
   ``beam_size`` best candidates of a step, as in fairseq), at the maximum length, or (with

@@ -15,45 +15,38 @@ post-norm, no final LayerNorm   ``model.norm=post`` (no final LayerNorm either)
 ``activation_function``         ``model.activation``: relu, gelu, ``swish`` = silu
 ``scale_embedding``             ``model.scale_embedding`` (sqrt(d_model) or 1)
 ``final_logits_bias`` [1, V]    ``model.final_logits_bias`` (a fixed buffer [V])
-shared embeddings, tied head    ``model.tie_embeddings`` (untied: three matrices)
+embeddings (tied as HF ties)    ``model.tie_embeddings`` (one matrix, else three)
 sinusoids [sin | cos]           nmt's interleaved ones: the residual stream permuted, below
 q/k/v_proj, encoder_attn        ``self_attn.qkv_proj`` (fused), ``cross_attn.q_proj``/``kv_proj``
 positions from 0, no layernorm_embedding    the same
 ==============================  ===========================================================
 
-**The positional layout.** HF's Marian concatenates sin and cos (dimension i < d/2:
-sin(pos w_i), d/2 + i: cos(pos w_i)); nmt interleaves them (2i: sin, 2i + 1: cos). Permuting the
-d_model dimensions of the whole residual stream, nmt dimension j = Marian dimension
-``perm[j]`` (:func:`residual_permutation`), is an exact re-parametrisation: the columns of the
-embeddings and of every Linear that reads the stream (q, k, v, the FFN's first layer, the
-output projection), the rows and biases of every Linear that writes it (attention out, the
-FFN's second layer) and every LayerNorm's weight and bias. Dot products, LayerNorm statistics
-and logits do not change, and the permutation loses nothing: nmt -> Marian -> nmt is the
+**The positional layout.** HF's Marian concatenates sin and cos (dimension i < d/2: sin(pos
+w_i), d/2 + i: cos); nmt interleaves them (2i, 2i + 1). Permuting the d_model dimensions of the
+whole residual stream (:func:`residual_permutation`) is an exact re-parametrisation: the
+columns of the embeddings and of every Linear that reads the stream, the rows and biases of
+every Linear that writes it, every LayerNorm. Logits do not change; nmt -> Marian -> nmt is the
 identity, bit for bit.
 
 **The vocabulary.** Marian has two SentencePiece models (source.spm, target.spm) and one joint
-``vocab.json`` whose ids are not SentencePiece's: ``</s>`` = 0, ``<unk>`` = 1, ``<pad>`` the
-padding and the decoder start. nmt needs SentencePiece models whose ids are the model's, with
-pad, unk, bos, eos = 0, 1, 2, 3 (:mod:`nmt.data.vocab`). The import rewrites each side's
-ModelProto (:func:`spm_with_pieces`) so its pieces are in nmt's id order: ``<pad>, <unk>,
-<s>, </s>``, then vocab.json's order; a piece of vocab.json that one side's model lacks stays
-in it as UNUSED (SentencePiece never emits it; segmentation is unchanged). Both sides then
-have the same pieces, id for id: one vocabulary (``Tokenizer.joint``), so tied embeddings
-stay tied. Embedding rows follow: nmt's ``<s>`` row is Marian's decoder-start row. When
-``<pad>`` is also the decoder start (OPUS-MT), nmt has one row more, its ``<pad>``: a zero
-embedding whose logit is :data:`ABSENT_LOGIT` through the bias, so softmax sums are Marian's
-(both searches also forbid that token). A multi-target model's ``>>xx<<`` tokens become nmt's
-language tags ``<2xx>`` (user-defined source pieces; ``tgt_lang=xx`` prepends one, as
-``>>xx<<`` at the start of Marian's input does). The export writes nmt's own order
-(``<pad>`` = 0, ``</s>`` = 3, decoder start ``<s>`` = 2, tags as ``>>xx<<``), so an exported
-model imports with the ids it had.
+``vocab.json`` whose ids are not SentencePiece's (``</s>`` = 0, ``<unk>`` = 1, ``<pad>`` the
+padding and decoder start); nmt's models give the model's ids (:mod:`nmt.data.vocab`). The
+import rewrites both ModelProtos (:func:`spm_with_pieces`) to one list of pieces, id for id
+(``Tokenizer.joint``): ``<pad>, <unk>, <s>, </s>``, vocab.json's order, then the pieces a
+model has that vocab.json lacks (OPUS-MT builds it from the segmented corpus). A piece a side
+should not emit stays in it UNUSED (segmentation unchanged); text made only of characters a
+side lacks is a user-defined piece (``MarianTokenizer`` looks it up in vocab.json). Embedding
+rows follow (nmt's ``<s>`` is Marian's decoder start); a row Marian lacks (nmt's ``<pad>``
+where Marian's is the decoder start, a piece vocab.json lacks) is zero with the bias
+:data:`ABSENT_LOGIT`, so softmax sums are Marian's. ``>>xx<<`` tokens become nmt's language
+tags ``<2xx>`` (``tgt_lang=xx``). The export writes nmt's order (tags as ``>>xx<<``), so an
+exported model imports with the ids it had; a ``data.lang_tag=target`` model's one target
+tag becomes ``forced_bos_token_id``.
 
-Errors: :class:`~nmt.config.ConfigError` (one line naming the file and key) for what has no
-exact equivalent; :class:`~nmt.checkpoint.CheckpointError` for missing or unreadable files.
-Not mapped: Marian's Moses punctuation normalisation (``sacremoses``, applied by
-``MarianTokenizer`` when installed) and separate source/target vocabularies. Sources: HF
-``modeling_marian.py`` / ``tokenization_marian.py`` (transformers 5.x); details and
-measurements: docs/marian.md.
+Errors, one line naming the file and key: :class:`~nmt.config.ConfigError` for what has no
+exact equivalent, :class:`~nmt.checkpoint.CheckpointError` for missing, unreadable or misshapen
+files. Not mapped: Moses punctuation normalisation (``sacremoses``), separate vocabularies.
+Sources: HF ``modeling_marian.py`` / ``tokenization_marian.py`` (transformers 5.x); docs/marian.md.
 """
 
 from __future__ import annotations
@@ -71,22 +64,25 @@ from sentencepiece import sentencepiece_model_pb2 as spm_pb2
 
 from nmt.checkpoint import CHECKPOINT_VERSION, CONFIG_VERSION, CheckpointError, save_atomic
 from nmt.config import ConfigError, compose_config, to_plain
-from nmt.data.languages import LANG_TAG
+from nmt.data.languages import LANG_TAG, is_multilingual, target_languages
 from nmt.data.tokenizer import Tokenizer
 from nmt.data.vocab import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 from nmt.inference.translator import load_for_inference
+from nmt.models import build_model
 from nmt.runtime import atomic_path, ensure_writable_dir
 
 INSTALL_HINT = 'pip install "nmt[hf]" (transformers, safetensors)'
 SPECIALS = ("<pad>", "<unk>", "<s>", "</s>")  # nmt ids 0..3 (nmt.data.vocab)
 ABSENT_LOGIT = -100.0   # the bias of a token Marian lacks: e^-100 vanishes beside any real logit
 WEIGHT_FILES = ("model.safetensors", "pytorch_model.bin")
+SHARED, EMBEDDINGS = "model.shared.weight", ("model.encoder.embed_tokens.weight",
+                                             "model.decoder.embed_tokens.weight")
 ACTIVATIONS = {"relu": "relu", "gelu": "gelu", "swish": "silu", "silu": "silu"}
-# Keys of older Marian/BART-style config.json files that transformers' MarianMTModel ignores:
-# the value it builds; another value asks for a model nmt (and transformers) does not have.
 SIZES = {"vocab_size": 58101, "d_model": 1024, "encoder_layers": 12, "decoder_layers": 12,
          "encoder_attention_heads": 16, "decoder_attention_heads": 16, "encoder_ffn_dim": 4096,
          "decoder_ffn_dim": 4096}   # MarianConfig's defaults, for keys a config.json omits
+# Keys of older Marian/BART-style config.json files that transformers' MarianMTModel ignores:
+# the value it builds; another value asks for a model nmt (and transformers) does not have.
 BUILT = {"normalize_before": False, "add_final_layer_norm": False, "normalize_embedding": False,
          "add_bias_logits": False, "static_position_embeddings": True, "layernorm_embedding": False}
 _CODE = re.compile(r"^>>(.+)<<$")       # Marian's target-language tokens, >>fra<<
@@ -99,6 +95,12 @@ def residual_permutation(d_model: int) -> torch.Tensor:
     2i + 1 -> d/2 + i (cos). Its inverse is ``argsort(perm)``."""
     half = torch.arange(d_model // 2)
     return torch.stack([half, half + d_model // 2], dim=1).reshape(-1)
+
+
+def _own(model: bytes) -> list[str]:   # the pieces SentencePiece ``model`` emits, in id order
+    sp = spm.SentencePieceProcessor(model_proto=model)
+    return [sp.id_to_piece(i) for i in range(sp.get_piece_size()) if not (
+        sp.is_control(i) or sp.is_unknown(i) or sp.is_unused(i))]
 
 
 def _fail(path: Path | str, key: str, why: str) -> ConfigError:
@@ -131,12 +133,16 @@ def resolve_source(source: str | Path) -> Path:
                               f"did not give it ({type(err).__name__}: {err}).") from None
 
 
-def _read_json(path: Path) -> dict:
-    """A JSON object file of a Marian directory; CheckpointError naming ``path`` otherwise."""
+def _existing(path: Path) -> Path:
     if not path.is_file():
         raise CheckpointError(f"{path}: missing (a Marian directory as save_pretrained writes it).")
+    return path
+
+
+def _read_json(path: Path) -> dict:
+    """A JSON object file of a Marian directory; CheckpointError naming ``path`` otherwise."""
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
+        data = json.loads(_existing(path).read_text(encoding="utf-8"))
     except (OSError, ValueError) as err:
         raise CheckpointError(f"{path}: not readable JSON ({err}).") from None
     if not isinstance(data, dict):
@@ -148,15 +154,12 @@ def _read_json(path: Path) -> dict:
 def read_spm(path: Path) -> bytes:
     """The bytes of SentencePiece model ``path`` (source.spm, target.spm); CheckpointError
     naming it when it is missing, empty or not a model SentencePiece loads."""
-    if not path.is_file():
-        raise CheckpointError(f"{path}: missing (a Marian directory as save_pretrained writes it).")
+    _existing(path)
     try:
         model = path.read_bytes()
-        if not model:
-            raise ValueError("the file is empty")
-        spm_pb2.ModelProto().ParseFromString(model)
-        spm.SentencePieceProcessor(model_proto=model)
-    except Exception as err:  # noqa: BLE001 - OSError, protobuf's DecodeError, SentencePiece's
+        if spm.SentencePieceProcessor(model_proto=model).get_piece_size() == 0:
+            raise ValueError("the file is empty" if not model else "no pieces")
+    except Exception as err:  # noqa: BLE001 - OSError, SentencePiece's RuntimeError
         why = " ".join(str(err).split())[:160] or type(err).__name__
         raise CheckpointError(f"{path}: not a SentencePiece model ({why}).") from None
     return model
@@ -165,12 +168,11 @@ def read_spm(path: Path) -> bytes:
 def read_weights(directory: Path) -> tuple[Path, dict[str, torch.Tensor]]:
     """``(file, weights)``: model.safetensors, else pytorch_model.bin (``weights_only=True``),
     as float32 tensors."""
-    for name in WEIGHT_FILES:
-        path = directory / name
+    for path in (directory / name for name in WEIGHT_FILES):
         if not path.is_file():
             continue
         try:
-            if name.endswith(".safetensors"):
+            if path.suffix == ".safetensors":
                 from safetensors.torch import load_file
                 weights = load_file(str(path))
             else:
@@ -224,14 +226,11 @@ def check_marian_config(cfg: dict, path: Path) -> None:
 
 def spm_with_pieces(model: bytes, pieces: Sequence[str], tags: set[str], absent: set[str]) -> bytes:
     """The SentencePiece ``model`` rewritten with ``pieces`` as its id order: ``SPECIALS`` at
-    ids 0..3 (``<unk>`` keeps its score); its own pieces with their scores and types, but
-    UNUSED where vocab.json lacks them (``absent``); ``tags`` (nmt's ``<2xx>``) and pieces
-    made only of characters it lacks as user-defined pieces (``MarianTokenizer`` looks such
-    unknown text up in vocab.json); the others UNUSED with a score below all of its own. An
-    UNUSED piece is never emitted, and the lowest score keeps BPE from merging it first, so
-    segmentation is otherwise unchanged."""
-    proto = spm_pb2.ModelProto()
-    proto.ParseFromString(model)
+    0..3; its own pieces with their scores and types (UNUSED where vocab.json lacks them:
+    ``absent``); ``tags`` (``<2xx>``) and pieces made only of characters it lacks user-defined
+    (``MarianTokenizer`` looks such text up in vocab.json); the others UNUSED, never emitted,
+    with a score below its own (BPE merges them last, then splits them: segmentation kept)."""
+    proto = spm_pb2.ModelProto.FromString(model)
     own = {p.piece: p for p in proto.pieces}
     kept = {_Piece.NORMAL, _Piece.USER_DEFINED, _Piece.BYTE}
     chars = {c for p in proto.pieces if p.type in kept for c in p.piece}
@@ -242,7 +241,7 @@ def spm_with_pieces(model: bytes, pieces: Sequence[str], tags: set[str], absent:
         if i < len(SPECIALS):
             kind = _Piece.UNKNOWN if i == UNK_ID else _Piece.CONTROL
             score = old.score if (old is not None and i == UNK_ID) else 0.0
-        elif piece in tags or (old is None and not _TAG.match(piece) and chars.isdisjoint(piece)):
+        elif piece in tags or not (old or piece in absent or _TAG.match(piece)) and chars.isdisjoint(piece):
             kind, score = _Piece.USER_DEFINED, 0.0
         elif old is not None and old.type in kept:
             kind, score = (_Piece.UNUSED if piece in absent else old.type), old.score
@@ -300,22 +299,21 @@ def marian_vocabulary(vocab: dict[str, int], cfg: dict, tok_cfg: dict, path: Pat
 
 def marian_to_nmt(weights: dict[str, torch.Tensor], cfg: dict, rows: list[int | None],
                   path: Path) -> tuple[dict, dict[str, torch.Tensor]]:
-    """``(model section, nmt state dict)`` of a Marian ``weights`` dict (the module docstring's
-    table), read as transformers' ``MarianMTModel`` reads it; ``rows`` as
-    :func:`marian_vocabulary`. CheckpointError naming ``path`` (the weights file) for a
-    missing weight or one of another shape than config.json gives, ConfigError for one nmt
-    has no place for."""
+    """``(model section, nmt state dict)`` of a Marian ``weights`` dict read as ``MarianMTModel``
+    reads it (the module docstring's table); ``rows`` as :func:`marian_vocabulary`. CheckpointError
+    naming ``path`` (the weights file) for a weight missing or of another shape than config.json
+    gives, ConfigError for one nmt has no place for."""
     d, ff, vocab = (_size(cfg, k) for k in ("d_model", "encoder_ffn_dim", "vocab_size"))
     layers = (_size(cfg, "encoder_layers"), _size(cfg, "decoder_layers"))
     perm, used = residual_permutation(d), set()
     rows_t = torch.tensor([0 if r is None else r for r in rows])
     absent = torch.tensor([i for i, r in enumerate(rows) if r is None], dtype=torch.long)
 
-    def keys(name: str) -> tuple[str, ...]:   # the names a file may give weight ``name``
-        return name, f"model.{name}", name.removeprefix("model.")
+    def has(name: str) -> str | None:   # the key under which a file holds weight ``name``
+        return next((k for k in (name, f"model.{name}", name.removeprefix("model.")) if k in weights), None)
 
     def w(name: str, *shape: int) -> torch.Tensor:
-        key = next((k for k in keys(name) if k in weights), None)
+        key = has(name)
         if key is None:
             raise CheckpointError(f"{path}: the weight {name} is missing.")
         used.add(key)
@@ -325,33 +323,26 @@ def marian_to_nmt(weights: dict[str, torch.Tensor], cfg: dict, rows: list[int | 
         return weights[key]
 
     def vocab_rows(t: torch.Tensor) -> torch.Tensor:   # [V_marian, ...] -> nmt rows, absent: 0
-        out = t[rows_t].clone()
-        out[absent] = 0.0
-        return out
+        return t[rows_t].index_fill_(0, absent, 0.0)
 
-    # The embeddings as transformers ties them: tie_word_embeddings (default true) ties the
-    # head to the decoder's embedding, and with share_encoder_decoder_embeddings (default
-    # true) all three to model.shared; otherwise each module reads its own weight
-    # (model.shared where a file lacks the shared copy). One nmt matrix when all three are
-    # equal, else three (the values transformers uses: exact, fine-tuning trains them apart).
+    # As transformers ties them: tie_word_embeddings ties the head to the decoder's embedding
+    # and, with share_encoder_decoder_embeddings, all three to model.shared; else each module
+    # reads its own (model.shared where a file lacks it). nmt: one matrix if all are equal.
     share, tied = (bool(cfg.get(k, True)) for k in ("share_encoder_decoder_embeddings",
                                                     "tie_word_embeddings"))
     if share and tied:
-        enc = dec = head = w("model.shared.weight", vocab, d)
+        enc = dec = head = w(SHARED, vocab, d)
     else:
-        enc, dec = (w(n if any(k in weights for k in keys(n)) or not share else "model.shared.weight",
-                      vocab, d) for n in (f"model.{s}.embed_tokens.weight" for s in ("encoder", "decoder")))
+        enc, dec = (w(n if has(n) or not share else SHARED, vocab, d) for n in EMBEDDINGS)
         head = dec if tied else w("lm_head.weight", vocab, d)
-    used.update(("model.shared.weight", "model.encoder.embed_tokens.weight",   # copies in
-                 "model.decoder.embed_tokens.weight", "lm_head.weight"))        # some files
+    used.update((SHARED, *EMBEDDINGS, "lm_head.weight"))   # copies in some files
     tie = torch.equal(enc, dec) and torch.equal(dec, head)
     sd: dict[str, torch.Tensor] = {"src_embed.weight": vocab_rows(enc)[:, perm]}
     sd["tgt_embed.weight"] = sd["src_embed.weight"] if tie else vocab_rows(dec)[:, perm]
     if not tie:
         sd["output_proj.weight"] = vocab_rows(head)[:, perm]
-    bias = torch.zeros(len(rows))
-    if any(k in weights for k in keys("final_logits_bias")):
-        bias = vocab_rows(w("final_logits_bias", 1, vocab)[0])
+    bias = vocab_rows(w("final_logits_bias", 1, vocab)[0]) if has("final_logits_bias") else \
+        torch.zeros(len(rows))
     bias[absent] = ABSENT_LOGIT
     if bool(bias.any()):
         sd["final_logits_bias"] = bias
@@ -408,23 +399,13 @@ def fine_tune_overrides(model: dict) -> list[str]:
             for k, v in model.items() if base.get(k) != v]
 
 
-def own_pieces(model: bytes) -> list[str]:
-    """The pieces SentencePiece ``model`` can emit (normal, user-defined, byte), in id order."""
-    proto = spm_pb2.ModelProto()
-    proto.ParseFromString(model)
-    return [p.piece for p in proto.pieces if p.type in (_Piece.NORMAL, _Piece.USER_DEFINED, _Piece.BYTE)]
-
-
 def import_marian(source: str | Path, out: str | Path, src_lang: str | None = None,
                   tgt_lang: str | None = None) -> tuple[Path, list[str]]:
     """Read a Marian directory (or Hub name) ``source`` and write the nmt checkpoint ``out``
     (:func:`nmt.checkpoint.save_atomic`: whole or not at all); returns ``(out, fine-tuning
-    overrides)``. The languages default to tokenizer_config.json's ``source_lang``/
-    ``target_lang`` (else ``src``/``tgt``); a multi-target model's directions are its
-    ``>>xx<<`` tokens. Pieces of source.spm/target.spm that vocab.json lacks stay in nmt's
-    vocabulary, UNUSED (after vocab.json's, rows Marian lacks). ConfigError /
-    CheckpointError, one line naming the file: module docstring; ``out`` a directory or not
-    writable: ConfigError before any work."""
+    overrides)``. The languages default to tokenizer_config.json's ``source_lang``/``target_lang``
+    (else ``src``/``tgt``); a multi-target model's directions are its ``>>xx<<`` tokens. Errors:
+    the module docstring's; ``out`` a directory or not writable: ConfigError before any work."""
     out = Path(out)
     if out.is_dir():
         raise ConfigError(f"out={out} is a directory: give the checkpoint file, e.g. "
@@ -434,15 +415,19 @@ def import_marian(source: str | Path, out: str | Path, src_lang: str | None = No
     cfg_path = directory / "config.json"
     cfg = _read_json(cfg_path)
     check_marian_config(cfg, cfg_path)
-    tok_path = directory / "tokenizer_config.json"
+    tok_path, gen_path = directory / "tokenizer_config.json", directory / "generation_config.json"
     tok_cfg = _read_json(tok_path) if tok_path.is_file() else {}
+    for path, settings in ((cfg_path, cfg), (gen_path, _read_json(gen_path) if gen_path.is_file() else {})):
+        if settings.get("forced_bos_token_id") is not None:   # nmt-export's one-target-tag model
+            raise _fail(path, "forced_bos_token_id", f"= {settings['forced_bos_token_id']}: a forced first "
+                        "token does not import (nmt forces one only in a multilingual model).")
     if tok_cfg.get("separate_vocabs"):
         raise _fail(tok_path, "separate_vocabs", "= true: separate vocabularies do not import yet.")
     vocab = _read_json(directory / "vocab.json")
     spms = [read_spm(directory / f"{side}.spm") for side in ("source", "target")]
     pieces, rows = marian_vocabulary(vocab, cfg, tok_cfg, directory)
     tags = {p for p in pieces if _TAG.match(p)}
-    absent = list(dict.fromkeys(p for m in spms for p in own_pieces(m) if p not in set(pieces)))
+    absent = list(dict.fromkeys(p for m in spms for p in _own(m) if p not in set(pieces)))
     pieces, rows = pieces + absent, rows + [None] * len(absent)
     models = [spm_with_pieces(m, pieces, tags if side == "source" else set(), set(absent))
               for side, m in zip(("source", "target"), spms, strict=True)]
@@ -453,9 +438,8 @@ def import_marian(source: str | Path, out: str | Path, src_lang: str | None = No
         tokenizer = Tokenizer(models[0], None if models[0] == models[1] else models[1],
                               {"type": "marian", "vocab_size": len(pieces), "joint": True,
                                "src_lang": src, "tgt_lang": tgt, "model": str(source)})
-    except (RuntimeError, ValueError) as err:
-        raise CheckpointError(f"{directory}: source.spm/target.spm with vocab.json's pieces do "
-                              f"not load in SentencePiece ({' '.join(str(err).split())[:160]}).") from None
+    except (RuntimeError, ValueError) as err:   # vocab.json's pieces SentencePiece refuses
+        raise CheckpointError(f"{directory / 'vocab.json'}: its pieces do not load ({err}).") from None
     weights_file, weights = read_weights(directory)
     model, sd = marian_to_nmt(weights, cfg, rows, weights_file)
     overrides = [f"model.{k}={v}" for k, v in model.items()]
@@ -465,8 +449,6 @@ def import_marian(source: str | Path, out: str | Path, src_lang: str | None = No
         overrides += ["data.pairs=[" + ",".join(f"{src}-{t}" for t in tgt_langs) + "]",
                       "data.lang_tag=source"]
     config = compose_config(overrides)
-    from nmt.models import build_model
-
     net = build_model(config.model, tokenizer.src_vocab_size, tokenizer.tgt_vocab_size)
     net.load_state_dict(sd)
     try:
@@ -526,8 +508,10 @@ def nmt_to_marian(sd: dict[str, torch.Tensor], model_cfg: Any) -> dict[str, torc
     return out
 
 
-def check_exportable(cfg: Any, tokenizer: Tokenizer, checkpoint: str) -> None:
-    """ConfigError naming ``checkpoint`` and the key for what Marian has no place for."""
+def check_exportable(cfg: Any, tokenizer: Tokenizer, checkpoint: str) -> int | None:
+    """The forced first token (``forced_bos_token_id``: the target tag of a ``data.lang_tag=
+    target`` model with one target language; else None). ConfigError naming ``checkpoint``
+    and the key for what Marian has no place for."""
     m = cfg.model
     if m.name != "transformer":
         raise ConfigError(f"{checkpoint}: model.name={m.name}: only a Transformer exports to "
@@ -541,14 +525,22 @@ def check_exportable(cfg: Any, tokenizer: Tokenizer, checkpoint: str) -> None:
         raise ConfigError(f"{checkpoint}: {key}={OmegaConf.select(cfg, key)} has no Marian "
                           "equivalent (Marian: post-norm layers with residuals, one vocabulary; "
                           "train with model.norm=post, e.g. model=transformer_base).")
+    if not (is_multilingual(cfg.data) and cfg.data.lang_tag == "target"):
+        return None
+    targets = target_languages(cfg.data)
+    if len(targets) > 1:
+        raise ConfigError(f"{checkpoint}: data.lang_tag=target with target languages {', '.join(targets)}"
+                          ": a Marian model forces one first token (forced_bos_token_id); export "
+                          "a data.lang_tag=source model (>>xx<< prompts, as OPUS-MT's).")
+    return tokenizer.tag_id(targets[0])
 
 
 def export_marian(checkpoint: str | Path, out_dir: str | Path, max_positions: int = 1024,
                   beam_size: int = 5) -> Path:
     """Write the Transformer ``checkpoint`` as a Marian directory ``out_dir`` (built beside it,
-    renamed into place) that ``MarianMTModel``/``MarianTokenizer.from_pretrained`` and
-    ``pipeline("translation")`` read: weights (:func:`nmt_to_marian`), config.json,
-    generation_config.json (``beam_size`` beams; PAD and BOS never generated, as in nmt),
+    renamed into place) that transformers' ``AutoTokenizer``/``AutoModelForSeq2SeqLM`` read (then
+    ``generate``): weights (:func:`nmt_to_marian`), config.json, generation_config.json (``beam_size``
+    beams; PAD and BOS never generated, a target-side tag forced first, as in nmt),
     vocab.json in nmt's id order, source.spm/target.spm (nmt's models), tokenizer_config.json.
     ConfigError: an RNN or an option Marian lacks (:func:`check_exportable`), an ``out_dir``
     with files, transformers missing."""
@@ -561,7 +553,7 @@ def export_marian(checkpoint: str | Path, out_dir: str | Path, max_positions: in
         raise ConfigError(f"out_dir={out_dir} already exists and is not an empty directory: "
                           "choose a new out_dir=DIR.")
     model, tokenizer, cfg = load_for_inference(checkpoint, "cpu")
-    check_exportable(cfg, tokenizer, str(checkpoint))
+    forced_bos = check_exportable(cfg, tokenizer, str(checkpoint))
     m = cfg.model
     vocab = tokenizer.src_vocab_size
     config = MarianConfig(
@@ -582,15 +574,14 @@ def export_marian(checkpoint: str | Path, out_dir: str | Path, max_positions: in
                       and "embed_tokens" not in k]:
         raise ConfigError(f"{checkpoint}: the weights do not fit MarianMTModel "
                           f"(missing {missing[:3]}, unexpected {unexpected[:3]}).")
-    hf.generation_config = GenerationConfig(
+    hf.generation_config = GenerationConfig(   # a forced tag scores 0, as nmt's (forced.py)
         decoder_start_token_id=BOS_ID, pad_token_id=PAD_ID, eos_token_id=EOS_ID,
-        forced_eos_token_id=EOS_ID, bad_words_ids=[[PAD_ID], [BOS_ID]], num_beams=beam_size,
-        max_length=max_positions)
+        forced_eos_token_id=EOS_ID, forced_bos_token_id=forced_bos,
+        bad_words_ids=[[PAD_ID], [BOS_ID]], num_beams=beam_size, max_length=max_positions)
     pieces = tokenizer.src_pieces(range(vocab))
     names = [f">>{mt.group(1)}<<" if (mt := _TAG.match(p)) else p for p in pieces]
-    data = cfg.data
-    tok_cfg = {"tokenizer_class": "MarianTokenizer", "source_lang": str(data.src_lang),
-               "target_lang": str(data.tgt_lang), "separate_vocabs": False,
+    tok_cfg = {"tokenizer_class": "MarianTokenizer", "source_lang": str(cfg.data.src_lang),
+               "target_lang": str(cfg.data.tgt_lang), "separate_vocabs": False,
                "model_max_length": max_positions, "unk_token": "<unk>", "eos_token": "</s>",
                "pad_token": "<pad>"}
     src_model, tgt_model = tokenizer.state_dict()["src_model"], tokenizer.state_dict()["tgt_model"]
