@@ -479,3 +479,8 @@ def test_readme_marian_block_runs(tmp_path, capsys):
         assert tools[tool](args) == 0, capsys.readouterr().err
     assert len((tmp_path / "out.en").read_text(encoding="utf-8").splitlines()) == len(SENTENCES)
     assert (tmp_path / "exported" / "model.safetensors").is_file()
+    hint = capsys.readouterr().out.split("translate with transformers: ")[1].strip()   # runs
+    scope = {"texts": SENTENCES, "AutoTokenizer": transformers.AutoTokenizer,
+             "AutoModelForSeq2SeqLM": transformers.AutoModelForSeq2SeqLM}
+    exec(hint.replace("tok.batch_decode(", "got = tok.batch_decode("), scope)
+    assert len(scope["got"]) == len(SENTENCES) and "pipeline" not in hint

@@ -8,9 +8,10 @@ model directory.
 
 The ctranslate2 directory holds all that ``engine=ctranslate2 model_dir=DIR`` reads
 (:mod:`nmt.extras.tools.ctranslate2`; ``pip install "nmt[ctranslate2]"``); the marian one what
-``transformers``' ``MarianMTModel``, ``MarianTokenizer`` and ``pipeline("translation")`` read
-(:mod:`nmt.extras.tools.marian`; ``pip install "nmt[hf]"``). Options: configs/export.yaml
-(``nmt-export --help``).
+``transformers``' ``AutoTokenizer`` and ``AutoModelForSeq2SeqLM`` (``MarianTokenizer``,
+``MarianMTModel``) read, to translate with ``generate`` (transformers 5 has no
+``pipeline("translation")``; :mod:`nmt.extras.tools.marian`; ``pip install "nmt[hf]"``).
+Options: configs/export.yaml (``nmt-export --help``).
 """
 
 from __future__ import annotations
@@ -34,9 +35,10 @@ def _run(cfg: DictConfig) -> None:
         from nmt.extras.tools.marian import export_marian
 
         out = export_marian(cfg.checkpoint, cfg.out_dir, max_positions=cfg.max_positions)
-        print(f"exported {cfg.checkpoint} -> {out} (Marian); load it with transformers' "
-              f"MarianMTModel.from_pretrained({str(out)!r}) or pipeline('translation', "
-              f"model={str(out)!r})")
+        print(f"exported {cfg.checkpoint} -> {out} (Marian); translate with transformers: "
+              f"tok = AutoTokenizer.from_pretrained({str(out)!r}); model = "
+              f"AutoModelForSeq2SeqLM.from_pretrained({str(out)!r}); tok.batch_decode(model."
+              "generate(**tok(texts, return_tensors='pt', padding=True)), skip_special_tokens=True)")
         return
     from nmt.extras.tools.ctranslate2 import export
 
