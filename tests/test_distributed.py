@@ -1,5 +1,6 @@
-"""DDP plumbing in one process: batch sharding and the user-error fan-out (the torchrun runs
-are in tests/e2e/test_distributed.py)."""
+"""DDP plumbing in one process: the epoch cut to whole steps and the user-error fan-out (the
+torchrun runs, where each rank trains on its stride of a step's batches, are in
+tests/e2e/test_torchrun.py)."""
 
 from __future__ import annotations
 
@@ -14,18 +15,14 @@ from nmt.training.distributed import (
     broadcast_object,
     collective_errors,
     gather_objects,
-    local_share,
     truncate_to_multiple,
 )
 
 
-def test_sharding_gives_each_rank_its_stride():
+def test_an_epoch_is_cut_to_a_multiple_of_the_world_size():
     batches = [np.array([i]) for i in range(7)]
-    kept = truncate_to_multiple(batches, 2)
-    assert len(kept) == 6
-    group = kept[2:6]                                         # one step: world 2 x accum 2
-    assert [int(b[0]) for b in local_share(group, DistInfo(0, 2))] == [2, 4]
-    assert [int(b[0]) for b in local_share(group, DistInfo(1, 2))] == [3, 5]
+    assert [int(b[0]) for b in truncate_to_multiple(batches, 2)] == list(range(6))
+    assert len(truncate_to_multiple(batches, 3)) == 6 and len(truncate_to_multiple(batches, 1)) == 7
 
 
 def test_one_process_needs_no_collective_and_raises_its_own_error():

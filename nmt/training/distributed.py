@@ -65,11 +65,6 @@ def truncate_to_multiple(batches: Sequence[Any], world_size: int) -> list:
     return list(batches[:len(batches) // world_size * world_size])
 
 
-def local_share(group: Sequence[Any], info: DistInfo) -> list:
-    """This rank's micro-batches of one step's ``group``."""
-    return list(group[info.rank::info.world_size])
-
-
 def all_reduce_sum(tensor: torch.Tensor, info: DistInfo) -> None:
     """Sum ``tensor`` over ranks in place."""
     if info.enabled:

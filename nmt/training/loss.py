@@ -103,8 +103,7 @@ def label_smoothed_nll_reference(logits: Tensor, target: Tensor, epsilon: float,
 @functools.cache
 def compiled_label_smoothed_nll():
     """:func:`label_smoothed_nll_reference` under ``torch.compile`` (``train.compile``): fused
-    kernels read the [N, V] logits once forward and once backward (CPU, [4096, 8000]: 1.1x the
-    eager :func:`label_smoothed_nll` in fp32, 2.2x in bf16; docs/speed.md)."""
+    kernels read the [N, V] logits once each way (docs/speed.md: 1.1x fp32, 2.2x bf16 on CPU)."""
     return torch.compile(label_smoothed_nll_reference, dynamic=True)
 
 
@@ -114,18 +113,15 @@ def perplexity(nll_per_token: float) -> float:
 
 
 def alignment_loss(alignment: Tensor, links: Tensor) -> Tensor:
-    """Guided alignment's cross-entropy (Garg et al. 2019, "Jointly Learning to Align and
-    Translate with Transformer Models", EMNLP, the multi-task loss; on the RNN's alpha_ij the
-    supervised attention of Liu et al. 2016, COLING, and Mi et al. 2016, EMNLP)::
+    """Guided alignment's cross-entropy (Garg et al. 2019, the multi-task loss; on the RNN's
+    alpha_ij the supervised attention of Liu et al. 2016 and Mi et al. 2016)::
 
         L_a = - sum_(b, t linked) sum_s G_bts log A_bts,   G_bt uniform over t's linked s
 
-    ``alignment`` A [B, T, S] (rows: the model's alignment at the steps that predict target
-    positions t; any float dtype, computed in float32), ``links`` [n, 3] int64 (row b, target
-    position t, source position s: :attr:`~nmt.data.batching.Batch.links`; rows past B, e.g.
-    a doubled batch's copy, are not named). Target positions without links add nothing.
-    Returns the 0-dim sum over the linked target positions, in nats, like
-    :func:`label_smoothed_nll` (the trainer divides both by the target tokens)."""
+    ``alignment`` A [B, T, S] (row t: the step that predicts target position t; computed in
+    float32), ``links`` [n, 3] int64 (b, t, s: :attr:`~nmt.data.batching.Batch.links`; a
+    doubled batch's copy is not named). Returns the 0-dim sum in nats over the linked target
+    positions, like :func:`label_smoothed_nll` (the trainer divides both by the tokens)."""
     if links.numel() == 0:
         return alignment.new_zeros((), dtype=torch.float32)
     row, t, s = links.unbind(1)
@@ -153,12 +149,10 @@ def objective(model: torch.nn.Module, batch, t, autocast, regulariser: Regularis
     """One teacher-forced forward of ``batch`` (src [B, S], tgt_in / tgt_out [B, T]) under
     ``autocast`` and its loss, ``train`` settings ``t``:  L = label-smoothed cross-entropy
     (section 5.4) [+ lambda * L_align]. Returns ``(objective_sum, parts)``: L in nats summed
-    over the batch's target tokens (the trainer divides by the step's tokens) and its named,
-    detached parts: ``loss`` (smoothed), ``nll``, with ``guided`` alignment (lambda =
-    ``t.alignment_loss_weight``; the caller decides once, :func:`nmt.config.is_guided`)
-    ``alignment_loss`` (:func:`alignment_loss` of the model's alignment [B, T, S] against
-    ``batch.links``), and what a ``regulariser`` adds. ``cross_entropy``:
-    :func:`label_smoothed_nll`, or its compiled equal (``train.compile``)."""
+    over the batch's target tokens and its named, detached parts: ``loss`` (smoothed),
+    ``nll``, with ``guided`` alignment (decided once by the caller: :func:`nmt.config.is_guided`;
+    lambda = ``t.alignment_loss_weight``) ``alignment_loss``, and what a ``regulariser`` adds.
+    ``cross_entropy``: :func:`label_smoothed_nll`, or its compiled equal (``train.compile``)."""
     if regulariser is None:
         with autocast:
             logits, alignment = model(batch.src, batch.src_mask, batch.tgt_in,

@@ -98,12 +98,11 @@ class LRSchedule:
     def on_validation(self, bad_validations: int) -> bool:
         """True when the lr was reduced: ``bad_validations`` (since the last BLEU gain) reached
         a multiple of ``plateau_patience`` and the lr is above ``min_lr``."""
-        if self.kind != "plateau" or bad_validations <= 0:
-            return False
-        if bad_validations % self.plateau_patience == 0 and self.lr * self.scale > self.min_lr:
+        reduce = self.kind == "plateau" and bad_validations > 0 and \
+            bad_validations % self.plateau_patience == 0 and self.lr * self.scale > self.min_lr
+        if reduce:
             self.scale *= self.plateau_factor
-            return True
-        return False
+        return reduce
 
     def state_dict(self) -> dict:
         return {"kind": self.kind, "scale": self.scale}

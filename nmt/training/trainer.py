@@ -2,10 +2,9 @@
 
     summary = train(compose_config(["model=rnn", "run_dir=runs/rnn"]))
 
-A run writes ``config.yaml``, ``tokenizer/``, ``checkpoints/{last,best,step_<k>}.pt``,
-``tensorboard/``, ``train.log`` and ``summary.json`` under ``run_dir``; whether it starts,
-resumes, is refused or is left alone, and from which weights and tokenizer, is
-:mod:`nmt.training.run`'s business. One optimizer step (``s`` = steps done so far)::
+A run writes ``config.yaml``, ``tokenizer/``, ``checkpoints/``, ``tensorboard/``, ``train.log``
+and ``summary.json`` under ``run_dir`` (whether it starts, resumes, is refused or left alone:
+:mod:`nmt.training.run`). One optimizer step (``s`` = steps done so far)::
 
     group  = epoch_batches[b : b + world * accum]        # b = batch_in_epoch
     mine   = group[rank::world]                          # this rank's micro-batches
@@ -282,10 +281,11 @@ class Trainer:
         return (epoch, start), split, batches[start: start + group_size]
 
     def _collate_share(self, split, group: list[np.ndarray]) -> list:
-        """This rank's micro-batches of ``group`` (rows of ``split``), padded (pinned for
-        CUDA). Pure: no random numbers, so prefetching it changes no result."""
+        """This rank's micro-batches of ``group`` (rows of ``split``: every world_size-th from
+        its rank on), padded (pinned for CUDA). Pure: no random numbers, so prefetching it
+        changes no result."""
         batches = [collate(split, idx, self.sampler.shapes)
-                   for idx in dist.local_share(group, self.info)]
+                   for idx in group[self.info.rank::self.info.world_size]]
         return [b.pin_memory() for b in batches] if self.device.type == "cuda" else batches
 
     def _autocast(self):
@@ -294,22 +294,22 @@ class Trainer:
         return torch.autocast(device_type=self.device.type, dtype=self.amp_dtype)
 
     # ------------------------------------------------------------------ one step
-    def train_step(self, group: list[np.ndarray], collated: list | None = None,
-                   split=None) -> tuple[torch.Tensor, torch.Tensor, int]:
+    def train_step(self, group: list[np.ndarray], split: TokenizedSplit,
+                   collated: list | None = None) -> tuple[torch.Tensor, torch.Tensor, int]:
         """One optimizer step over the global ``group`` of batches (rows of ``split``;
         ``collated``: this rank's share, from the prefetcher). Returns ``(sums, grad_norm,
         target tokens of the whole group)``: ``sums`` the objective's named parts summed over
         this rank's micro-batches (:func:`nmt.training.loss.objective`)."""
-        split = self.train_split if split is None else split
         tokens = sum(target_tokens(split, idx) for idx in group)
         scale = self.info.world_size / max(tokens, 1)
         mine = collated if collated is not None else self._collate_share(split, group)
         sums: dict[str, torch.Tensor] = {}
         for i, batch in enumerate(mine):
             batch = batch.to(self.device, non_blocking=self.device.type == "cuda")
-            last = i == len(mine) - 1       # DDP averages the gradients at its backward
-            sync = contextlib.nullcontext() if (last or not self.info.enabled) else \
-                self.train_model.no_sync()
+            ddp = isinstance(self.train_model, DistributedDataParallel)
+            # DDP averages the gradients at the backward of the last micro-batch only
+            sync = self.train_model.no_sync() if ddp and i < len(mine) - 1 else \
+                contextlib.nullcontext()
             with sync:
                 total, parts = objective(self.train_model, batch, self.t, self._autocast(),
                                          self.hooks.regulariser, self.cross_entropy,
@@ -484,7 +484,7 @@ class Trainer:
                     collated = ahead[1].result()
                 key, *split_group = self._next_group(st.epoch, st.batch_in_epoch, group_size)
                 ahead = (key, prefetch.submit(self._collate_share, *split_group))
-            sums, grad_norm, tokens = self.train_step(group, collated, split)
+            sums, grad_norm, tokens = self.train_step(group, split, collated)
             acc = {name: acc.get(name, 0) + value for name, value in sums.items()}
             acc_tokens += tokens
             st.train_tokens += tokens
