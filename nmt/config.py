@@ -408,6 +408,9 @@ def validate(cfg: DictConfig) -> DictConfig:
     check_positive(out, "data.tokenizer.vocab_size", "data.tokenizer.input_sentence_size",
                    "data.max_len", "data.max_len_ratio", "data.max_train_pairs",
                    *(f"data.corpora[{k}].weight" for k in range(len(data.corpora))))
+    if not 0.98 <= data.tokenizer.character_coverage <= 1.0:   # nan fails it too
+        raise ConfigError(f"data.tokenizer.character_coverage={data.tokenizer.character_coverage} "
+                          "must be a finite number in [0.98, 1] (SentencePiece's range).")
     if data.src_lang == data.tgt_lang:
         raise ConfigError(f"data.src_lang={data.src_lang!r} must differ from data.tgt_lang.")
     check_positive(out, "train.batch_tokens", "train.accum_steps", "train.max_steps", "train.max_epochs",

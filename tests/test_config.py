@@ -79,6 +79,8 @@ def test_data_root_comes_from_the_environment(monkeypatch):
          "data.tokenizer.sampling_alpha"),
         (["data.lang_tag=middle"], "data.lang_tag"),
         (["data.sampling_temperature=0"], "data.sampling_temperature"),
+        (["data.tokenizer.character_coverage=0.9"], "data.tokenizer.character_coverage"),
+        (["data.tokenizer.character_coverage=1.5"], "data.tokenizer.character_coverage"),
     ],
 )
 def test_bad_values_are_one_line_naming_the_key(overrides, key):
@@ -100,7 +102,7 @@ def test_length_penalty_is_finite_and_not_negative(value, bound):
 @pytest.mark.parametrize("key, bound", [
     ("train.lr", "> 0"), ("train.max_minutes", "> 0"), ("train.clip_grad_norm", ">= 0"),
     ("data.max_len_ratio", "> 0"), ("data.sampling_temperature", "> 0"),
-    ("data.tokenizer.sampling_alpha", ">= 0")])
+    ("data.tokenizer.sampling_alpha", ">= 0"), ("data.tokenizer.character_coverage", "in [0.98, 1]")])
 @pytest.mark.parametrize("value", ["nan", "inf", "-inf"])
 def test_nan_and_inf_are_refused_naming_the_key(key, bound, value):
     with pytest.raises(ConfigError) as err:
