@@ -520,9 +520,14 @@ def test_model_health_page_and_openapi(tiny, base, tmp_path):
                 if "security" in op] == []
 
 
-def test_a_ctranslate2_export_serves_the_same_greedy_translation(tiny, base, tmp_path):
+def test_a_ctranslate2_export_serves_the_same_greedy_translation(tiny, base, tmp_path,
+                                                                 monkeypatch):
+    """... and /v1/model counts its parameters on a model of meta tensors: never allocated."""
     pytest.importorskip("ctranslate2")
     from nmt.extras.tools.ctranslate2 import CTranslate2Translator, export
+
+    built, build = [], serve.build_model
+    monkeypatch.setattr(serve, "build_model", lambda *args: built.append(build(*args)) or built[-1])
 
     export(tiny, tmp_path / "ct2")
     engine = CTranslate2Translator.from_dir(tmp_path / "ct2")
@@ -535,6 +540,7 @@ def test_a_ctranslate2_export_serves_the_same_greedy_translation(tiny, base, tmp
                                                   max_len_b=6).text
     assert list(reply["view"]["kinds"]) == ["alignment"] and info["attention"] == "alignment"
     assert info["parameters"] == sum(p.numel() for p in tiny.model.parameters())
+    assert [{p.device.type for p in m.parameters()} for m in built] == [{"meta"}]
 
 
 def test_a_sentence_beyond_the_export_s_positions_gets_413_without_its_path(tiny, base, tmp_path,

@@ -335,10 +335,10 @@ def translation_json(result, alignment: bool) -> dict:
 
 def model_info(translator, cfg: DictConfig) -> dict:
     """``GET /v1/model``: what the server translates with (no file paths)."""
-    tok, train_cfg = translator.tokenizer, translator.config
-    model = getattr(translator, "model", None)
-    if model is None:   # CTranslate2: count the parameters of the model its config builds
-        model = build_model(train_cfg.model, tok.src_vocab_size, tok.tgt_vocab_size)
+    tok, train_cfg, model = translator.tokenizer, translator.config, getattr(translator, "model", None)
+    if model is None:   # CTranslate2: its config's model, on the meta device (shapes: no memory)
+        with torch.device("meta"):
+            model = build_model(train_cfg.model, tok.src_vocab_size, tok.tgt_vocab_size)
     data = train_cfg.data
     return {"src_lang": data.src_lang, "tgt_lang": data.tgt_lang, "languages": translator.languages,
             "directions": [f"{s}-{t}" for s, t in translator.directions], "engine": str(cfg.engine),
