@@ -74,7 +74,7 @@ Optimizer = _choice_type("Optimizer", "adam", "adamw")
 Schedule = _choice_type("Schedule", "inverse_sqrt", "constant", "plateau")
 Precision = _choice_type("Precision", "auto", "fp32", "bf16", "fp16")
 Resume = _choice_type("Resume", "auto", "force")
-Consistency = _choice_type("Consistency", "none", "rdrop", "simcut")
+Consistency = _choice_type("Consistency", "none", "rdrop", "simcut", "crossconst")
 LangTag = _choice_type("LangTag", "source", "target")
 Symmetrize = _choice_type("Symmetrize", "grow-diag-final-and", "grow-diag-final", "grow-diag",
                           "intersection", "union", "forward", "reverse")
@@ -439,6 +439,9 @@ def validate(cfg: DictConfig) -> DictConfig:
                           "a line per pair of every corpus, and past the capped split its lines "
                           "would go to the wrong pairs; drop data.max_train_pairs, or "
                           "data.alignments (the teacher aligns exactly the pairs trained on).")
+    if train.consistency == "crossconst" and not data.tokenizer.joint:
+        raise ConfigError("train.consistency=crossconst feeds each target sentence to the encoder: "
+                          "it needs one vocabulary for both sides, data.tokenizer.joint=true.")
     if train.init_from and data.tokenizer.model:
         raise ConfigError("data.tokenizer.model must be null with train.init_from (a fine-tuning "
                           "run uses its checkpoint's tokenizer).")

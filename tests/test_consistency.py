@@ -1,13 +1,21 @@
-"""R-Drop and SimCut (nmt.extras.training.consistency) against a hand computation, the authors'
+"""R-Drop, SimCut and CrossConST (nmt.extras.training.consistency) against a hand computation, the authors'
 computations and the closed-form gradient of the fused version they replaced."""
 
+import contextlib
 import math
+from types import SimpleNamespace
 
 import pytest
 import torch
 import torch.nn.functional as F
+from omegaconf import OmegaConf
 
-from nmt.extras.training.consistency import rdrop_loss, simcut_loss
+from nmt.extras.training.consistency import (
+    crossconst_loss,
+    rdrop_loss,
+    simcut_loss,
+    target_as_source,
+)
 from nmt.training.loss import label_smoothed_nll
 
 LN2 = math.log(2.0)
@@ -183,3 +191,143 @@ def test_rdrop_kl_autograd_equals_the_old_closed_form_gradient():
                        p[1] * (m[1, :, None] - w + 1) - p[0])) * 0.5 * keep[:, None]
     torch.testing.assert_close(grad, old.reshape(4, 3, 5), atol=1e-12, rtol=0)
     assert grad.reshape(2, -1, 5)[:, keep == 0].abs().max() == 0   # padding gets none
+
+
+# ---------------------------------------------------------------- CrossConST (Gao et al. 2023)
+def test_crossconst_kl_direction_and_loss_match_hand_computation():
+    # V = 3, one pair of 3 target positions, the last one padding. f(x, y) / f(y, y):
+    #   token 1 (gold 1): P_x = [1/2, 1/4, 1/4], P_y = [1/8, 1/2, 3/8]
+    #   token 2 (gold 2): P_x = P_y = [1/4, 1/4, 1/2]
+    p_x = [[0.5, 0.25, 0.25], [0.25, 0.25, 0.5], [0.98, 0.01, 0.01]]
+    p_y = [[0.125, 0.5, 0.375], [0.25, 0.25, 0.5], [0.01, 0.01, 0.98]]
+    logits = torch.tensor([p_x, p_y], dtype=torch.float64).log().requires_grad_(True)  # [2, 3, 3]
+    target = torch.tensor([[1, 2, 0]])
+    objective, loss, nll, kl = crossconst_loss(logits, target, epsilon=0.0, alpha=0.5)
+    # KL(P_x || P_y), token 1: 1/2 ln(4) + 1/4 ln(1/2) + 1/4 ln(2/3) = ln2 - 1/4 ln3; token 2: 0.
+    # (The other direction, KL(P_y || P_x), would be 1/8 ln(1/4) + 1/2 ln2 + 3/8 ln(3/2).)
+    assert kl.item() == pytest.approx(LN2 - math.log(3.0) / 4, abs=1e-12)
+    # The cross-entropy is f(x, y)'s alone: -ln 1/4 - ln 1/2 = 3 ln2.
+    assert nll.item() == pytest.approx(3 * LN2, abs=1e-12) and loss.item() == nll.item()
+    assert objective.item() == pytest.approx(3 * LN2 + 0.5 * (LN2 - math.log(3.0) / 4), abs=1e-12)
+    objective.backward()
+    # No stop-gradient: both passes learn from the KL term (the authors' criterion), the
+    # padding position of neither.
+    assert logits.grad[1, 0].abs().sum() > 0 and logits.grad[0, 0].abs().sum() > 0
+    assert torch.all(logits.grad[:, 2] == 0)
+
+
+def _layout_batch():
+    """Two pairs, the second row a static shape's padding row (all PAD, first source key kept)."""
+    from nmt.data.batching import Batch
+
+    src = torch.tensor([[40, 5, 6, 3], [0, 0, 0, 0]])                  # <2xx> x </s> | padding
+    src_mask = torch.tensor([[True, True, True, True], [True, False, False, False]])
+    tgt_in = torch.tensor([[2, 7, 8, 9], [0, 0, 0, 0]])
+    tgt_out = torch.tensor([[7, 8, 9, 3], [0, 0, 0, 0]])
+    return Batch(src, src_mask, tgt_in, tgt_out, 4, 4)
+
+
+@pytest.mark.parametrize(("source_tag", "target_tag", "ids"), [
+    (False, False, [[7, 8, 9, 3], [0, 0, 0, 0]]),            # bilingual: y </s>
+    (True, False, [[40, 7, 8, 9, 3], [0, 0, 0, 0, 0]]),      # lang_tag=source: <2xx> y </s>
+    (False, True, [[8, 9, 3], [0, 0, 0]]),                   # lang_tag=target: the tag's PAD cut
+])
+def test_target_as_source_carries_the_direction_tags_as_the_model_reads_a_source(
+        source_tag, target_tag, ids):
+    batch = _layout_batch()
+    if target_tag:   # <s> <2xx> y: the tag is decoder input, PAD in tgt_out
+        batch.tgt_in, batch.tgt_out = torch.tensor([[2, 40, 8, 9], [0] * 4]), \
+            torch.tensor([[0, 8, 9, 3], [0] * 4])
+    src, mask = target_as_source(batch, source_tag, target_tag)
+    assert src.tolist() == ids
+    assert mask.tolist() == [[True] * len(ids[0]), [True] + [False] * (len(ids[0]) - 1)]
+
+
+CROSSCONST = SimpleNamespace(consistency="crossconst", label_smoothing=0.1, consistency_alpha=0.5,
+                             alignment_loss_weight=0.0, cutoff_p=0.05)
+MULTI = OmegaConf.create({"pairs": ["de-en", "en-de"], "lang_tag": "source"})
+
+
+def _tiny(model: str):
+    """A tiny model without dropout and a batch of 3 pairs whose sources start with a tag (40)."""
+    from nmt.config import compose_config
+    from nmt.data.batching import Batch, make_src_batch, make_tgt_batch
+    from nmt.models import build_model
+
+    args = ["model.d_model=16", "model.heads=2", "model.ff_dim=32", "model.encoder_layers=1",
+            "model.decoder_layers=1", "model.dropout=0", "model.attention_dropout=0",
+            "model.activation_dropout=0"] if model == "transformer" else [
+        "model=rnn", "model.emb_dim=8", "model.encoder_hidden=8", "model.decoder_hidden=16",
+        "model.attention_dim=16", "model.output_dim=16", "model.dropout=0"]
+    torch.manual_seed(0)
+    net = build_model(compose_config(args).model, 50, 50).train()
+    x, y = [[40, 5, 9, 7], [40, 12], [40, 8, 8, 20, 21, 22, 23]], [[4, 6], [10, 11, 12, 13, 14], [13]]
+    src, src_mask = make_src_batch(x)
+    tgt_in, tgt_out, _ = make_tgt_batch(y)
+    return net, Batch(src, src_mask, tgt_in, tgt_out, 16, 11), y
+
+
+def _crossconst_objective(net, batch, t, data=None):
+    from nmt.extras.training.consistency import regulariser
+    from nmt.training.loss import objective
+
+    return objective(net, batch, t, contextlib.nullcontext(), regulariser(t, data), guided=False)
+
+
+@pytest.mark.parametrize("model", ["transformer", "rnn"])
+def test_crossconst_is_the_authors_two_pass_loss(model):
+    """One forward of the doubled batch against two separate passes, f(x, y) and f(y, y) with
+    the tagged target as the source (built by hand from the id lists), and the authors'
+    criterion on them: torch's smoothed cross-entropy of the first, plus alpha x
+    kl_div(log_softmax(f(y, y)), softmax(f(x, y))); the same objective and gradients."""
+    from nmt.data.batching import make_src_batch
+
+    net, batch, y = _tiny(model)
+    net.double()                         # the KL of an untrained model is small: exact sums
+    objective, parts = _crossconst_objective(net, batch, CROSSCONST, MULTI)
+    objective.backward()
+    ours = {n: p.grad.clone() for n, p in net.named_parameters()}
+    net.zero_grad()
+    z_x = net(batch.src, batch.src_mask, batch.tgt_in, need_alignment=False)[0]
+    z_y = net(*make_src_batch([[40, *ids] for ids in y]), batch.tgt_in, need_alignment=False)[0]
+    target = batch.tgt_out.reshape(-1)
+    ce = F.cross_entropy(z_x.reshape(len(target), -1), target, label_smoothing=0.1,
+                         ignore_index=0, reduction="sum")
+    kl = F.kl_div(F.log_softmax(z_y.reshape(len(target), -1), -1),
+                  F.softmax(z_x.reshape(len(target), -1), -1), reduction="none").sum(-1)
+    kl = (kl * (target != 0)).sum()
+    (ce + 0.5 * kl).backward()
+    assert objective.item() == pytest.approx((ce + 0.5 * kl).item(), rel=1e-10)
+    assert parts["consistency_kl"].item() == pytest.approx(kl.item(), rel=1e-8) and kl.item() > 0
+    assert parts["loss"].item() == pytest.approx(ce.item(), rel=1e-10)
+    for name, p in net.named_parameters():
+        torch.testing.assert_close(ours[name], p.grad, atol=1e-10, rtol=1e-8, msg=name)
+
+
+@pytest.mark.parametrize("model", ["transformer", "rnn"])
+@pytest.mark.parametrize("data", [None, MULTI])
+def test_crossconst_with_weight_zero_is_plain_training(model, data):
+    """consistency_alpha = 0: the objective, the loss, the NLL and every gradient are those of
+    the plain objective (train.consistency=none), though the KL is not 0."""
+    net, batch, _ = _tiny(model)
+    t0 = SimpleNamespace(**{**vars(CROSSCONST), "consistency_alpha": 0.0})
+    grads, results = [], []
+    for t in (t0, SimpleNamespace(**{**vars(CROSSCONST), "consistency": "none"})):
+        objective, parts = _crossconst_objective(net, batch, t, data)
+        objective.backward()
+        grads.append({n: p.grad.clone() for n, p in net.named_parameters()})
+        results.append({"objective": objective.item(), **{k: v.item() for k, v in parts.items()}})
+        net.zero_grad()
+    crossconst, plain = results
+    assert crossconst.pop("consistency_kl") > 0
+    assert crossconst == pytest.approx(plain, rel=1e-6)
+    for name in grads[0]:
+        torch.testing.assert_close(grads[0][name], grads[1][name], atol=1e-7, rtol=1e-6, msg=name)
+
+
+def test_crossconst_needs_a_joint_vocabulary(tiny_overrides):
+    from nmt.config import ConfigError, compose_config
+
+    with pytest.raises(ConfigError, match="train.consistency=crossconst .* data.tokenizer.joint=true"):
+        compose_config(tiny_overrides + ["train.consistency=crossconst", "data.tokenizer.joint=false",
+                                         "model.tie_embeddings=false"])

@@ -1,5 +1,5 @@
-"""Trainer hooks (the seam: the training loop, :mod:`nmt.training.hooks`): the R-Drop/SimCut
-regularisers (:mod:`~nmt.extras.training.consistency`), subword sampling
+"""Trainer hooks (the seam: the training loop, :mod:`nmt.training.hooks`): the R-Drop/SimCut/
+CrossConST regularisers (:mod:`~nmt.extras.training.consistency`), subword sampling
 (:mod:`~nmt.extras.training.subword_sampling`) and the eflomal teacher, guided alignment's
 links (:mod:`~nmt.extras.training.teacher`). :func:`hooks` builds them for a config; ``nmt-train``
 and ``nmt.train()`` both call it::
@@ -22,5 +22,5 @@ def hooks(cfg: Any) -> TrainingHooks:
     ``train.consistency``, the resampler of ``data.tokenizer.sampling_alpha`` and, for guided
     alignment without ``data.alignments``, the eflomal teacher; None where the config asks for
     none (what :meth:`~nmt.training.hooks.TrainingHooks.check` expects)."""
-    return TrainingHooks(regulariser(cfg.train), resampler(cfg),
+    return TrainingHooks(regulariser(cfg.train, cfg.data), resampler(cfg),
                          prepare_links if needs_teacher(cfg) else None)

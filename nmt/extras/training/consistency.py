@@ -1,8 +1,9 @@
 """Consistency regularisation (``train.consistency``), a room of its own (off by default, and
 measured behind the plain objective at equal steps: docs/results.md): R-Drop (Liang et al. 2021)
 between two dropout passes, SimCut (Gao et al. 2022) between a pass and a copy whose token
-embeddings were cut off. Both run one forward over the batch concatenated with itself
-([2B, ...]) and add a KL term to the label-smoothed loss of :mod:`nmt.training.loss`. They
+embeddings were cut off, CrossConST (Gao et al. 2023) between a pass and one that reads the
+target sentence as its source. Each runs one forward over a doubled batch ([2B, ...]) and adds
+a KL term to the label-smoothed loss of :mod:`nmt.training.loss`. They
 enter the training objective as the training hooks' ``regulariser``
 (:class:`~nmt.training.loss.Regulariser`, built by :func:`nmt.extras.training.hooks`, which
 ``nmt-train`` and ``nmt.train()`` call).
@@ -14,6 +15,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from nmt.config import is_multilingual
 from nmt.data.vocab import EOS_ID, PAD_ID
 from nmt.training.loss import label_smoothed_nll
 
@@ -76,8 +78,53 @@ def simcut_loss(logits: Tensor, target: Tensor, epsilon: float, alpha: float,
     return loss_sum + alpha * kl_sum, loss_sum.detach(), nll_sum, kl_sum.detach()
 
 
+def crossconst_loss(logits: Tensor, target: Tensor, epsilon: float, alpha: float,
+                    ignore_index: int = 0) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """CrossConST (Gao et al. 2023, "Improving Zero-shot Multilingual Neural Machine Translation
+    by Leveraging Cross-lingual Consistency Regularization", Findings of ACL, sec. 3.1, eq. 2)
+    from one forward over a batch concatenated with its target-as-source copy: ``logits``
+    [2B, T, V] (rows b: f(x, y), pair b as it is; rows B + b: f(y, y), the same decoder input
+    with the target sentence y as the source, :func:`target_as_source`), ``target`` [B, T]. Per
+    target token that is not ``ignore_index``, with l the label-smoothed cross-entropy::
+
+        L = l(f(x, y)) + alpha * KL(f(x, y) || f(y, y))
+          = l(P_x) + alpha * sum_k P_x(k) (log P_x(k) - log P_y(k))
+
+    KL(P_x || P_y) as the authors' criterion computes it (``kl_div(log_softmax(f(y, y)),
+    softmax(f(x, y)))``, github.com/gpengzhi/CrossConST-MT), the gradient through both
+    distributions (no stop-gradient), the copy without a cross-entropy of its own: the
+    computation of :func:`simcut_loss`, whose second half is the cut copy instead; returns its
+    ``(objective_sum, loss_sum, nll_sum, kl_sum)`` in nats, 0-dim float32. alpha = 0 is the
+    plain objective (tested)."""
+    return simcut_loss(logits, target, epsilon, alpha, ignore_index)
+
+
+def target_as_source(batch, source_tag: bool, target_tag: bool) -> tuple[Tensor, Tensor]:
+    """CrossConST's second source (:func:`crossconst_loss`): each row's target sentence y,
+    with its direction's tags as the model reads a source, ``(src [B, S'], src_mask [B, S'])``:
+    ``y </s>`` from ``batch.tgt_out`` [B, T] (its first column, a target-side tag's PAD, left
+    out with ``target_tag``: ``data.lang_tag=target``, whose tag stays in the decoder input),
+    after ``batch.src[:, 0]``, the target-language tag, with ``source_tag``
+    (``data.lang_tag=source``: Johnson et al. 2017, as the authors prepend ``<2xx>`` to both
+    sources); PAD after each row's EOS. S' = T + 1 (``source_tag``), T - 1 (``target_tag``) or
+    T. The first position is unmasked in every row, so a padding row of a static shape
+    (all PAD) keeps one key."""
+    ys = batch.tgt_out[:, 1:] if target_tag else batch.tgt_out                  # [B, T'] y </s>
+    if source_tag:
+        ys = torch.cat((batch.src[:, :1], ys), dim=1)                           # <2xx> y </s>
+    mask = ys != PAD_ID
+    mask[:, 0] = True
+    return ys, mask
+
+
+def _stacked(a: Tensor, b: Tensor, pad: int | bool) -> Tensor:
+    """[B, S1] and [B, S2] -> [2B, max(S1, S2)], each padded on the right with ``pad``."""
+    width = max(a.size(1), b.size(1))
+    return torch.cat([F.pad(x, (0, width - x.size(1)), value=pad) for x in (a, b)])
+
+
 # train.consistency -> its loss over the logits of a doubled batch [2B, T, V]
-CONSISTENCY_LOSSES = {"rdrop": rdrop_loss, "simcut": simcut_loss}
+CONSISTENCY_LOSSES = {"rdrop": rdrop_loss, "simcut": simcut_loss, "crossconst": crossconst_loss}
 
 
 def add_token_cutoff(model: torch.nn.Module, p: float) -> list:
@@ -103,21 +150,31 @@ def add_token_cutoff(model: torch.nn.Module, p: float) -> list:
 
 
 class Consistency:
-    """R-Drop or SimCut (``t.consistency``) as :func:`nmt.training.loss.objective`'s
-    regulariser: one forward of the batch concatenated with itself ([2B, ...]), then
-    :func:`rdrop_loss` (loss, nll: the two passes' mean) or :func:`simcut_loss` (the uncut
-    half's). The alignment is the doubled batch's ([2B, T, S]); the links name its first B
-    rows."""
+    """R-Drop, SimCut or CrossConST (``t.consistency``) as :func:`nmt.training.loss.objective`'s
+    regulariser: one forward of the batch concatenated with itself ([2B, ...]; CrossConST: with
+    :func:`target_as_source` as the second half's source, both sources padded to the longer),
+    then :func:`rdrop_loss` (loss, nll: the two passes' mean), :func:`simcut_loss` or
+    :func:`crossconst_loss` (the first half's). The alignment is the doubled batch's
+    ([2B, T, S]); the links name its first B rows. ``data``: the ``data`` section, whose tags
+    CrossConST's second source carries (None: a bilingual model's, no tags)."""
 
-    def __init__(self, t) -> None:
+    def __init__(self, t, data=None) -> None:
         self.kind, self.alpha, self.cutoff_p = t.consistency, t.consistency_alpha, t.cutoff_p
+        multi = data is not None and is_multilingual(data)
+        self.source_tag = multi and str(data.lang_tag) == "source"
+        self.target_tag = multi and str(data.lang_tag) == "target"
 
     def prepare(self, model: torch.nn.Module) -> None:
         if self.kind == "simcut":    # after the weight average's copy, before compile
             add_token_cutoff(model, self.cutoff_p)
 
     def __call__(self, model, batch, t, autocast, need_alignment: bool):
-        inputs = (torch.cat((x, x)) for x in (batch.src, batch.src_mask, batch.tgt_in))
+        if self.kind == "crossconst":
+            ys, ys_mask = target_as_source(batch, self.source_tag, self.target_tag)
+            inputs = (_stacked(batch.src, ys, PAD_ID), _stacked(batch.src_mask, ys_mask, False),
+                      torch.cat((batch.tgt_in, batch.tgt_in)))
+        else:
+            inputs = tuple(torch.cat((x, x)) for x in (batch.src, batch.src_mask, batch.tgt_in))
         with autocast:
             logits, alignment = model(*inputs, need_alignment=need_alignment)   # [2B, T, V]
         total, loss, nll, kl = CONSISTENCY_LOSSES[self.kind](
@@ -125,6 +182,7 @@ class Consistency:
         return total, {"loss": loss, "nll": nll, "consistency_kl": kl}, alignment
 
 
-def regulariser(t) -> Consistency | None:
-    """The trainer's regulariser for the ``train`` section ``t`` (None: ``consistency=none``)."""
-    return None if t.consistency == "none" else Consistency(t)
+def regulariser(t, data=None) -> Consistency | None:
+    """The trainer's regulariser for the ``train`` section ``t`` and the ``data`` section (its
+    language tags; None: none) (None: ``consistency=none``)."""
+    return None if t.consistency == "none" else Consistency(t, data)
