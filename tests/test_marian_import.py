@@ -103,7 +103,7 @@ BROKEN = {   # case: (how the copy is broken, what the one line says)
                           "vocab.json: holds a JSON list, not an object"),
     "vocab.json id a string": (lambda d: (d / "vocab.json").write_text(json.dumps(
         {**json.loads((d / "vocab.json").read_text()), "<unk>": "1"})),
-        "vocab.json: '<unk>' -> '1': vocab.json maps non-empty tokens to integer ids"),
+        "vocab.json: '<unk>' -> '1': vocab.json maps each non-empty token to an integer id of its own"),
     "d_model a string": (lambda d: (d / "config.json").write_text(json.dumps(
         {**json.loads((d / "config.json").read_text()), "d_model": "16"})),
         "config.json: d_model = '16' must be a positive integer"),

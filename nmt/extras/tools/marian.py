@@ -265,10 +265,10 @@ def marian_vocabulary(vocab: dict[str, int], cfg: dict, tok_cfg: dict, path: Pat
     size = _size(cfg, "vocab_size")
     by_id: dict[int, str] = {}
     for token, i in vocab.items():
-        if type(i) is not int or not token:
-            raise _fail(path / "vocab.json", repr(token), f"-> {i!r}: vocab.json maps non-empty "
-                        "tokens to integer ids.")
-        by_id.setdefault(i, token)
+        if type(i) is not int or not token or i in by_id:
+            raise _fail(path / "vocab.json", repr(token), f"-> {i!r}: vocab.json maps each non-empty "
+                        "token to an integer id of its own.")
+        by_id[i] = token
     if sorted(by_id) != list(range(size)):
         raise _fail(path / "vocab.json", "ids", f"are not 0..vocab_size-1={size - 1} "
                     "(config.json's vocab_size).")
