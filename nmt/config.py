@@ -90,6 +90,7 @@ class TokenizerSchema:
     model: str | None = MISSING
     sampling_alpha: float | None = MISSING
     nbest_size: int = MISSING
+    bt_tag: bool = MISSING
 
 
 @dataclass

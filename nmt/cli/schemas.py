@@ -29,6 +29,7 @@ Directions = _choice_type("Directions", "all")
 Decoding = _choice_type("Decoding", "search", "mbr")
 MbrCandidates = _choice_type("MbrCandidates", "beam", "sample")   # nmt.extras.decoding.mbr.CHOICES
 MbrUtility = _choice_type("MbrUtility", "chrf", "bleu")
+CorpusFormat = _choice_type("CorpusFormat", "text", "tsv")
 
 
 @dataclass
@@ -93,6 +94,22 @@ class TranslateConfig(DirectionSchema, EngineSchema, DecodingSchema, SamplingSch
     input: str | None = MISSING
     output: str | None = MISSING
     pivot: str | None = MISSING
+    device: str = MISSING
+
+
+@dataclass
+class BacktranslateConfig(DirectionSchema, EngineSchema, SamplingSchema, SearchSchema):
+    checkpoint: Any = MISSING            # a file, or a list of files (an ensemble)
+    input: str | None = MISSING
+    out_dir: str = MISSING
+    split: str = MISSING
+    format: CorpusFormat | None = MISSING
+    pivot: str | None = MISSING
+    input_split: str | None = MISSING
+    data: DataRootOverride = field(default_factory=DataRootOverride)
+    tag: bool = MISSING
+    max_len: int | None = MISSING
+    chunk_lines: int = MISSING
     device: str = MISSING
 
 
@@ -189,5 +206,5 @@ class ServeConfig(EngineSchema, SearchSchema):
 TOOL_SCHEMAS.update({"nmt_evaluate": EvaluateConfig, "nmt_translate": TranslateConfig,
                      "nmt_plot": PlotConfig, "nmt_average": AverageConfig, "nmt_align": AlignConfig,
                      "nmt_export": ExportConfig, "nmt_serve": ServeConfig,
-                     "nmt_import": ImportConfig})
+                     "nmt_import": ImportConfig, "nmt_backtranslate": BacktranslateConfig})
 register_configs()

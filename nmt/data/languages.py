@@ -7,7 +7,8 @@ al. 2017, "Google's Multilingual NMT System", sec. 3), prepended to the source i
 (``data.lang_tag=source``) or as the first target id (``target``: decoder input after BOS,
 never a training target nor scored, as in M2M-100); :func:`add_tag` is the one place either side
 gets it. The tags are user-defined symbols of the joint SentencePiece model
-(``Tokenizer.tag_id``).
+(``Tokenizer.tag_id``), as is the back-translation tag :data:`BT_TAG` with
+``data.tokenizer.bt_tag``.
 """
 
 from __future__ import annotations
@@ -24,6 +25,10 @@ from nmt.config import (  # data.pairs: checked, parsed and counted there
 )
 
 LANG_TAG = "<2{}>"
+# Tagged back-translation (Caswell et al. 2019, "Tagged Back-Translation", WMT): the piece that
+# starts each synthetic source (nmt.extras.decoding.backtranslate), reserved like the language
+# tags, as a user-defined symbol, when data.tokenizer.bt_tag asks for it.
+BT_TAG = "<BT>"
 
 
 def lang_tag(lang: str) -> str:

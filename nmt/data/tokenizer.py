@@ -28,7 +28,7 @@ import sentencepiece as spm
 from nmt.checkpoint import CheckpointError
 from nmt.config import ConfigError
 from nmt.data.corpus import CorpusError
-from nmt.data.languages import lang_tag
+from nmt.data.languages import BT_TAG, lang_tag
 from nmt.data.vocab import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 from nmt.runtime import atomic_path
 
@@ -79,6 +79,13 @@ class Tokenizer:
             raise ConfigError(f"the tokenizer has no {piece} tag; it has "
                               f"{', '.join(tags) or 'none (a bilingual model)'}.")
         return index
+
+    @property
+    def bt_tag_id(self) -> int | None:
+        """The source id of the back-translation tag :data:`~nmt.data.languages.BT_TAG` (a
+        user-defined symbol with ``data.tokenizer.bt_tag``), None when the model lacks it."""
+        index = self._src.piece_to_id(BT_TAG)
+        return None if index == UNK_ID or self._src.id_to_piece(index) != BT_TAG else index
 
     def decode_tgt(self, ids: Iterable[int]) -> str:
         """Target ids -> detokenised text; PAD and BOS are skipped, the first EOS ends it."""
@@ -247,13 +254,19 @@ def tokenizer_from_pairs(tok_cfg: Any, src_lang: str, tgt_lang: str,
     each model trains on at most ``input_sentence_size`` sentences. A multilingual model
     (``languages``: language -> its sentences; a joint ``tok_cfg``) trains instead on
     :func:`sample_languages`, ``input_sentence_size`` sentences in all, with the language
-    ``tags`` (Johnson et al. 2017, sec. 3) as user-defined symbols; both join the key."""
+    ``tags`` (Johnson et al. 2017, sec. 3) as user-defined symbols; both join the key. With
+    ``tok_cfg.bt_tag`` the source model (the joint one) also reserves
+    :data:`~nmt.data.languages.BT_TAG` after them (it joins the key; without it, settings,
+    key and model are those of a tokenizer trained before the option existed)."""
     settings = {"type": str(tok_cfg.type), "vocab_size": int(tok_cfg.vocab_size),
                 "character_coverage": float(tok_cfg.character_coverage),
                 "joint": bool(tok_cfg.joint), "input_sentence_size": int(tok_cfg.input_sentence_size),
                 "src_lang": src_lang, "tgt_lang": tgt_lang}
     if languages:
         settings.update(languages=sorted(languages), tags=list(tags))
+    bt = [BT_TAG] if tok_cfg.get("bt_tag") else []
+    if bt:
+        settings.update(bt_tag=True)
     key = hashlib.sha256(json.dumps({"v": TOKENIZER_VERSION, "settings": settings,
                                      "data": data_hash}, sort_keys=True).encode()).hexdigest()[:24]
     final = Path(cache_dir) / "tokenizers" / key
@@ -265,7 +278,8 @@ def tokenizer_from_pairs(tok_cfg: Any, src_lang: str, tgt_lang: str,
     args = (settings["type"], settings["vocab_size"], settings["character_coverage"])
     if languages:
         texts = sample_languages(languages, max(1, size // len(languages)))
-        tokenizer = Tokenizer(train_sentencepiece(texts, *args, symbols=tags), None, settings)
+        tokenizer = Tokenizer(train_sentencepiece(texts, *args, symbols=[*tags, *bt]), None,
+                              settings)
     else:
         sample, total = sample_pairs(pairs(), max(1, size // 2) if settings["joint"] else size)
         src_texts, tgt_texts = [s for s, _ in sample], [t for _, t in sample]
@@ -273,9 +287,10 @@ def tokenizer_from_pairs(tok_cfg: Any, src_lang: str, tgt_lang: str,
         if len(src_texts) < total:
             log.info("tokenizer: training on a sample of %d of %d pairs "
                      "(data.tokenizer.input_sentence_size=%d)", len(src_texts), total, size)
-        tokenizer = Tokenizer(train_sentencepiece(src_texts + tgt_texts, *args), None, settings) \
-            if settings["joint"] else Tokenizer(train_sentencepiece(src_texts, *args),
-                                                train_sentencepiece(tgt_texts, *args), settings)
+        tokenizer = Tokenizer(train_sentencepiece(src_texts + tgt_texts, *args, bt), None,
+                              settings) if settings["joint"] else Tokenizer(
+            train_sentencepiece(src_texts, *args, bt), train_sentencepiece(tgt_texts, *args),
+            settings)
     try:
         with atomic_path(final, directory=True) as tmp:
             tokenizer.save(tmp)

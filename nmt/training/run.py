@@ -295,5 +295,8 @@ def prepare_run_data(cfg: DictConfig, plan: RunPlan, init_ckpt: dict | None, las
     if not data.tokenizer.joint and cfg.model.tie_embeddings:
         raise ConfigError("model.tie_embeddings=true needs a joint tokenizer; the given one "
                           "has two vocabularies: set model.tie_embeddings=false.")
+    if cfg.data.tokenizer.bt_tag and data.tokenizer.bt_tag_id is None:
+        raise ConfigError("data.tokenizer.bt_tag=true, but the tokenizer given (train.init_from's "
+                          "or data.tokenizer.model) has no <BT> piece: train a new one.")
     return data
 

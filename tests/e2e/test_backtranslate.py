@@ -1,0 +1,169 @@
+"""nmt-backtranslate end to end on the tiny corpus: a tiny en-de model trained a few steps
+back-translates English into a tagged synthetic corpus, which a de-en run then trains on
+through data.corpora (its pairs counted, the <BT> tag in their source ids); the zero-shot
+pairs of a multilingual model (pivot=en); streaming in chunks; one-line errors."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pytest
+from conftest import REPO_ROOT, TINY_MODEL, TINY_TRAIN, train, write_multilingual_corpus
+from test_evaluate_cli import user_error
+
+from nmt.cli import backtranslate as cli
+from nmt.config import ConfigError, compose_config
+
+pytestmark = pytest.mark.slow
+
+
+def _base(root: Path, corpus: Path) -> list[str]:
+    return [f"data.root={corpus}", f"data.cache_dir={root / 'cache'}", "data.test_split=test",
+            "data.tokenizer.vocab_size=120", *TINY_MODEL, *TINY_TRAIN]
+
+
+@pytest.fixture(scope="module")
+def en_de(tmp_path_factory) -> tuple[Path, Path]:
+    """``(checkpoint, corpus)``: a tiny en-de Transformer trained 3 steps on the tiny corpus
+    (de, en and a stand-in fr, 200 training pairs)."""
+    root = tmp_path_factory.mktemp("bt")
+    corpus = write_multilingual_corpus(root / "corpus")
+    train(compose_config(_base(root, corpus) + ["data.src_lang=en", "data.tgt_lang=de",
+                                                "train.max_steps=3", f"run_dir={root / 'en_de'}"]))
+    return root / "en_de" / "checkpoints" / "last.pt", corpus
+
+
+def _mono(path: Path, corpus: Path, n: int = 30) -> Path:
+    """``n`` English lines of the training split, a blank line and a line of 200 words."""
+    lines = (corpus / "train.en").read_text(encoding="utf-8").splitlines()[:n]
+    path.write_text("\n".join([*lines[:5], "", *lines[5:], "word " * 200]) + "\n", encoding="utf-8")
+    return path
+
+
+def test_tagged_corpus_is_trained_on_through_data_corpora(en_de, tmp_path, capsys):
+    ckpt, corpus = en_de
+    out = tmp_path / "bt"
+    assert cli.main([f"checkpoint={ckpt}", f"input={_mono(tmp_path / 'mono.en', corpus)}",
+                     f"out_dir={out}", "tag=true", "beam_size=2", "chunk_lines=7"]) == 0
+    # 32 lines: the blank one and the 200-word one (over data.max_len=100 subwords) skipped.
+    assert "de-en: 32 lines -> 30 pairs; skipped 1 blank, 1 over 100 subwords (line 32)" in \
+        capsys.readouterr().err
+    synthetic = (out / "bt.de").read_text(encoding="utf-8").splitlines()
+    real = (out / "bt.en").read_text(encoding="utf-8").splitlines()
+    assert len(synthetic) == len(real) == 30 and all(s.startswith("<BT> ") for s in synthetic)
+    assert real == (corpus / "train.en").read_text(encoding="utf-8").splitlines()[:30]
+    manifest = json.loads((out / "bt.backtranslation.json").read_text())
+    assert manifest["directions"]["de-en"] == {"lines": 32, "pairs": 30, "blank": 1,
+                                               "too_long": 1, "first_too_long": 32}
+
+    # de-en on the real corpus and the synthetic one (weight 2), <BT> reserved as one piece.
+    from nmt.data.pipeline import prepare_data
+
+    cfg = compose_config(_base(tmp_path, corpus) + [
+        "data.tokenizer.bt_tag=true", f"data.corpora=[{{split: bt, root: {out}, weight: 2}}]",
+        "train.max_steps=2", f"run_dir={tmp_path / 'de_en'}"])
+    assert train(cfg)["steps"] == 2
+    data = prepare_data(cfg.data)                             # the run's caches: a cache hit
+    bt = data.tokenizer.bt_tag_id
+    assert bt is not None and data.tokenizer.src_pieces([bt]) == ["<BT>"]
+    assert data.weights == [1.0, 2.0]
+    assert np.bincount(data.train.groups).tolist() == [200, 30]   # every synthetic pair read
+    table = pa.ipc.open_file(pa.memory_map(str(data.train.path))).read_all()
+    for ids, group in zip(table["src_ids"].to_pylist(), table["corpus"].to_pylist(), strict=True):
+        assert (bt in ids[:2]) == (group == 1)                # "▁ <BT> ..." in the sources
+
+
+def test_pivot_writes_the_zero_shot_pairs_of_a_multilingual_model(tmp_path, capsys):
+    corpus = write_multilingual_corpus(tmp_path / "corpus", {"train": 40, "val": 4, "test": 4})
+    train(compose_config(_base(tmp_path, corpus) + [
+        "data.pairs=[de-en,en-de,fr-en,en-fr]", "train.max_steps=1", f"run_dir={tmp_path / 'm'}"]))
+    out = tmp_path / "zs"
+    assert cli.main([f"checkpoint={tmp_path / 'm' / 'checkpoints' / 'last.pt'}", "pivot=en",
+                     f"out_dir={out}", "split=train", "tag=true", "beam_size=1",
+                     "chunk_lines=16"]) == 0
+    err = capsys.readouterr().err
+    assert "fr-de: 40 lines -> 40 pairs" in err and "de-fr: 40 lines -> 40 pairs" in err
+    for x, y in (("fr", "de"), ("de", "fr")):   # x: English translated into x; y: real
+        rows = [r.split("\t") for r in (out / f"train.{x}-{y}.tsv").read_text(
+            encoding="utf-8").splitlines()]
+        assert [t for _, t in rows] == (corpus / f"train.{y}").read_text(
+            encoding="utf-8").splitlines()
+        assert all(s.startswith("<BT> ") for s, _ in rows)
+    # the layout of a multilingual data.format=tsv split
+    from nmt.data.corpus import iter_parallel
+
+    data = compose_config([f"data.root={out}", "data.format=tsv",
+                           "data.pairs=[de-en,fr-de]"]).data
+    assert len(list(iter_parallel(data, "train", ("fr", "de")))) == 40
+
+
+def test_it_streams_chunk_by_chunk(en_de, tmp_path):
+    """No more than ``chunk_lines`` lines are read ahead of the ones translated."""
+    from nmt.extras.decoding.backtranslate import backtranslate
+    from nmt.inference.translator import Translator
+
+    translator = Translator.from_checkpoint(en_de[0])
+    asked: list[int] = []
+    translate_with = translator.translate_with
+
+    def counting(texts, settings, **kwargs):
+        asked.append(len(texts))
+        return translate_with(texts, settings, **kwargs)
+
+    translator.translate_with = counting
+    ahead = []
+
+    def lines():
+        for i in range(10):
+            ahead.append(i - sum(asked))      # lines read but not yet translated, before line i
+            yield f"A dog runs {i} ."
+
+    report = backtranslate(translator, lines(), tmp_path / "s", "bt",
+                           translator.search_settings(beam_size=1), chunk_lines=3)
+    assert asked == [3, 3, 3, 1] and max(ahead) == 2 and report.pairs == 10
+
+
+def test_bad_input_is_one_line_and_writes_nothing(en_de, tmp_path, capsys):
+    ckpt, corpus = en_de
+    (tmp_path / "empty.en").write_bytes(b"")
+    args = [f"checkpoint={ckpt}", f"out_dir={tmp_path / 'o'}"]
+    for extra, message in (
+            ([f"input={tmp_path / 'none.en'}"], "none.en: file not found."),
+            ([f"input={tmp_path / 'empty.en'}"], "empty.en: the file is empty"),
+            ([], "input is required"),
+            ([f"input={tmp_path / 'empty.en'}", "pivot=en"], "pivot=en reads the model's own corpus"),
+            (["pivot=en", "format=text"], "drop format=text"),
+            ([f"input={corpus / 'train.en'}", "n_best=2", "beam_size=2"], "n_best=2"),
+            ([f"input={corpus / 'train.en'}", "max_len=2"], "no line was back-translated"),
+            ([f"input={corpus / 'train.en'}", "pivot=en"], "pivot=en reads")):
+        assert cli.main(args + extra) == 2, extra
+        assert message in user_error(capsys, "nmt-backtranslate"), extra
+    assert not any((tmp_path / "o").glob("*"))                 # nothing left behind
+    (tmp_path / "o" / "bt.de").write_text("x\n")
+    assert cli.main(args + [f"input={corpus / 'train.en'}"]) == 2
+    assert "bt.de exists" in user_error(capsys, "nmt-backtranslate")
+
+
+def test_bt_tag_with_a_given_tokenizer_without_it_is_refused(en_de, tmp_path):
+    ckpt, corpus = en_de
+    cfg = compose_config(_base(tmp_path, corpus) + [
+        "data.tokenizer.bt_tag=true", f"data.tokenizer.model={ckpt.parents[1] / 'tokenizer'}",
+        "train.max_steps=1", f"run_dir={tmp_path / 'r'}"])
+    with pytest.raises(ConfigError, match="bt_tag=true, but the tokenizer given .* has no <BT>"):
+        train(cfg)
+
+
+def test_help_loads_no_torch():
+    code = ("import contextlib, io, sys\nfrom nmt.cli.backtranslate import main\n"
+            "with contextlib.redirect_stdout(io.StringIO()) as out:\n    status = main(['--help'])\n"
+            "assert status == 0 and out.getvalue().startswith('nmt-backtranslate'), out.getvalue()\n"
+            "print(sorted(m for m in ('torch', 'sentencepiece', 'nmt.extras') if m in sys.modules))")
+    proc = subprocess.run([sys.executable, "-c", code], cwd=REPO_ROOT, capture_output=True,
+                          text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == "[]"
