@@ -8,8 +8,9 @@
 #      numpy, triton or nvidia-*: the GPU machine's own CUDA builds stay.
 #   2. data/multi30k/ (git-ignored): the Multi30k de/en files of train, val and
 #      test_2016_flickr, copied from ${NMT_DATA_ROOT:-../shared/data/multi30k}.
-#   3. prints what travels (the working tree and the carried folders, at most 48 MiB here: the
-#      device's limit is 64) and the device call: the command, its carry list and timeout.
+#   3. prints what travels (the working tree and the carried folders, at most 3/4 of the
+#      runner's limit, $DEVICE_RUNNER_CARRY_MIB, default 64 MiB) and the device call: the
+#      command, its carry list and timeout ($DEVICE_RUNNER_CALL_S, default 600 s).
 #
 #   bash scripts/device_prep.sh [--no-download] [NAME==VERSION ...]
 #
@@ -23,7 +24,7 @@ EXTRA=()
 for arg in "$@"; do
   case "$arg" in
     --no-download) DOWNLOAD=0 ;;
-    -h|--help) sed -n '2,18p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,19p' "$0"; exit 0 ;;
     -*) echo "device_prep.sh: error: unknown option $arg (see --help)" >&2; exit 2 ;;
     *) EXTRA+=("$arg") ;;
   esac
@@ -35,7 +36,11 @@ PY="${PYTHON:-python3}"
 PYV="${DEVICE_PYTHON_VERSION:-3.12}"
 WHEELS=device_wheels
 DATA=data/multi30k
-MAX_MIB=48
+LIMIT_MIB="${DEVICE_RUNNER_CARRY_MIB:-64}"     # the runner's limit on what travels
+CALL_S="${DEVICE_RUNNER_CALL_S:-600}"          # the runner's limit on one command
+[[ "$LIMIT_MIB" =~ ^[0-9]+$ && "$CALL_S" =~ ^[0-9]+$ ]] || {
+  echo "device_prep.sh: error: DEVICE_RUNNER_CARRY_MIB and DEVICE_RUNNER_CALL_S are whole numbers" >&2; exit 2; }
+MAX_MIB=$((LIMIT_MIB * 3 / 4))
 cd "$REPO" || exit 2
 
 die() { echo "device_prep.sh: error: $*" >&2; exit 2; }
@@ -116,13 +121,14 @@ fi
 carry_bytes=$(du -cb "${CARRY[@]}" | tail -n 1 | cut -f1)
 mib() { awk -v b="$1" 'BEGIN { printf "%.1f", b / 1048576 }'; }
 total=$((tree_bytes + carry_bytes))
-say "travels $(mib "$total") MiB: the working tree $(mib "$tree_bytes"), carried $(mib "$carry_bytes") (the device's limit: 64 MiB)"
+say "travels $(mib "$total") MiB: the working tree $(mib "$tree_bytes"), carried $(mib "$carry_bytes") (the device's limit: $LIMIT_MIB MiB)"
 if ((total > MAX_MIB * 1048576)); then
   echo "device_prep.sh: error: $(mib "$total") MiB would travel, more than the $MAX_MIB MiB kept" \
-    "well under the device's 64: ignore or remove large untracked files" >&2
+    "well under the device's $LIMIT_MIB: ignore or remove large untracked files" >&2
   exit 1
 fi
 carry_json=$(printf '"%s", ' "${CARRY[@]}")
-say "on the GPU machine: the device tool's run with timeout_s 600 and"
+say "on the GPU machine: the device tool's run with (the plan of both calls: bash scripts/device_check.sh --plan)"
 echo "  command: bash scripts/device_check.sh"
 echo "  carry: [${carry_json%, }]"
+echo "  timeout_s: $CALL_S"

@@ -1,0 +1,359 @@
+"""The GPU check (scripts/device_check.sh, the package scripts/device_check/, device_prep.sh;
+docs/speed.md): its plan of two calls, the slack rule, the choices it makes on CUDA, its report,
+and its dry run on the CPU, step for step what a lent GPU runs."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shlex
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from conftest import REPO_ROOT, write_corpus
+
+sys.path.insert(0, str(REPO_ROOT / "scripts"))
+try:
+    from device_check import check, plan, preflight, report
+finally:
+    sys.path.pop(0)
+
+STEPS = ("install", "preflight", "nccl", "syncs", "data", "ddp", "torchrun", "base", "base_eval",
+         "bench", "static", "static_eval")
+
+
+# ---------------------------------------------------------------------- the plan, in Python
+def test_the_first_call_holds_bench_and_the_follow_up_static_within_the_device_time():
+    """Today's runner: 900 s of device time, a 120 s start, 20 s of transfers a call. The first
+    call (540 s) holds every step up to bench; static and its evaluation go to the follow-up,
+    whose budget is what the first call leaves."""
+    s = plan.Settings.from_env(False, {})
+    first, second = plan.plan_calls(s.chosen, s.limits, s.budget, s.runner)
+    assert plan.STEPS == STEPS
+    assert first.budget == 540 and first.planned <= 540 - plan.RESERVE
+    assert first.steps() == list(STEPS[:10]) and first.steps("next") == ["static", "static_eval"]
+    assert second.budget == 900 - 120 - 2 * 20 - 540
+    assert second.steps() == ["install", "preflight", "static", "static_eval"]
+    assert second.planned <= second.budget - plan.RESERVE
+    # A compile step's planned limit holds a cold compile of its model and its timing.
+    assert plan.LIMITS["bench"] >= 2 * 65 and plan.LIMITS["static"] >= 120
+    # A session with less device time: no follow-up call; static is skipped for time.
+    short = plan.Runner(time_s=700)
+    first, second = plan.plan_calls(s.chosen, s.limits, s.budget, short)
+    assert second is None and first.steps("skip") == ["static", "static_eval"]
+
+
+def test_a_step_that_ends_early_raises_the_next_compile_steps_limit():
+    """The slack rule: a compile step gets max(planned, left - the later steps' planned
+    limits), at most what is left; other steps get their planned limit."""
+    chosen = {"base", "bench", "static"}
+    total = sum(plan.LIMITS[s] for s in ("install", "preflight", "base", "base_eval", "bench",
+                                         "static", "static_eval"))
+    p = plan.plan(chosen, plan.LIMITS, total + plan.RESERVE)
+    assert p.planned == total and p.steps("skip") == []
+    before_bench = sum(plan.LIMITS[s] for s in ("install", "preflight", "base", "base_eval"))
+    later = plan.LIMITS["static"] + plan.LIMITS["static_eval"]
+    on_time = total - before_bench                        # every earlier step took its limit
+    assert plan.step_limit("bench", p, on_time) == plan.LIMITS["bench"]
+    assert plan.step_limit("bench", p, on_time + 50) == plan.LIMITS["bench"] + 50   # base: 50 s early
+    assert plan.step_limit("static", p, later + 70) == plan.LIMITS["static"] + 70   # bench: 70 s early
+    assert plan.step_limit("base_eval", p, on_time + 500) == plan.LIMITS["base_eval"]
+    assert plan.step_limit("bench", p, 100) == 100        # late: what is left, no more
+    p.states["static"] = p.states["static_eval"] = "skip"     # nothing planned after bench
+    assert plan.step_limit("bench", p, 300) == 300
+
+
+def test_follow_up_budget_and_its_exact_command():
+    r = plan.Runner()
+    assert plan.follow_up_budget(r, 540) == 200           # 900 - 120 - 2 x 20 - 540
+    assert plan.follow_up_budget(r, 300) == 440
+    assert plan.follow_up_budget(r, 100) == 540           # at most a call's budget (600 - 60)
+    assert plan.follow_up_budget(r, 800) == 0
+    assert plan.follow_up_budget(r, 1000, scale=2) == 480  # a dry run: every time doubled
+    limits = {**plan.LIMITS, "bench": 270}
+    env = {"DEVICE_CHECK_OVERRIDES": "train.lr=1e-3 data.x=1", "HOME": "/root",
+           "DEVICE_RUNNER_TIME_S": "1200"}
+    assert plan.follow_up_command(["bench", "static"], 200, limits, plan.LIMITS, env, "/tmp/w x",
+                                  dry=False) == (
+        "DEVICE_CHECK_STEPS=bench,static DEVICE_CHECK_BUDGET=200 DEVICE_CHECK_LIMITS=bench=270 "
+        "DEVICE_CHECK_WORK='/tmp/w x' DEVICE_CHECK_OVERRIDES='train.lr=1e-3 data.x=1' "
+        "DEVICE_RUNNER_TIME_S=1200 bash scripts/device_check.sh")
+
+
+def test_settings_come_from_the_environment_with_todays_runner_as_default():
+    assert plan.Runner.from_env({}) == plan.Runner(900, 120, 600, 20, 8, 16, 64)
+    s = plan.Settings.from_env(False, {"DEVICE_RUNNER_CALL_S": "300",
+                                       "DEVICE_CHECK_LIMITS": "bench=200,data=9"})
+    assert s.budget == 240 and s.limits["bench"] == 200 and s.limits["data"] == 9
+    dry = plan.Settings.from_env(True, {"DEVICE_CHECK_STEPS": "base"})
+    assert dry.limits["bench"] == 2 * plan.LIMITS["bench"] and dry.chosen == {"base"}
+    assert dry.budget == sum(dry.limits.values()) + plan.RESERVE     # a dry run holds every step
+    for env, words in [({"DEVICE_RUNNER_TIME_S": "15m"}, "DEVICE_RUNNER_TIME_S=15m"),
+                       ({"DEVICE_RUNNER_FILES": "1"}, "results.json"),
+                       ({"DEVICE_CHECK_BUDGET": "700"}, "DEVICE_RUNNER_CALL_S=600"),
+                       ({"DEVICE_CHECK_BUDGET": "40"}, "alone need 55 s"),
+                       ({"DEVICE_CHECK_LIMITS": "bench=2m"}, "'bench=2m' is not STEP=SECONDS"),
+                       ({"DEVICE_CHECK_LIMITS": "foo=2"}, "no step 'foo'"),
+                       ({"DEVICE_CHECK_STEPS": "base,foo"}, "no step 'foo'")]:
+        with pytest.raises(plan.UsageError, match=re.escape(words)):
+            s = plan.Settings.from_env(False, env)
+            plan.plan_calls(s.chosen, s.limits, s.budget, s.runner)
+
+
+# ---------------------------------------------------------------------- CUDA's choices, timeouts
+def test_ddp_falls_back_to_gloo_on_cuda_and_each_try_has_its_own_timeout():
+    assert check.ddp_backend("cuda", "nccl") == "nccl"    # NCCL ran two ranks on one device
+    assert check.ddp_backend("cuda", "gloo") == "gloo"    # NCCL refused: gloo on CUDA tensors
+    assert check.ddp_backend("cuda", None) == "gloo"      # the nccl step did not run: never NCCL
+    assert check.ddp_backend("cpu", None) == "gloo"
+    assert check.nccl_tries("cuda", 45) == [("nccl", 2, 22), ("nccl", 1, 11), ("gloo", 2, 11)]
+    assert check.nccl_tries("cpu", 90) == [("gloo", 2, 90)]
+    assert check.pg_timeout(60) == 30 and check.pg_timeout(11) == 10
+
+
+def test_a_process_past_its_timeout_is_stopped_with_its_children(tmp_path):
+    run = check.StepRun("nccl", 60, tmp_path, dict(os.environ))
+    start = time.monotonic()
+    rc = run.call(["bash", "-c", f"sleep 30 & echo $! > {tmp_path / 'child'}; wait"], timeout=1)
+    assert rc == 124 and time.monotonic() - start < 15
+    child = Path(f"/proc/{(tmp_path / 'child').read_text().strip()}/status")
+    for _ in range(50):        # the whole process group got SIGTERM: the sleep ends too
+        if not child.exists() or "State:\tZ" in child.read_text():
+            break
+        time.sleep(0.1)
+    else:
+        pytest.fail("the child of a stopped step still runs")
+    assert "(stopped after 1 s)" in (tmp_path / "nccl.log").read_text()
+    assert run.call(["true"], log="other") == 0 and (tmp_path / "other.log").is_file()
+    run.deadline = time.monotonic()                       # the step's time is spent
+    assert run.call(["true"]) == 124
+
+
+# ---------------------------------------------------------------------- the report
+def test_the_report_reads_the_runs_the_bench_and_the_logs(tmp_path):
+    work = tmp_path
+    (work / "static").mkdir()
+    (work / "logs").mkdir()
+    (work / "static" / "summary.json").write_text(json.dumps({
+        "steps": 400, "train_tokens_per_s": 90000.04, "mfu": 0.21, "best_bleu": 35.1,
+        "steady": {"from_step": 100, "to_step": 400, "tokens_per_s": 123456.0, "mfu": 0.3123},
+        "compile": {"graphs": 3, "compile_s": 41.25}}))
+    (work / "logs" / "bench.log").write_text(
+        "eager: eager_tgt_tokens_per_s=1000.5 eager_mfu=0.25 batches=20\n"
+        "model=transformer compiled_tgt_tokens_per_s=1500 compiled_mfu=0.37 cuda_graphs=False\n")
+    (work / "logs" / "bench_graphs.log").write_text(
+        "model=transformer tgt_tokens_per_s=1800 mfu=0.44 compile_s=50.1 cuda_graphs=True\n")
+    (work / "logs" / "nccl.log").write_text("rank 0: all_reduce ok: nccl world 1 on cuda:0\n"
+                                            "rank 1: all_reduce ok: gloo world 2 on cuda:0\n")
+    (work / "logs" / "ddp.log").write_text("rank 0 of 2: ddp on gloo, process group joined by "
+                                           "check, on cuda\n")
+    (work / "base").mkdir()                  # a first call's run, in a follow-up's work folder
+    (work / "base" / "summary.json").write_text(json.dumps({"steps": 700}))
+    status = {"secs": {"nccl": 30, "ddp": 41, "base": "next", "bench": 120, "static": 97},
+              "failed": "none", "budget": 540}
+    line = report.collect(work, False, status)["line"]
+    assert (line["static_steps"], line["static_steady_from"], line["static_steady_mfu"]) == \
+        (400, 100, 0.3123)
+    assert (line["static_graphs"], line["static_compile_s"]) == (3, 41.25)
+    assert line["bench_eager_tgt_tokens_per_s"] == "1000.5" and line["bench_compiled_mfu"] == "0.37"
+    assert line["bench_cuda_graphs"] == "False" and line["bench_graphs_cuda_graphs"] == "True"
+    assert line["bench_graphs_mfu"] == "0.44" and line["base_steps"] is None
+    assert (line["nccl"], line["ddp_backend"], line["ddp_joined_by"], line["nmt_nccl"]) == \
+        ("1rank", "gloo", "check", "no")
+    assert line["static_s"] == 97 and line["base_s"] == "next" and line["budget"] == 540
+    words = report.key_line(line).split()
+    assert words[0] == "device_check" and "static_tokens_per_s=90000" in words
+    assert "static_steady_tokens_per_s=123456" in words and "gpu=-" in words
+
+
+def test_the_preflight_names_each_missing_or_uneven_data_file(tmp_path):
+    write_corpus(tmp_path, {"train": 3, "val": 2})
+    (tmp_path / "val.en").write_text("one\n")
+    lines, problems = preflight.check_data(tmp_path)
+    assert lines == {"train.de": 3, "train.en": 3, "val.de": 2, "val.en": 1}
+    assert problems == [f"{tmp_path}/val.de has 2 lines, val.en 1",
+                        f"{tmp_path}/test_2016_flickr.de is missing or empty",
+                        f"{tmp_path}/test_2016_flickr.en is missing or empty"]
+    assert preflight.requirements('x\ndependencies = [\n  "torch>=2.3",\n  "numpy",\n]\n') == \
+        {"torch": "2.3"}
+
+
+# ---------------------------------------------------------------------- the script itself
+def _device_check(tmp_path, *args: str, **env: str) -> subprocess.CompletedProcess:
+    """scripts/device_check.sh ARGS in tmp_path, on tmp_path/corpus, work and cache in tmp_path."""
+    return subprocess.run(
+        ["bash", str(REPO_ROOT / "scripts" / "device_check.sh"), *args],
+        cwd=tmp_path, capture_output=True, text=True, timeout=600,
+        env={**os.environ, "OMP_NUM_THREADS": "1", "NMT_DATA_ROOT": str(tmp_path / "corpus"),
+             "NMT_CACHE_DIR": str(tmp_path / "cache"), "DEVICE_CHECK_WORK": str(tmp_path / "w"),
+             "DEVICE_CHECK_OVERRIDES": "data.tokenizer.vocab_size=120", **env})
+
+
+def _line(proc: subprocess.CompletedProcess, prefix: str = "device_check ") -> dict[str, str]:
+    """The key=value words of the last stdout line that starts with ``prefix``."""
+    lines = [x for x in proc.stdout.splitlines() if x.startswith(prefix)]
+    assert lines, proc.stdout[-3000:] + proc.stderr[-3000:]
+    return dict(kv.split("=", 1) for kv in lines[-1].split() if "=" in kv)
+
+
+def _next_call(proc: subprocess.CompletedProcess) -> str:
+    return next(x for x in proc.stdout.splitlines() if "next call: " in x).split("next call: ")[1]
+
+
+def _plan_of(command: str, tmp_path) -> subprocess.CompletedProcess:
+    """``--plan`` of a documented or printed command: its VAR=VALUE words as the environment."""
+    words = shlex.split(command)
+    env = dict(w.split("=", 1) for w in words[:words.index("bash")])
+    assert words[words.index("bash") + 1] == "scripts/device_check.sh", command
+    return _device_check(tmp_path, *words[words.index("bash") + 2:], "--plan", **env)
+
+
+def _device_files(out) -> list[str]:
+    """The files a device run would bring back from OUT_DIR: at most 8, at most 2 folders down,
+    named in letters, digits, '.', '_' and '-'."""
+    files = sorted(str(p.relative_to(out)) for p in out.rglob("*") if p.is_file())
+    assert len(files) <= 8, files
+    for name in files:
+        parts = name.split("/")
+        assert len(parts) <= 3 and all(re.fullmatch(r"[A-Za-z0-9._-]+", part) for part in parts), name
+    return files
+
+
+@pytest.mark.slow
+def test_device_check_dry_run_runs_every_step_on_cpu_and_prints_one_line(tmp_path):
+    """--dry-run: the GPU check's steps with a tiny model on CPU (what a lent GPU runs, step for
+    step: a 2-rank gloo all_reduce, the host-sync test, the data caches, a DDP training with
+    WORLD_SIZE 2 whose process group nmt joins itself, nmt-train under torchrun, base, bench,
+    static over its fixed steps with its steady state, the evaluations), each step's seconds and
+    limit (bench's raised by the slack the steps before it left), its files and the last line."""
+    write_corpus(tmp_path / "corpus", {"train": 200, "val": 20, "test_2016_flickr": 20})
+    out = tmp_path / "out"
+    proc = _device_check(tmp_path, "--dry-run", str(out))
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    line = _line(proc)
+    assert line["failed"] == line["skipped"] == line["next"] == "none" and line["dry_run"] == "1"
+    assert line["nccl"] == line["syncs"] == "ok"      # gloo all_reduce; the host-sync test
+    assert (line["ddp_world"], line["ddp_backend"], line["ddp_joined_by"]) == ("2", "gloo", "nmt")
+    assert line["torchrun_world"] == "1" and line["torchrun_steps"] == "2"
+    assert line["nmt_nccl"] == "no"                    # no NCCL on a CPU
+    assert (line["base_steps"], line["static_steps"], line["ddp_steps"]) == ("4", "24", "3")
+    assert line["static_steady_from"] == "8"           # steps 9-24: after the first log line
+    for key in ("base_val_bleu", "base_test_bleu", "static_test_bleu", "decode_test_beam5_s",
+                "base_mfu", "static_mfu", "static_steady_mfu", "static_steady_tokens_per_s",
+                "static_pad_pct", "bench_tgt_tokens_per_s", "bench_mfu", "bench_pad_share"):
+        assert float(line.get(key, line.get(key.replace("mfu", "matmul_util")))) >= 0, key
+    limits = {}
+    for step in STEPS:                                 # every step ran, and took this long
+        assert line[f"{step}_s"].isdigit(), (step, line[f"{step}_s"])
+        if step != "install":                          # no wheels here: nothing to install
+            found = re.search(rf"\] {step}: rc=0 in \d+s \(limit (\d+)s\)", proc.stdout)
+            assert found, step
+            limits[step] = int(found.group(1))
+    assert limits["bench"] > 2 * plan.LIMITS["bench"] and limits["base"] == 2 * plan.LIMITS["base"]
+    assert "next call: none" in proc.stdout
+    assert _device_files(out) == [
+        "base/summary.json", "base/train.log", "ddp/summary.json", "ddp/train.log",
+        "device_check.log", "results.json", "static/summary.json", "static/train.log"]
+    results = json.loads((out / "results.json").read_text())
+    assert results["line"]["failed"] == "none" and results["next_call"] is None
+    assert "static batch lengths: source" in (out / "static" / "train.log").read_text()
+
+
+@pytest.mark.slow
+def test_device_check_plan_and_a_small_budget_leave_the_rest_to_a_follow_up_call(tmp_path):
+    """--plan: the first call's steps and the follow-up's within the device time; a dry run
+    with a budget that holds only the first steps leaves the others to the follow-up call
+    (exit 3), prints its exact command, and that command plans those steps."""
+    proc = _device_check(tmp_path, "--plan")
+    first, second = _line(proc, "device_check_plan call=1"), _line(proc, "device_check_plan call=2")
+    assert first["budget"] == "540" and first["static"] == "next" and first["bench"].isdigit()
+    assert sum(int(first[s]) for s in STEPS[:10]) == int(first["planned"]) <= 535
+    assert second["static"].isdigit() and int(second["planned"]) <= int(second["budget"]) - 5
+    assert _next_call(proc).startswith("DEVICE_CHECK_STEPS=static DEVICE_CHECK_BUDGET=200 ")
+
+    dry = _line(_device_check(tmp_path, "--dry-run", "--plan"), "device_check_plan call=1")
+    budget = sum(int(dry[step]) for step in ("install", "preflight", "nccl")) + int(dry["reserve"])
+    write_corpus(tmp_path / "corpus", {"train": 50, "val": 5, "test_2016_flickr": 5})
+    out = tmp_path / "out"
+    proc = _device_check(tmp_path, "--dry-run", str(out), DEVICE_CHECK_BUDGET=str(budget))
+    assert proc.returncode == 3, proc.stdout[-3000:] + proc.stderr[-3000:]
+    line = _line(proc)
+    later = STEPS[3:]
+    assert line["failed"] == "none" and line["nccl"] == "ok" and line["preflight_s"].isdigit()
+    assert line["next"] == ",".join(later[:-2]) and line["skipped"] == "static,static_eval"
+    assert all(line[f"{step}_s"] in ("next", "skipped") for step in later)
+    assert proc.stdout.count("left for the follow-up call") == len(later) - 2
+    assert _device_files(out) == ["device_check.log", "results.json"]
+    follow = _next_call(proc)
+    assert f"DEVICE_CHECK_WORK={tmp_path / 'w'}" in follow and follow.endswith(" --dry-run")
+    planned = _line(_plan_of(follow, tmp_path), "device_check_plan call=1")
+    assert [s for s in STEPS if planned[s].isdigit()] == ["install", "preflight", *later[:-2]]
+
+
+def test_device_check_usage_errors_are_one_line(tmp_path):
+    for env in ({"DEVICE_CHECK_STEPS": "foo"}, {"DEVICE_RUNNER_CALL_S": "ten"}):
+        proc = _device_check(tmp_path, "--plan", **env)
+        assert proc.returncode == 2 and proc.stderr.startswith("device_check.sh: error:")
+        assert "Traceback" not in proc.stderr and len(proc.stderr.splitlines()) == 1
+    proc = _device_check(tmp_path, "--fast")
+    assert proc.returncode == 2 and "unknown option --fast" in proc.stderr
+
+
+def test_the_commands_in_docs_speed_md_fit_their_budgets(tmp_path):
+    """Every `bash scripts/device_check.sh` command in docs/speed.md plans every step it chooses
+    (none skipped for time or left over)."""
+    docs = (REPO_ROOT / "docs" / "speed.md").read_text()
+    commands = re.findall(r"`((?:[A-Z_]+=\S+ )*bash scripts/device_check\.sh[^`]*)`", docs)
+    assert len(commands) >= 4, commands
+    for command in commands:
+        proc = _plan_of(command, tmp_path)
+        assert proc.returncode == 0, (command, proc.stderr)
+        first = _line(proc, "device_check_plan call=1")
+        if "DEVICE_CHECK_STEPS=" in command:
+            assert not {"skip", "next"} & set(first.values()), (command, first)
+
+
+@pytest.mark.slow
+def test_device_prep_copies_the_data_and_prints_the_device_call(tmp_path):
+    """scripts/device_prep.sh --no-download (no network) in a scratch repository: the Multi30k
+    files into the git-ignored data/multi30k, the carry list, the size that would travel and
+    the command; without the data, one error naming the missing file."""
+    repo = tmp_path / "repo"
+    (repo / "scripts").mkdir(parents=True)
+    (repo / "scripts" / "device_prep.sh").write_text((REPO_ROOT / "scripts" / "device_prep.sh").read_text())
+    (repo / ".gitignore").write_text((REPO_ROOT / ".gitignore").read_text())
+    (repo / "README.md").write_text("tracked\n")
+    (repo / "device_wheels").mkdir()
+    (repo / "device_wheels" / "omegaconf-2.3.1-py3-none-any.whl").write_bytes(b"PK")
+    subprocess.run(["git", "init", "-q"], cwd=repo, check=True)
+    subprocess.run(["git", "add", "."], cwd=repo, check=True)
+    corpus = write_corpus(tmp_path / "corpus", {"train": 30, "val": 5, "test_2016_flickr": 5})
+
+    def prep(root, **env):
+        return subprocess.run(["bash", "scripts/device_prep.sh", "--no-download"], cwd=repo,
+                              capture_output=True, text=True, timeout=60,
+                              env={**os.environ, "NMT_DATA_ROOT": str(root), **env})
+
+    proc = prep(corpus)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    for split in ("train", "val", "test_2016_flickr"):
+        for lang in ("de", "en"):
+            name = f"{split}.{lang}"
+            assert (repo / "data" / "multi30k" / name).read_bytes() == (corpus / name).read_bytes()
+    lines = proc.stdout.splitlines()
+    carry = next(x for x in lines if x.strip().startswith("carry:"))
+    assert json.loads(carry.split(":", 1)[1]) == ["device_wheels", "data/multi30k"]
+    assert "  command: bash scripts/device_check.sh" in lines and "  timeout_s: 600" in lines
+    travels = next(x for x in lines if x.startswith("device_prep: travels "))
+    assert 0 <= float(travels.split()[2]) < 1         # MiB: a README, a wheel, 40 pairs
+    assert "(the device's limit: 64 MiB)" in travels and "not git-ignored" not in proc.stdout
+    # The runner's limits are settings: a smaller carry limit refuses what travels.
+    proc = prep(corpus, DEVICE_RUNNER_CARRY_MIB="0", DEVICE_RUNNER_CALL_S="300")
+    assert proc.returncode == 1 and "more than the 0 MiB kept" in proc.stderr
+
+    proc = prep(tmp_path / "nowhere")
+    assert proc.returncode == 2 and f"{tmp_path / 'nowhere'}/train.de" in proc.stderr
