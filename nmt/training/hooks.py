@@ -6,7 +6,7 @@ both call it)::
     from nmt.extras.training import hooks
     summary = train(cfg, record, hooks(cfg))          # nmt.training.trainer.train
 
-- ``regulariser`` (``train.consistency``: R-Drop, SimCut): replaces the objective's plain
+- ``regulariser`` (``train.consistency``: R-Drop, SimCut, CrossConST): replaces the objective's plain
   forward and cross-entropy (:class:`~nmt.training.loss.Regulariser`);
 - ``resampler`` (``data.tokenizer.sampling_alpha``: subword regularisation, BPE-dropout): each
   epoch's training split, resegmented (:class:`Resampler`);

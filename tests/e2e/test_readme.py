@@ -187,10 +187,10 @@ def usage_commands() -> list[list[str]]:
 
 def _run_in_process(words: list[str]) -> int:
     """Run ``nmt-<tool> ARGS [< in] [> out]`` through the tool's ``main`` in this process."""
-    from nmt.cli import align, evaluate, plot, train, translate
+    from nmt.cli import align, backtranslate, evaluate, plot, train, translate
 
     tools = {"nmt-train": train.main, "nmt-evaluate": evaluate.main, "nmt-translate": translate.main,
-             "nmt-plot": plot.main, "nmt-align": align.main}
+             "nmt-plot": plot.main, "nmt-align": align.main, "nmt-backtranslate": backtranslate.main}
     args, redirect, rest = [], {}, iter(words[1:])
     for word in rest:
         if word in ("<", ">"):
@@ -233,16 +233,20 @@ def _curl(words: list[str], port: int) -> tuple[int, dict]:
 
 def test_usage_commands_run_one_after_the_other(tmp_path: Path, monkeypatch):
     """The README's usage block in a scratch directory, line by line on a tiny corpus: train,
-    torchrun, evaluate, translate, plot, align, serve and a request to it; then the Python block."""
+    torchrun, evaluate, translate, plot, align, back-translation and training on it, serve and
+    a request to it; then the Python block."""
     corpus = write_corpus(tmp_path / "multi30k", {"train": 200, "val": 12, "test_2016_flickr": 12})
     (tmp_path / "input.de").write_text("".join(de + "\n" for de, _ in make_pairs(5, seed=7)),
                                        encoding="utf-8")
+    mono = [de for de, _ in make_pairs(6, seed=8)]
+    (tmp_path / "mono.de").write_text("".join(de + "\n" for de in mono), encoding="utf-8")
     shrink = [*TINY_MODEL, *TINY_TRAIN, f"data.root={corpus}", f"data.cache_dir={tmp_path / 'cache'}",
               "data.tokenizer.vocab_size=120", "train.max_steps=40", "device=cpu"]
     monkeypatch.chdir(tmp_path)
     commands = usage_commands()
     assert [c[0] for c in commands] == ["nmt-train", "torchrun", "nmt-evaluate", "nmt-translate",
-                                        "nmt-plot", "nmt-align", "nmt-serve", "curl"]
+                                        "nmt-plot", "nmt-align", "nmt-backtranslate", "nmt-train",
+                                        "nmt-serve", "curl"]
     env = {**os.environ, "CI": "1", "OMP_NUM_THREADS": "1"}
     server = port = log = None
     try:
@@ -275,6 +279,11 @@ def test_usage_commands_run_one_after_the_other(tmp_path: Path, monkeypatch):
     assert len((tmp_path / "output.en").read_text(encoding="utf-8").splitlines()) == 5
     assert (tmp_path / "fig.png").read_bytes()[:4] == b"\x89PNG"
     assert len((tmp_path / "links.txt").read_text(encoding="utf-8").splitlines()) == 5
+    real = (tmp_path / "runs/bt/bt.de").read_text(encoding="utf-8").splitlines()
+    synthetic = (tmp_path / "runs/bt/bt.en").read_text(encoding="utf-8").splitlines()
+    assert real and real == [de for de in mono if de in real] and len(synthetic) == len(real)
+    assert all(s.startswith("<BT> ") for s in synthetic)
+    assert json.loads((tmp_path / "runs/bt_en_de/summary.json").read_text())["steps"] == 40
 
     import matplotlib.pyplot as plt
 
