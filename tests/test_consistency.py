@@ -331,3 +331,24 @@ def test_crossconst_needs_a_joint_vocabulary(tiny_overrides):
     with pytest.raises(ConfigError, match="train.consistency=crossconst .* data.tokenizer.joint=true"):
         compose_config(tiny_overrides + ["train.consistency=crossconst", "data.tokenizer.joint=false",
                                          "model.tie_embeddings=false"])
+
+
+def test_crossconst_trains_a_multilingual_model_through_the_hooks(tmp_path):
+    """nmt.extras.training.hooks builds CrossConST with the run's tags (data.lang_tag=source:
+    the second source starts with <2xx>), and a multilingual run trains with it."""
+    from conftest import TINY_MODEL, TINY_TRAIN, train, write_multilingual_corpus
+
+    from nmt.config import compose_config
+    from nmt.extras.training import hooks
+
+    corpus = write_multilingual_corpus(tmp_path / "corpus", {"train": 60, "val": 6, "test": 6})
+    cfg = compose_config([f"data.root={corpus}", f"data.cache_dir={tmp_path / 'cache'}",
+                          "data.tokenizer.vocab_size=120", "data.pairs=[de-en,en-fr]",
+                          "train.consistency=crossconst", "train.consistency_alpha=0.25",
+                          *TINY_MODEL, *TINY_TRAIN, "train.max_steps=3",
+                          f"run_dir={tmp_path / 'run'}"])
+    built = hooks(cfg).regulariser
+    assert (built.kind, built.alpha, built.source_tag, built.target_tag) == \
+        ("crossconst", 0.25, True, False)
+    assert train(cfg)["steps"] == 3
+    assert "consistency_kl" in (tmp_path / "run" / "train.log").read_text()
