@@ -48,6 +48,6 @@
 # a budget that holds them all (CI runs it; DEVICE_CHECK_DRY_COMPILE=1 also compiles).
 set -u -o pipefail
 for arg in "$@"; do
-  case "$arg" in -h|--help) sed -n '2,46p' "$0"; exit 0 ;; esac
+  case "$arg" in -h|--help) sed -n '2,48p' "$0"; exit 0 ;; esac
 done
 exec "${PYTHON:-python3}" "$(cd "$(dirname "$0")" && pwd)/device_check" "$@"
