@@ -1,6 +1,6 @@
 """The back-translation tag in the tokenizer (data.tokenizer.bt_tag) and the zero-shot
 directions of pivot back-translation (nmt.extras.decoding.backtranslate.pivot_jobs); the whole
-command: tests/e2e/test_backtranslate.py."""
+command: tests/e2e/test_backtranslate_cli.py."""
 
 from __future__ import annotations
 
