@@ -221,6 +221,33 @@ def shared_cache(tmp_path_factory) -> Path:
     """One tokenizer/token cache for the module (the tiny corpus is the same in every test)."""
     return tmp_path_factory.mktemp("nmt_cache")
 
+TINY_RNN = ["model=rnn", "model.emb_dim=8", "model.encoder_hidden=8", "model.decoder_hidden=16",
+            "model.attention_dim=16", "model.output_dim=16", "train.batch_tokens=256",
+            "train.log_every_steps=1", "train.early_stopping_patience=null", "device=cpu",
+            "train.precision=fp32", "train.ema_decay=null"]   # the plain path, as TINY_TRAIN
+
+
+def tiny_model_and_batch(model: str, dropout: float):
+    """A tiny model (``dropout`` on the embeddings, residuals and activations; none on the
+    attention weights, which SDPA drops internally) and a hand-made batch of 3 pairs."""
+    import torch
+
+    from nmt.config import compose_config
+    from nmt.data.batching import Batch, make_src_batch, make_tgt_batch
+    from nmt.models import build_model
+
+    if model == "transformer":
+        args = TINY_MODEL + [f"model.dropout={dropout}", "model.attention_dropout=0.0",
+                             f"model.activation_dropout={dropout}"]
+    else:
+        args = TINY_RNN[:6] + [f"model.dropout={dropout}"]
+    torch.manual_seed(0)
+    net = build_model(compose_config(args).model, 30, 30).train()
+    src, src_mask = make_src_batch([[5, 9, 7], [12], [8, 8, 20, 21]])
+    tgt_in, tgt_out, _ = make_tgt_batch([[4, 6], [10, 11, 12], [13]])
+    return net, Batch(src, src_mask, tgt_in, tgt_out, 11, 9)
+
+
 
 @pytest.fixture
 def overrides(tiny_overrides, shared_cache) -> list[str]:

@@ -1,5 +1,6 @@
 """R-Drop, SimCut and CrossConST (nmt.extras.training.consistency) against a hand computation, the authors'
-computations and the closed-form gradient of the fused version they replaced."""
+computations and the closed-form gradient of the fused version they replaced; then through the
+objective (one forward of the doubled batch) and the trainer (the KL logged apart)."""
 
 import contextlib
 import math
@@ -8,8 +9,10 @@ from types import SimpleNamespace
 import pytest
 import torch
 import torch.nn.functional as F
+from conftest import TINY_MODEL, TINY_RNN, TINY_TRAIN, tiny_model_and_batch, train
 from omegaconf import OmegaConf
 
+from nmt.config import compose_config
 from nmt.extras.training.consistency import (
     crossconst_loss,
     rdrop_loss,
@@ -352,3 +355,180 @@ def test_crossconst_trains_a_multilingual_model_through_the_hooks(tmp_path):
         ("crossconst", 0.25, True, False)
     assert train(cfg)["steps"] == 3
     assert "consistency_kl" in (tmp_path / "run" / "train.log").read_text()
+
+
+# ---------------------------------------------------------------- through the objective and the trainer
+RDROP = SimpleNamespace(consistency="rdrop", label_smoothing=0.1, consistency_alpha=5.0,
+                        alignment_loss_weight=0.0, cutoff_p=0.05)
+
+
+def _objective(net, batch, t):
+    """nmt.training.loss.objective with train.consistency's regulariser, as the trainer calls it."""
+    from nmt.config import is_guided
+    from nmt.extras.training.consistency import regulariser
+    from nmt.training.loss import objective
+
+    return objective(net, batch, t, contextlib.nullcontext(), regulariser(t), guided=is_guided(t))
+
+
+@pytest.mark.parametrize("model", ["transformer", "rnn"])
+def test_rdrop_one_forward_of_the_doubled_batch_is_two_dropout_passes(model, monkeypatch):
+    """The objective with train.consistency=rdrop, its dropout masks recorded, against two
+    separate passes that replay the two halves of those masks and the authors' loss on them
+    (torch's smoothed cross-entropy, kl_div both ways): the same objective and gradients."""
+    import torch.nn.functional as F
+
+    net, batch = tiny_model_and_batch(model, dropout=0.3)
+    masks: list[torch.Tensor] = []
+
+    def recording(x, p=0.5, training=True, inplace=False):
+        masks.append((torch.rand_like(x) >= p).to(x.dtype) / (1 - p))
+        return x * masks[-1]
+
+    monkeypatch.setattr(F, "dropout", recording)
+    objective, parts = _objective(net, batch, RDROP)
+    kl = parts["consistency_kl"]
+    objective.backward()
+    ours = {n: p.grad.clone() for n, p in net.named_parameters()}
+    net.zero_grad()
+    assert masks and all(m.size(0) == 6 for m in masks) and kl.item() > 0
+
+    logits = []
+    for half in (slice(0, 3), slice(3, 6)):
+        replay = iter(masks)
+        monkeypatch.setattr(F, "dropout", lambda x, *a, r=replay, h=half, **k: x * next(r)[h])
+        logits.append(net(batch.src, batch.src_mask, batch.tgt_in, need_alignment=False)[0])
+        assert next(replay, None) is None                    # every mask used once
+    target = batch.tgt_out.reshape(-1)
+    lp1, lp2 = (F.log_softmax(z.reshape(len(target), -1), -1) for z in logits)
+    ce = sum(F.cross_entropy(lp, target, label_smoothing=0.1, ignore_index=0, reduction="sum")
+             for lp in (lp1, lp2))
+    keep = (target != 0).unsqueeze(-1)
+    ref_kl = ((F.kl_div(lp1, lp2, log_target=True, reduction="none") * keep).sum()
+              + (F.kl_div(lp2, lp1, log_target=True, reduction="none") * keep).sum()) / 2
+    ((ce + 5.0 * ref_kl) / 2).backward()
+    assert objective.item() == pytest.approx(((ce + 5.0 * ref_kl) / 2).item(), rel=1e-5)
+    assert kl.item() == pytest.approx(ref_kl.item(), rel=1e-5)
+    for name, p in net.named_parameters():
+        torch.testing.assert_close(ours[name], p.grad, atol=1e-6, rtol=1e-4, msg=name)
+
+
+@pytest.mark.parametrize("model", ["transformer", "rnn"])
+def test_rdrop_without_dropout_is_plain_training(model):
+    """Dropout 0: the two passes agree, the KL term is 0, and the objective, its logged parts
+    and the gradients are those of one plain pass (train.consistency=none)."""
+    net, batch = tiny_model_and_batch(model, dropout=0.0)
+    grads, results = [], []
+    for t in (RDROP, SimpleNamespace(**{**vars(RDROP), "consistency": "none"})):
+        objective, parts = _objective(net, batch, t)
+        objective.backward()
+        grads.append({n: p.grad.clone() for n, p in net.named_parameters()})
+        results.append({"objective": objective.item(), **{k: v.item() for k, v in parts.items()}})
+        net.zero_grad()
+    (rdrop, plain) = results
+    assert list(plain) == ["objective", "loss", "nll"]
+    assert rdrop.pop("consistency_kl") == pytest.approx(0.0, abs=1e-6)
+    assert rdrop == pytest.approx(plain, rel=1e-6) and plain["objective"] == plain["loss"]
+    for name in grads[0]:
+        torch.testing.assert_close(grads[0][name], grads[1][name], atol=1e-6, rtol=1e-5, msg=name)
+
+
+SIMCUT = SimpleNamespace(consistency="simcut", label_smoothing=0.1, consistency_alpha=3.0,
+                         alignment_loss_weight=0.0, cutoff_p=0.4)
+
+
+@pytest.mark.parametrize("model", ["transformer", "rnn"])
+def test_token_cutoff_erases_regular_tokens_of_the_second_copy_in_training_only(model):
+    """add_token_cutoff at p = 1: every embedding lookup of a doubled batch keeps its first
+    half and the special tokens (PAD, BOS, EOS) of the second, and zeroes the rest; in eval
+    mode nothing is cut."""
+    from nmt.data.vocab import EOS_ID
+    from nmt.extras.training.consistency import add_token_cutoff
+
+    net, batch = tiny_model_and_batch(model, dropout=0.0)
+    add_token_cutoff(net, 1.0)
+    seen = []
+    for emb in dict.fromkeys((net.src_embed, net.tgt_embed)):        # runs after the cutoff
+        emb.register_forward_hook(lambda m, args, out: seen.append((m.weight, args[0], out)))
+    doubled = [torch.cat((x, x)) for x in (batch.src, batch.src_mask, batch.tgt_in)]
+    for training in (True, False):
+        seen.clear()
+        net.train(training)(*doubled, need_alignment=False)
+        assert len(seen) == 2                                         # src, then tgt_in
+        for weight, ids, out in seen:
+            full = weight[ids]
+            erased = (ids > EOS_ID) & (torch.arange(len(ids)) >= 3).unsqueeze(-1) & training
+            assert erased.any() == training and (ids[3:] <= EOS_ID).any()
+            assert torch.equal(out, full.masked_fill(erased.unsqueeze(-1), 0.0))
+
+
+@pytest.mark.parametrize("model", ["transformer", "rnn"])
+def test_simcut_one_forward_of_the_doubled_batch_is_the_plain_and_the_cut_pass(model,
+                                                                               monkeypatch):
+    """The objective with train.consistency=simcut and the cutoff's draws recorded, against two
+    separate passes (the second with those draws' tokens erased) and the authors' loss on them:
+    the same objective and gradients. With p = 0 (and no dropout) it is plain training."""
+    import torch.nn.functional as F
+
+    from nmt.data.vocab import EOS_ID
+    from nmt.extras.training.consistency import add_token_cutoff
+
+    net, batch = tiny_model_and_batch(model, dropout=0.0)
+    draws, rand = [], torch.rand
+    monkeypatch.setattr(torch, "rand", lambda *a, **k: draws.append(rand(*a, **k)) or draws[-1])
+    hooks = add_token_cutoff(net, 0.4)
+    objective, parts = _objective(net, batch, SIMCUT)
+    loss, kl = parts["loss"], parts["consistency_kl"]
+    objective.backward()
+    ours = {n: p.grad.clone() for n, p in net.named_parameters()}
+    net.zero_grad()
+    for hook in hooks:
+        hook.remove()
+    assert len(draws) == 2 and kl.item() > 0
+
+    logits = [net(batch.src, batch.src_mask, batch.tgt_in, need_alignment=False)[0]]
+    replay = iter(draws)
+    for emb in dict.fromkeys((net.src_embed, net.tgt_embed)):
+        emb.register_forward_hook(lambda m, args, out, r=replay: out.masked_fill(
+            ((next(r) < 0.4) & (args[0] > EOS_ID)).unsqueeze(-1), 0.0))
+    logits.append(net(batch.src, batch.src_mask, batch.tgt_in, need_alignment=False)[0])
+    target = batch.tgt_out.reshape(-1)
+    lp, lp_cut = (F.log_softmax(z.reshape(len(target), -1), -1) for z in logits)
+    ce = F.cross_entropy(lp, target, label_smoothing=0.1, ignore_index=0, reduction="sum")
+    ref_kl = (F.kl_div(lp_cut, lp, log_target=True, reduction="none")
+              * (target != 0).unsqueeze(-1)).sum()
+    (ce + 3.0 * ref_kl).backward()
+    assert objective.item() == pytest.approx((ce + 3.0 * ref_kl).item(), rel=1e-5)
+    # the KL is small (~0.006): an absolute tolerance too (summation order differs by host)
+    assert (loss.item(), kl.item()) == pytest.approx((ce.item(), ref_kl.item()), rel=1e-5, abs=1e-6)
+    for name, p in net.named_parameters():
+        torch.testing.assert_close(ours[name], p.grad, atol=1e-6, rtol=1e-4, msg=name)
+
+    net, batch = tiny_model_and_batch(model, dropout=0.0)
+    add_token_cutoff(net, 0.0)
+    results = [_objective(net, batch, t)
+               for t in (SIMCUT, SimpleNamespace(**{**vars(SIMCUT), "consistency": "none"}))]
+    assert results[0][1]["consistency_kl"].item() == pytest.approx(0.0, abs=1e-6)
+    assert results[0][0].item() == pytest.approx(results[1][0].item(), rel=1e-6)
+
+
+@pytest.mark.parametrize("model", ["transformer", "rnn"])
+def test_rdrop_training_steps_log_the_kl_apart(overrides, tmp_path, model):
+    """Two R-Drop steps end to end (the Transformer under bf16 autocast): train.log and
+    TensorBoard carry the KL term apart from the loss, which stays the passes' mean."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    tiny = TINY_MODEL + ["train.precision=bf16"] if model == "transformer" else TINY_RNN
+    run = tmp_path / model
+    summary = train(compose_config(overrides[:-1] + TINY_TRAIN + tiny + [
+        "train.consistency=rdrop", "train.max_steps=2", "train.log_every_steps=1",
+        "search.max_len_b=1", f"run_dir={run}"]))
+    assert summary["steps"] == 2
+    lines = [ln for ln in (run / "train.log").read_text().splitlines() if "train | step" in ln]
+    kls = [float(ln.rsplit("| consistency_kl ", 1)[1]) for ln in lines]
+    assert len(kls) == 2 and all(0.0 < kl < 1.0 for kl in kls)
+    events = EventAccumulator(str(run / "tensorboard"))
+    events.Reload()
+    assert [e.value for e in events.Scalars("train/consistency_kl")] == pytest.approx(kls, abs=1e-4)
+    losses = [e.value for e in events.Scalars("train/loss")]
+    assert losses[0] == pytest.approx(float(lines[0].split("| loss ")[1].split()[0]), abs=1e-4)
