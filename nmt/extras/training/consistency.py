@@ -81,7 +81,7 @@ def simcut_loss(logits: Tensor, target: Tensor, epsilon: float, alpha: float,
 def crossconst_loss(logits: Tensor, target: Tensor, epsilon: float, alpha: float,
                     ignore_index: int = 0) -> tuple[Tensor, Tensor, Tensor, Tensor]:
     """CrossConST (Gao et al. 2023, "Improving Zero-shot Multilingual Neural Machine Translation
-    by Leveraging Cross-lingual Consistency Regularization", Findings of ACL, sec. 3.1, eq. 2)
+    by Leveraging Cross-lingual Consistency Regularization", Findings of ACL)
     from one forward over a batch concatenated with its target-as-source copy: ``logits``
     [2B, T, V] (rows b: f(x, y), pair b as it is; rows B + b: f(y, y), the same decoder input
     with the target sentence y as the source, :func:`target_as_source`), ``target`` [B, T]. Per
