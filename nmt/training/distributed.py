@@ -49,6 +49,11 @@ def init_distributed(device_type: str) -> DistInfo:
     rank = int(os.environ["RANK"])
     local_rank = int(os.environ.get("LOCAL_RANK", rank))
     if not dist.is_initialized():
+        # DDP imports torch.distributed.nn, whose functions take `group=group.WORLD` as a
+        # default argument: imported after the group exists, they hold it until interpreter
+        # exit, past destroy_process_group, and gloo's threads then end there, sometimes by
+        # std::terminate (SIGABRT after a finished run). Imported first, they hold None.
+        import torch.distributed.nn as _  # noqa: F401
         backend = "nccl" if device_type == "cuda" else "gloo"
         if backend == "nccl":
             torch.cuda.set_device(local_rank)
