@@ -62,8 +62,16 @@ def init_distributed(device_type: str) -> DistInfo:
 
 
 def cleanup_distributed() -> None:
+    """Leave the process group, with its threads joined here, not at interpreter exit.
+
+    Call it once nothing else holds the group (the DDP wrapper dropped): a C++ holder such
+    as DDP's reducer frees the group with the GIL held, while a gloo worker thread may still
+    need the GIL to free the last collective's tensors (a deadlock). The reference kept here
+    is the last one; its Python destructor releases the GIL while the threads join."""
     if dist.is_available() and dist.is_initialized():
+        group = dist.group.WORLD
         dist.destroy_process_group()
+        del group
 
 
 def truncate_to_multiple(batches: Sequence[Any], world_size: int) -> list:

@@ -536,6 +536,9 @@ class Trainer:
                                  self.speed.summary(st.train_flops, st.train_s))
 
     def close(self) -> None:
+        """Close the TensorBoard writer and drop the DDP wrapper (its reducer holds the
+        process group, which :func:`~nmt.training.distributed.cleanup_distributed` frees)."""
+        self.train_model = self.model
         if self.writer is not None:
             self.writer.close()     # a second call does nothing
 

@@ -215,21 +215,20 @@ def test_rank_0_makes_the_teachers_links_then_both_ranks_train_on_them(root, tmp
                        _loss_and_grad_norm(root / "one_guided"))
 
 
-def test_no_gloo_thread_outlives_the_process_group(tmp_path):
-    """After DDP and cleanup_distributed, no gloo thread is left to end at interpreter exit
-    (where it sometimes ended by std::terminate: SIGABRT after a finished run, once in ~10
-    guided runs): torch.distributed.nn, which DDP imports, must not hold the group."""
+def test_no_gloo_thread_outlives_the_process_group(root, tmp_path):
+    """After ``nmt.train()`` under torchrun, gloo's threads are joined, not left to end at
+    interpreter exit, where one sometimes ended by std::terminate (SIGABRT after a finished
+    run). torch.distributed.nn, which DDP imports, must not hold the group, and the DDP
+    wrapper must be gone before it is freed: its reducer frees the group with the GIL held,
+    while a gloo thread freeing the last barrier's tensors needs the GIL (a hang)."""
     script = tmp_path / "ddp_exit.py"
     script.write_text(
-        "import os, torch\n"
-        "from torch.nn.parallel import DistributedDataParallel\n"
-        "from nmt.training import distributed as dist\n"
-        "dist.init_distributed('cpu')\n"
-        "DistributedDataParallel(torch.nn.Linear(4, 4))(torch.ones(2, 4)).sum().backward()\n"
-        "dist.cleanup_distributed()\n"
+        "import os, sys, nmt\n"
+        "nmt.train(sys.argv[1:])\n"
         "tasks = [open(f'/proc/self/task/{t}/comm').read() for t in os.listdir('/proc/self/task')]\n"
         "print(f'gloo threads: {sum(\"gloo\" in t for t in tasks)}.', flush=True)\n")
-    proc = subprocess.run(_torchrun_cmd(str(script)), cwd=REPO, env=ENV, capture_output=True,
-                          text=True, timeout=120)
+    args = [*_overrides(root), "train.max_steps=2", f"run_dir={tmp_path / 'run'}"]
+    proc = subprocess.run(_torchrun_cmd(str(script), *args), cwd=REPO, env=ENV,
+                          capture_output=True, text=True, timeout=180)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert proc.stdout.count("gloo threads: 0") == 2, proc.stdout
