@@ -538,7 +538,7 @@ class Trainer:
     def close(self) -> None:
         """Close the TensorBoard writer and drop the DDP wrapper (its reducer holds the
         process group, which :func:`~nmt.training.distributed.cleanup_distributed` frees)."""
-        self.train_model = self.model
+        self.train_model = None
         if self.writer is not None:
             self.writer.close()     # a second call does nothing
 
