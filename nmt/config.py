@@ -98,6 +98,8 @@ class CorpusSchema:   # one of data.corpora
     split: str = MISSING
     root: str | None = None
     weight: float = 1.0
+    format: DataFormat | None = None   # null: data.format
+    pairs: list[str] | None = None     # the directions it holds; null: every one of data.pairs
 
 
 @dataclass
@@ -117,6 +119,7 @@ class DataSchema:
     teacher_symmetrize: Symmetrize = MISSING
     corpora: list[CorpusSchema] = MISSING
     pairs: list[str] | None = MISSING
+    train_pairs: list[str] | None = None   # the directions train_split holds; null: all of pairs
     lang_tag: LangTag = MISSING
     sampling_temperature: float = MISSING
     tokenizer: TokenizerSchema = field(default_factory=TokenizerSchema)
@@ -273,22 +276,22 @@ def _check_guided(cfg: DictConfig) -> None:
 _PAIR = re.compile(r"^([A-Za-z0-9_]+)-([A-Za-z0-9_]+)$")
 
 
-def parse_pairs(pairs: Any) -> list[tuple[str, str]]:
+def parse_pairs(pairs: Any, key: str = "data.pairs") -> list[tuple[str, str]]:
     """``["de-en", "fr-en"]`` -> ``[("de", "en"), ("fr", "en")]``, in the given order (the
-    directions of ``data.pairs``; :mod:`nmt.data.languages` re-exports it). ConfigError naming
-    the entry: not ``src-tgt`` (e.g. ``de_en``), a language into itself (``de-de``), a
-    direction listed twice, or none at all."""
+    directions of ``data.pairs``, or of the config key ``key``; :mod:`nmt.data.languages`
+    re-exports it). ConfigError naming the key and the entry: not ``src-tgt`` (e.g. ``de_en``),
+    a language into itself (``de-de``), a direction listed twice, or none at all."""
     out: list[tuple[str, str]] = []
     for item in pairs:
         match = _PAIR.match(str(item))
         if not match:
-            raise ConfigError(f"data.pairs: {item!r} is not a direction; write src-tgt, e.g. de-en.")
+            raise ConfigError(f"{key}: {item!r} is not a direction; write src-tgt, e.g. de-en.")
         if match[1] == match[2] or match.groups() in out:
-            raise ConfigError(f"data.pairs: {item!r} " + ("translates a language into itself."
-                                                         if match[1] == match[2] else "is listed twice."))
+            raise ConfigError(f"{key}: {item!r} " + ("translates a language into itself."
+                                                     if match[1] == match[2] else "is listed twice."))
         out.append(match.groups())
     if not out:
-        raise ConfigError("data.pairs=[] lists no direction: give src-tgt entries, or null.")
+        raise ConfigError(f"{key}=[] lists no direction: give src-tgt entries, or null.")
     return out
 
 
@@ -311,10 +314,20 @@ OmegaConf.register_new_resolver("nmt.run_name", _run_name, replace=True)
 def _check_pairs(data: DictConfig, guided: bool) -> None:
     """``data.pairs``: valid directions that include the default one (``data.src_lang`` ->
     ``data.tgt_lang``); with two or more (language tags), a joint tokenizer, and neither
-    guided alignment nor subword sampling (not supported yet)."""
+    guided alignment nor subword sampling (not supported yet). ``data.train_pairs`` and each
+    ``data.corpora[k].pairs``: directions of the model (of ``data.pairs``, else the default)."""
+    model = [(str(data.src_lang), str(data.tgt_lang))]
+    if data.pairs is not None:
+        model = parse_pairs(data.pairs)
+    for key, held in (("data.train_pairs", data.train_pairs),
+                      *((f"data.corpora[{k}].pairs", c.pairs) for k, c in enumerate(data.corpora))):
+        for pair in [] if held is None else parse_pairs(held, key):
+            if pair not in model:
+                raise ConfigError(f"{key}: {'-'.join(pair)} is not a direction of the model "
+                                  f"({', '.join(map('-'.join, model))}); add it to data.pairs.")
     if data.pairs is None:
         return
-    if (data.src_lang, data.tgt_lang) not in parse_pairs(data.pairs):
+    if (data.src_lang, data.tgt_lang) not in model:
         raise ConfigError(f"data.src_lang-data.tgt_lang={data.src_lang}-{data.tgt_lang} (the default "
                           f"direction) must be one of data.pairs={list(data.pairs)}.")
     multilingual = is_multilingual(data)
@@ -322,8 +335,7 @@ def _check_pairs(data: DictConfig, guided: bool) -> None:
         raise ConfigError("data.pairs with several directions needs data.tokenizer.joint=true (the "
                           "language tags are pieces of one joint model).")
     for key, on in (("guided alignment (train.alignment_loss_weight, data.alignments)", guided),
-                    ("data.tokenizer.sampling_alpha", data.tokenizer.sampling_alpha),
-                    ("data.corpora", len(data.corpora))):
+                    ("data.tokenizer.sampling_alpha", data.tokenizer.sampling_alpha)):
         if multilingual and on:
             raise ConfigError(f"{key} does not support several data.pairs yet: drop one of them.")
 

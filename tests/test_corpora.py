@@ -1,6 +1,10 @@
 """Weighted training corpora (``data.corpora``): read after the training split, one token cache
 with each pair's corpus (column ``corpus``), drawn ``weight`` times per epoch on average
-(fairseq's upsampling); guided alignment's links cover every corpus."""
+(fairseq's upsampling); guided alignment's links cover every corpus. With several directions
+(``data.pairs``) each corpus holds some of them (``pairs``, ``data.train_pairs``), in its own
+``format``: one cache with each pair's (direction, corpus) group (column ``group``), drawn by
+temperature over the directions' upsampled sizes; a direction no corpus holds is validated
+only (strict zero-shot)."""
 
 from __future__ import annotations
 
@@ -8,11 +12,13 @@ import re
 
 import numpy as np
 import pytest
-from conftest import make_pairs, write_corpus
+from conftest import make_pairs, write_corpus, write_multilingual_corpus
+from omegaconf import OmegaConf
 
 from nmt.config import ConfigError, compose_config
 from nmt.data.corpus import iter_training, training_corpora
-from nmt.data.pipeline import prepare_data, training_pairs
+from nmt.data.languages import directions, trained_directions
+from nmt.data.pipeline import prepare_data, training_groups, training_pairs
 from nmt.data.sampler import TokenBatchSampler
 
 
@@ -100,5 +106,75 @@ def test_a_links_file_with_corpora_and_a_capped_split_is_refused():
 def test_corpus_settings_are_checked(override, words):
     with pytest.raises(ConfigError, match=re.escape(words)):
         compose_config([override])
-    with pytest.raises(ConfigError, match="does not support several data.pairs"):
-        compose_config(["data.pairs=[de-en,en-de]", "data.corpora=[{split: x}]"])
+
+
+@pytest.mark.parametrize(("override", "words"), [
+    ("data.train_pairs=[de-fr]", "data.train_pairs: de-fr is not a direction of the model (de-en, "
+                                 "en-de); add it to data.pairs."),
+    ("data.corpora=[{split: x, pairs: [en-de, de_fr]}]", "data.corpora[0].pairs: 'de_fr' is not a "
+                                                         "direction"),
+    ("data.corpora=[{split: x, pairs: []}]", "data.corpora[0].pairs=[] lists no direction"),
+    ("data.corpora=[{split: x, format: xml}]", "format"),
+])
+def test_the_directions_of_corpora_are_checked(override, words):
+    with pytest.raises(ConfigError, match=re.escape(words)):
+        compose_config(["data.pairs=[de-en,en-de]", override])
+    with pytest.raises(ConfigError, match="data.train_pairs: en-de is not a direction of the model"):
+        compose_config(["data.train_pairs=[en-de]"])                   # bilingual: de-en only
+    compose_config(["data.train_pairs=[de-en]", "data.corpora=[{split: x, pairs: [de-en]}]"])
+
+
+def test_directions_and_corpora_are_drawn_by_temperature_over_upsampled_sizes():
+    # direction 0: group 0, 100 pairs; direction 1: group 1 (20 pairs, weight 1) and group 2
+    # (20 pairs, weight 2). Upsampled sizes e = (100, 20 + 2 * 20) = (100, 60), 160 rows.
+    # T = 2: q = sqrt(100/160) : sqrt(60/160) = 0.79057 : 0.61237 -> 0.56351 : 0.43649, so
+    # direction 0 gets 90.161 rows and direction 1 69.839, split 20 : 40 -> 23.280 : 46.559;
+    # floors 90 + 23 + 46 = 159, the largest remainder (0.559) takes the 160th.
+    groups, lens = np.repeat([0, 1, 2], [100, 20, 20]), np.full((2, 140), 5)
+    for temperature, counts in ((2.0, [90, 23, 47]), (1.0, [100, 20, 40])):   # T = 1: w * n
+        sampler = TokenBatchSampler(*lens, 200, seed=3, groups=groups, temperature=temperature,
+                                    weights=[1.0, 1.0, 2.0], directions=[0, 1, 1])
+        for epoch in (0, 1):
+            rows = np.concatenate(sampler.batches(epoch))
+            assert np.bincount(groups[rows], minlength=3).tolist() == counts
+    # one corpus per direction: the same draws as temperature sampling of directions alone
+    plain = TokenBatchSampler(*lens, 200, seed=3, groups=groups, temperature=2.0)
+    grouped = TokenBatchSampler(*lens, 200, seed=3, groups=groups, temperature=2.0,
+                                weights=[1.0] * 3, directions=[0, 1, 2])
+    assert np.array_equal(plain.epoch_rows(4), grouped.epoch_rows(4))
+
+
+def test_zero_shot_pairs_from_a_tsv_corpus_and_a_validation_only_direction(tmp_path):
+    root = write_multilingual_corpus(tmp_path / "corpus", {"train": 40, "val": 5})
+    bt = tmp_path / "bt"                    # synthetic de-fr pairs, as nmt-backtranslate pivot=en
+    bt.mkdir()
+    de = (root / "train.de").read_text(encoding="utf-8").splitlines()[:12]
+    fr = (root / "train.fr").read_text(encoding="utf-8").splitlines()[:12]
+    (bt / "bt.de-fr.tsv").write_text("".join(f"<BT> {s}\t{t}\n" for s, t in zip(de, fr, strict=True)),
+                                     encoding="utf-8")
+    cfg = compose_config([f"data.root={root}", f"data.cache_dir={tmp_path / 'cache'}",
+                          "data.tokenizer.vocab_size=120", "data.tokenizer.bt_tag=true",
+                          "data.pairs=[de-en,en-fr,de-fr,fr-de]", "data.train_pairs=[de-en,en-fr]",
+                          f"data.corpora=[{{split: bt, root: {bt}, format: tsv, pairs: [de-fr], "
+                          "weight: 3}]"])
+    corpora = training_corpora(cfg.data)
+    assert [(c.data.format, c.pairs) for c in corpora] == [
+        ("text", (("de", "en"), ("en", "fr"))), ("tsv", (("de", "fr"),))]
+    assert [(pair, c.split) for pair, c in training_groups(cfg.data, corpora)] == [
+        (("de", "en"), "train"), (("en", "fr"), "train"), (("de", "fr"), "bt")]
+    assert list(iter_training(corpora, ("de", "fr")))[0] == (f"<BT> {de[0]}", fr[0], 1)
+    assert list(iter_training(corpora, ("fr", "de"))) == []             # no corpus holds it
+    data = prepare_data(cfg.data)
+    assert "group" in data.train._reader.schema.names
+    assert np.bincount(data.train.groups).tolist() == [40, 40, 12]
+    assert data.weights == [1.0, 1.0, 3.0] and data.directions == [0, 1, 2]
+    fr_tag = data.tokenizer.tag_id("fr")
+    assert data.train.src_ids(80)[0] == fr_tag and data.train.src_texts()[80] == f"<BT> {de[0]}"
+    assert list(data.valids) == ["de-en", "en-fr", "de-fr", "fr-de"]  # fr-de: validated only
+    assert trained_directions(cfg.data) == [("de", "en"), ("en", "fr"), ("de", "fr")]
+    assert trained_directions(OmegaConf.to_container(cfg.data)) == trained_directions(cfg.data)
+    # the same directions, every one from the main split: another cache, one group each
+    every = compose_config([f"data.root={root}", f"data.cache_dir={tmp_path / 'cache'}",
+                            "data.tokenizer.vocab_size=120", "data.pairs=[de-en,en-fr,de-fr]"])
+    assert trained_directions(every.data) == directions(every.data)
+    assert prepare_data(every.data).train.groups.tolist() == [0] * 40 + [1] * 40 + [2] * 40

@@ -20,7 +20,7 @@ from typing import Any
 
 from omegaconf import OmegaConf
 
-from nmt.config import is_multilingual
+from nmt.config import is_multilingual, parse_pairs
 
 log = logging.getLogger("nmt.data")
 
@@ -217,33 +217,47 @@ def check_split(data_cfg: Any, split: str, direction: tuple[str, str]) -> None:
 @dataclass(frozen=True)
 class Corpus:
     """One training corpus (:func:`training_corpora`): split ``split`` read with the data
-    section ``data`` (its own ``root``), at most its first ``limit`` pairs (None: all), drawn
-    by ``weight``: fairseq's upsampling, each pair ``weight`` times per epoch on average, so a
-    corpus's share of an epoch is proportional to weight x size
-    (:meth:`~nmt.data.sampler.TokenBatchSampler.epoch_rows`)."""
+    section ``data`` (its own ``root`` and ``format``), at most its first ``limit`` pairs
+    (None: all), drawn by ``weight``: fairseq's upsampling, each pair ``weight`` times per
+    epoch on average, so a corpus's share of an epoch is proportional to weight x size
+    (:meth:`~nmt.data.sampler.TokenBatchSampler.epoch_rows`). ``pairs``: the directions it
+    holds (None: every direction of the model)."""
 
     data: Any
     split: str
     weight: float = 1.0
     limit: int | None = None
+    pairs: tuple[tuple[str, str], ...] | None = None
+
+    def holds(self, direction: tuple[str, str]) -> bool:
+        return self.pairs is None or tuple(direction) in self.pairs
 
 
 def training_corpora(data_cfg: Any) -> list[Corpus]:
     """``data.corpora`` prepared once, the list every reader of the training data takes:
-    ``data.train_split`` (weight 1, its first ``data.max_train_pairs``), then each of
-    ``data.corpora``, read from its own ``root`` (default ``data.root``) as ``data.format``
-    says. The index of a corpus in this list is its group (:func:`iter_training`)."""
-    return [Corpus(data_cfg, str(data_cfg.train_split), 1.0, data_cfg.max_train_pairs)] + [
-        Corpus(OmegaConf.merge(data_cfg, {"root": str(c.root or data_cfg.root)}), str(c.split),
-               float(c.weight)) for c in data_cfg.get("corpora") or ()]
+    ``data.train_split`` (weight 1, its first ``data.max_train_pairs``, the directions of
+    ``data.train_pairs``), then each of ``data.corpora``, read from its own ``root`` (default
+    ``data.root``) as its ``format`` (default ``data.format``) says, holding its ``pairs``."""
+    def held(pairs: Any) -> tuple | None:
+        return None if pairs is None else tuple(parse_pairs(pairs))
+
+    return [Corpus(data_cfg, str(data_cfg.train_split), 1.0, data_cfg.max_train_pairs,
+                   held(data_cfg.get("train_pairs")))] + [
+        Corpus(OmegaConf.merge(data_cfg, {"root": str(c.root or data_cfg.root),
+                                          "format": str(c.get("format") or data_cfg.format)}),
+               str(c.split), float(c.weight), None, held(c.get("pairs")))
+        for c in data_cfg.get("corpora") or ()]
 
 
 def iter_training(corpora: Sequence[Corpus], direction: tuple[str, str] | None = None
                   ) -> Iterator[tuple]:
-    """The raw pairs of ``corpora`` (:func:`training_corpora`) in order, each cut to its first
+    """The raw pairs of ``corpora`` (:func:`training_corpora`) in ``direction`` (default the
+    config's), in order, but those corpora that do not hold it, each cut to its first
     ``limit`` (the rest still read, so a broken corpus is a CorpusError whatever the cap);
     with several corpora ``(source, target, corpus index)``."""
     for k, corpus in enumerate(corpora):
+        if direction is not None and not corpus.holds(direction):
+            continue
         pairs = iter_parallel(corpus.data, corpus.split, direction)
         if corpus.limit is not None:
             head = itertools.islice(pairs, int(corpus.limit))

@@ -7,8 +7,9 @@ new file), memory-mapped: only two length arrays per split live in Python memory
 several directions (``data.pairs``) the training split holds every direction, each pair's
 language tag at the id level (:func:`nmt.data.languages.add_tag`) and its direction (column
 ``direction``), the texts untagged; validation is one split per direction. With several
-training corpora (``data.corpora``) each pair's corpus index is in column ``corpus``. Which rows form
-a batch: :mod:`nmt.data.sampler`; a batch of rows: :func:`nmt.data.batching.collate`.
+training corpora (``data.corpora``) each pair's corpus index is in column ``corpus``, with
+both each pair's group (:func:`training_groups`: a direction of a corpus) in column ``group``.
+Which rows form a batch: :mod:`nmt.data.sampler`; a batch of rows: :func:`nmt.data.batching.collate`.
 """
 
 from __future__ import annotations
@@ -42,6 +43,7 @@ from nmt.data.languages import (
     lang_tag,
     languages,
     target_languages,
+    trained_directions,
 )
 from nmt.data.links import links_fingerprint, piece_links, with_links
 from nmt.data.tokenizer import Tokenizer, tokenizer_from_pairs
@@ -55,9 +57,10 @@ _ENCODE_ROWS = 10_000  # pairs read and tokenized at a time (bounds the Python o
 _SCHEMA = pa.schema([("src_ids", pa.list_(pa.int32())), ("tgt_ids", pa.list_(pa.int32())),
                      ("src_text", pa.large_string()), ("tgt_text", pa.large_string())])
 # links (data.alignments): per pair its subword links, flattened (target pos, source pos)
-# pairs; direction: its index in data.pairs; corpus: its index in training_corpora (data.corpora)
+# pairs; direction: its index in data.pairs' trained directions; corpus: its index in
+# training_corpora (data.corpora); group: its index in training_groups (both)
 _LINKS = pa.field("links", pa.list_(pa.int32()))
-_GROUPS = {"direction": pa.field("direction", pa.int16()), "corpus": pa.field("corpus", pa.int16())}
+_GROUPS = {name: pa.field(name, pa.int16()) for name in ("direction", "corpus", "group")}
 Tags = Sequence[tuple[int | None, int | None]]   # per direction: (source tag id, target tag id)
 
 
@@ -67,7 +70,7 @@ class TokenizedSplit:
     ``starts`` [chunks + 1]: the first row of each record batch; ``chunks``: per record batch
     its (source ids, offsets, target ids, offsets), zero-copy; ``links``: per record batch the
     links' (values, offsets), or None; ``groups`` [N] int64: each row's direction (column
-    ``direction``) or training corpus (column ``corpus``), or None. ``target_tag``: every target starts with a language tag
+    ``direction``), training corpus (column ``corpus``) or both (column ``group``), or None. ``target_tag``: every target starts with a language tag
     (``data.lang_tag=target``), decoder input after BOS that
     :func:`~nmt.data.batching.collate` leaves out of the targets (M2M-100, Fan et al. 2021)."""
 
@@ -166,7 +169,7 @@ def _record_batch(src_ids: list[list[int]], tgt_ids: list[list[int]], src_texts:
                   group: str | None = None) -> pa.RecordBatch:
     """The pairs where ``keep`` (bool [N]; default all) is true, as an Arrow record batch
     (with ``links``, flattened subword links per pair, the ``links`` column; with ``groups``
-    [N], the column ``group``: ``direction`` or ``corpus``)."""
+    [N], the column ``group``: ``direction``, ``corpus`` or ``group``)."""
     keep = np.ones(len(src_ids), bool) if keep is None else keep
     columns = [_list_array(ids, keep) for ids in (src_ids, tgt_ids)]
     for texts in (src_texts, tgt_texts):
@@ -218,7 +221,7 @@ def _tokenize_piece(piece: list[tuple], tokenizer: Tokenizer, max_len: int | Non
 
 def write_pairs(path: str | Path, pairs: Iterable[tuple], tokenizer: Tokenizer,
                 max_len: int | None = None, max_len_ratio: float | None = None,
-                links: bool = False, tags: Tags | None = None, groups: bool = False
+                links: bool = False, tags: Tags | None = None, group: str | None = None
                 ) -> dict[str, int]:
     """Tokenize a stream of ``(source, target)`` texts into the Arrow file ``path`` (written
     only if the stream ends without error); returns ``{"pairs": kept, "too_long": n,
@@ -227,13 +230,11 @@ def write_pairs(path: str | Path, pairs: Iterable[tuple], tokenizer: Tokenizer,
     one record batch of 100,000 pairs, tokenized 10,000 at a time. With ``links`` the stream
     holds ``(source, target, word links)`` (:func:`~nmt.data.links.with_links`) and the file
     the subword links (``"unmatched"``: pairs whose words could not be matched, no links).
-    With ``tags`` (per direction its tag ids, :func:`tag_ids`) the stream holds
-    ``(source, target, direction)`` and the file the tagged ids and a ``direction`` column;
-    with ``groups``, each pair's last item is its corpus (:func:`training_pairs`), kept in
-    column ``corpus``."""
+    With ``group`` (``direction``, ``corpus`` or ``group``) each pair's last item is its
+    group, kept in that column; ``tags`` (per group its tag ids, :func:`tag_ids`) tag the ids.
+    """
     stats = {"pairs": 0, "too_long": 0, "bad_ratio": 0}
     stream, chunk_rows = iter(pairs), _CHUNK_ROWS
-    group = "direction" if tags is not None else "corpus" if groups else None
     schema = _schema(links, group)
     with atomic_path(path) as tmp, pa.OSFile(str(tmp), "wb") as sink, \
             pa.ipc.new_file(sink, schema) as writer:
@@ -254,7 +255,8 @@ class PreparedData:
     tokenizer: Tokenizer
     train: TokenizedSplit
     valids: dict[str, TokenizedSplit]   # per direction "src-tgt", in data.pairs order
-    weights: list[float] | None = None  # per training corpus (train.groups), None: one corpus
+    weights: list[float] | None = None  # per group of train.groups: its corpus's weight; None:
+    directions: list[int] | None = None  # one corpus | per group its direction; None: one each
 
     @property
     def valid(self) -> TokenizedSplit:   # the first direction's (a bilingual run's only one)
@@ -291,7 +293,8 @@ def load_split(data_cfg: Any, split: str, tokenizer: Tokenizer, direction: int =
     else:
         pairs = iter_parallel(data_cfg, split, pair)
         pairs = pairs if tags is None else ((s, t, direction) for s, t in pairs)
-        stats = write_pairs(path, pairs, tokenizer, tags=tags)
+        stats = write_pairs(path, pairs, tokenizer, tags=tags,
+                            group=None if tags is None else "direction")
         log.info("%s %s: tokenized %d pairs -> %s", split, "-".join(pair), stats["pairs"], path)
     return TokenizedSplit(path, target_tag=tags is not None and tags[direction][1] is not None)
 
@@ -312,13 +315,26 @@ def training_pairs(corpora: Sequence[Corpus], report: bool = True, links: str | 
 
 def _language_texts(data_cfg: Any, corpora: Sequence[Corpus]
                     ) -> dict[str, Callable[[], Iterator[str]]]:
-    """Per language, a function streaming its training sentences from every direction."""
+    """Per language, a function streaming its training sentences from every trained direction."""
     def texts(lang: str) -> Iterator[str]:
-        for pair in directions(data_cfg):
+        for pair in trained_directions(data_cfg):
             if lang in pair:
                 side = pair.index(lang)
                 yield from (p[side] for p in training_pairs(corpora, False, direction=pair))
     return {lang: functools.partial(texts, lang) for lang in languages(data_cfg)}
+
+
+def training_groups(data_cfg: Any, corpora: Sequence[Corpus]
+                    ) -> list[tuple[tuple[str, str], Corpus]]:
+    """The groups the training split is drawn by: ``(direction, corpus)`` for each direction of
+    ``data_cfg`` in ``data.pairs`` order and each of ``corpora`` that holds it
+    (:meth:`~nmt.data.corpus.Corpus.holds`). A direction no corpus holds is validated only (a
+    strict zero-shot direction); CorpusError: no corpus holds any direction."""
+    groups = [(pair, c) for pair in directions(data_cfg) for c in corpora if c.holds(pair)]
+    if not groups:
+        raise CorpusError("no training corpus holds a direction of data.pairs: check "
+                          "data.train_pairs and data.corpora[*].pairs.")
+    return groups
 
 
 def prepare_data(data_cfg: Any, tokenizer: Tokenizer | None = None) -> PreparedData:
@@ -328,12 +344,14 @@ def prepare_data(data_cfg: Any, tokenizer: Tokenizer | None = None) -> PreparedD
     filtered. The corpus is streamed: one pass hashes its bytes (the cache key, all a cache
     hit reads), one samples the tokenizer's sentences, one tokenizes it into the cache. With
     several directions, the tokenizer is multilingual (a sample balanced across languages,
-    the target languages' tags) and the training split holds every direction, in turn."""
+    the target languages' tags) and the training split holds every trained direction of every
+    corpus (:func:`training_groups`), in turn; validation, every direction of ``data.pairs``."""
     cache, split, pairs = Path(str(data_cfg.cache_dir)), str(data_cfg.train_split), \
         directions(data_cfg)
     corpora = training_corpora(data_cfg)   # data.corpora, prepared once
-    fingerprints = [split_fingerprint(data_cfg, split, pair) for pair in pairs] + \
-        [split_fingerprint(c.data, c.split) for c in corpora[1:]]
+    groups = training_groups(data_cfg, corpora)
+    fingerprints = [split_fingerprint(c.data, c.split, pair) for c in corpora
+                    for pair in pairs if c.holds(pair)]
     train_id = cache_key(fingerprints[0] if len(fingerprints) == 1 else fingerprints,
                          data_cfg.max_train_pairs)
     multi = is_multilingual(data_cfg)
@@ -350,14 +368,18 @@ def prepare_data(data_cfg: Any, tokenizer: Tokenizer | None = None) -> PreparedD
     key = cache_key(train_id, tokenizer.fingerprint, max_len, ratio, *linked)
     path = cache / "tokenized" / f"{split}-{key}.arrow"
     tags = tag_ids(data_cfg, tokenizer)
+    # the cache column: per direction, per corpus (one direction) or per (direction, corpus)
+    group = ("group" if len(corpora) > 1 else "direction") if multi else \
+        "corpus" if len(corpora) > 1 else None
     if path.is_file():
         log.info("%s: token cache hit %s", split, path)
     else:
         stream = training_pairs(corpora, links=links) if not multi else itertools.chain.from_iterable(
-            ((s, t, k) for s, t in training_pairs(corpora, direction=pair))
-            for k, pair in enumerate(pairs))
+            ((s, t, g) for s, t in training_pairs([c], direction=pair))
+            for g, (pair, c) in enumerate(groups))
         stats = write_pairs(path, stream, tokenizer, max_len, ratio, links=links is not None,
-                            tags=tags, groups=len(corpora) > 1)
+                            tags=tags and [tags[pairs.index(pair)] for pair, _ in groups],
+                            group=group)
         log.info("%s: %d pairs kept; dropped %d longer than max_len=%d and %d with length ratio "
                  "> %g -> %s", split, stats["pairs"], stats["too_long"], max_len,
                  stats["bad_ratio"], ratio, path)
@@ -372,4 +394,5 @@ def prepare_data(data_cfg: Any, tokenizer: Tokenizer | None = None) -> PreparedD
               for k, pair in enumerate(pairs)}
     return PreparedData(tokenizer, TokenizedSplit(path, target_tag=tags is not None and
                                                   tags[0][1] is not None), valids,
-                        None if len(corpora) == 1 else [c.weight for c in corpora])
+                        None if len(corpora) == 1 else [c.weight for _, c in groups],
+                        [pairs.index(p) for p, _ in groups] if group == "group" else None)

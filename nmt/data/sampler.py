@@ -95,19 +95,22 @@ class TokenBatchSampler:
     With ``shapes`` rows are sorted by their static lengths first and a pair's width counts as
     the longer of them (``B * max(S, T) <= batch_tokens``: every batch fits its
     :meth:`BatchShapes.shape`).
-    With ``groups`` (each row's direction or training corpus, [N]) and shuffling, an epoch's
-    rows are :meth:`epoch_rows`, drawn by ``temperature`` or, given, the corpora's ``weights``.
+    With ``groups`` (each row's direction or training corpus or both, [N]) and shuffling, an
+    epoch's rows are :meth:`epoch_rows`, drawn by ``temperature`` or, given, the corpora's
+    ``weights`` (per group), or both, given each group's direction (``directions``).
     ConfigError when ``batch_tokens`` is smaller than the longest pair."""
 
     def __init__(self, src_lens: np.ndarray, tgt_lens: np.ndarray, batch_tokens: int,
                  shuffle: bool = True, seed: int = 0, shapes: BatchShapes | None = None,
                  groups: np.ndarray | None = None, temperature: float = 1.0,
-                 weights: Sequence[float] | None = None):
+                 weights: Sequence[float] | None = None,
+                 directions: Sequence[int] | None = None):
         self.src_lens = np.asarray(src_lens, dtype=np.int64)
         self.tgt_lens = np.asarray(tgt_lens, dtype=np.int64)
         self.batch_tokens, self.shuffle, self.seed = int(batch_tokens), bool(shuffle), int(seed)
         self.shapes, self.groups, self.temperature = shapes, groups, float(temperature)
         self.weights = None if weights is None else np.asarray(weights, np.float64)
+        self.directions = None if directions is None else np.asarray(directions, np.int64)
         longest = int(np.maximum(self.src_lens, self.tgt_lens).max(initial=0))
         if longest > self.batch_tokens:
             raise ConfigError(f"train.batch_tokens={self.batch_tokens} is smaller than the longest "
@@ -118,15 +121,24 @@ class TokenBatchSampler:
         ``q_d`` of them (:func:`temperature_shares` of the directions' sizes; Arivazhagan et al.
         2019, sec. 4.2) or, with ``weights``, ``w_c * n_c`` rows of corpus c (its n_c rows w_c
         times on average: fairseq's upsampling, a corpus's share proportional to weight x
-        size), rounded by largest remainders; each group's rows every one k times, then a
-        random subset without replacement; from ``default_rng((seed, epoch, 1))``. None (every
-        row once): no groups, or counts that give every group its size."""
+        size), or, with both (``directions``: the direction of each group g), direction d's
+        share ``q_d`` of the temperature shares of its upsampled sizes ``e_d = sum w_g n_g``
+        over its groups, of ``sum e`` rows, split among its groups as ``w_g n_g / e_d`` (T = 1:
+        ``w_g n_g``, fairseq's upsampling again); rounded by largest remainders; each group's
+        rows every one k times, then a random subset without replacement; from
+        ``default_rng((seed, epoch, 1))``. None (every row once): no groups, or counts that
+        give every group its size."""
         if self.groups is None:
             return None
         sizes = np.bincount(self.groups, minlength=0 if self.weights is None else
                             len(self.weights))
         exact = temperature_shares(sizes, self.temperature) * len(self.groups) \
             if self.weights is None else self.weights * sizes
+        if self.directions is not None:   # exact = w_g n_g here
+            e = np.bincount(self.directions, weights=exact)
+            share = temperature_shares(e, self.temperature)[self.directions] * e.sum()
+            exact = share * np.divide(exact, e[self.directions], out=np.zeros_like(exact),
+                                      where=e[self.directions] > 0)
         counts = np.floor(exact).astype(np.int64)
         counts[np.argsort(counts - exact, kind="stable")[: round(exact.sum()) - counts.sum()]] += 1
         if np.array_equal(counts, sizes):

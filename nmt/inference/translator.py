@@ -39,7 +39,13 @@ from nmt.config import (
     validate_decoding,
 )
 from nmt.data.batching import make_src_batch, make_tgt_batch
-from nmt.data.languages import add_tag, check_target, directions, is_multilingual, languages
+from nmt.data.languages import (
+    add_tag,
+    check_target,
+    is_multilingual,
+    languages,
+    trained_directions,
+)
 from nmt.data.tokenizer import Tokenizer
 from nmt.data.vocab import EOS_ID, PAD_ID
 from nmt.inference.forced import ForcedFirstToken
@@ -281,7 +287,7 @@ class TranslatorBase:
         self.tokenizer = tokenizer
         self.config = config
         self.device = torch.device(device)
-        self.directions = directions(config.data)   # the trained (src, tgt) pairs
+        self.directions = trained_directions(config.data)   # the trained (src, tgt) pairs
         self.languages = languages(config.data)
 
     def translate(self, sentences: str | Sequence[str], beam_size: int | None = None,

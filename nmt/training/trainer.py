@@ -178,7 +178,7 @@ class Trainer:
                                          t.batch_tokens, shuffle=True, seed=t.seed, shapes=shapes,
                                          groups=self.train_split.groups,
                                          temperature=self.cfg.data.sampling_temperature,
-                                         weights=data.weights)
+                                         weights=data.weights, directions=data.directions)
         if len(self.epoch_data(0)[1]) == 0:
             raise ConfigError(f"the training split yields fewer batches than processes "
                               f"({info.world_size}): use more data or fewer processes.")
@@ -265,7 +265,9 @@ class Trainer:
                 sampler = TokenBatchSampler(split.src_lens, split.tgt_lens, self.t.batch_tokens,
                                             seed=self.t.seed, shapes=self.sampler.shapes,
                                             groups=self.sampler.groups,
-                                            weights=self.sampler.weights)
+                                            temperature=self.sampler.temperature,
+                                            weights=self.sampler.weights,
+                                            directions=self.sampler.directions)
             batches = dist.truncate_to_multiple(sampler.batches(epoch), self.info.world_size)
             self._epoch_cache = {k: v for k, v in self._epoch_cache.items() if k == epoch - 1}
             self._epoch_cache[epoch] = (split, batches)

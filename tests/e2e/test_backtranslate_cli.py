@@ -1,7 +1,7 @@
 """nmt-backtranslate end to end on the tiny corpus: a tiny en-de model trained a few steps
 back-translates English into a tagged synthetic corpus, which a de-en run then trains on
 through data.corpora (its pairs counted, the <BT> tag in their source ids); the zero-shot
-pairs of a multilingual model (pivot=en); streaming in chunks; one-line errors."""
+pairs of a multilingual model (pivot=en), trained on through data.corpora; streaming in chunks; one-line errors."""
 
 from __future__ import annotations
 
@@ -100,6 +100,22 @@ def test_pivot_writes_the_zero_shot_pairs_of_a_multilingual_model(tmp_path, caps
     data = compose_config([f"data.root={out}", "data.format=tsv",
                            "data.pairs=[de-en,fr-de]"]).data
     assert len(list(iter_parallel(data, "train", ("fr", "de")))) == 40
+    # the zero-resource run: the text corpus's real directions, the synthetic ones through
+    # data.corpora (format tsv), one cache with a group per (direction, corpus)
+    run = tmp_path / "zr"
+    train(compose_config(_base(tmp_path, corpus) + [
+        "data.pairs=[de-en,en-de,fr-en,en-fr,de-fr,fr-de]", "data.train_pairs=[de-en,en-de,fr-en,en-fr]",
+        f"data.corpora=[{{split: train, root: {out}, format: tsv, pairs: [de-fr, fr-de]}}]",
+        "data.tokenizer.bt_tag=true", "train.max_steps=1", f"run_dir={run}"]))
+    splits = [pa.ipc.open_file(pa.memory_map(str(f))) for f in
+              (tmp_path / "cache" / "tokenized").glob("train-*.arrow")]
+    grouped = [f for f in splits if "group" in f.schema.names]
+    assert len(grouped) == 1
+    groups = grouped[0].read_all().column("group").to_numpy()
+    # 4 real directions, then 2 synthetic (a 1-step model's: some dropped by data.max_len_ratio)
+    counts = np.bincount(groups).tolist()
+    assert counts[:4] == [40] * 4 and len(counts) == 6 and min(counts[4:]) > 0
+    assert (run / "checkpoints" / "last.pt").is_file()
 
 
 def test_it_streams_chunk_by_chunk(en_de, tmp_path):
