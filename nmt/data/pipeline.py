@@ -70,9 +70,10 @@ class TokenizedSplit:
     ``starts`` [chunks + 1]: the first row of each record batch; ``chunks``: per record batch
     its (source ids, offsets, target ids, offsets), zero-copy; ``links``: per record batch the
     links' (values, offsets), or None; ``groups`` [N] int64: each row's direction (column
-    ``direction``), training corpus (column ``corpus``) or both (column ``group``), or None. ``target_tag``: every target starts with a language tag
-    (``data.lang_tag=target``), decoder input after BOS that
-    :func:`~nmt.data.batching.collate` leaves out of the targets (M2M-100, Fan et al. 2021)."""
+    ``direction``), training corpus (column ``corpus``) or both (column ``group``), or None.
+    ``target_tag``: every target starts with a language tag (``data.lang_tag=target``),
+    decoder input after BOS that :func:`~nmt.data.batching.collate` leaves out of the targets
+    (M2M-100, Fan et al. 2021)."""
 
     target_tag: bool = False
 
@@ -255,8 +256,8 @@ class PreparedData:
     tokenizer: Tokenizer
     train: TokenizedSplit
     valids: dict[str, TokenizedSplit]   # per direction "src-tgt", in data.pairs order
-    weights: list[float] | None = None  # per group of train.groups: its corpus's weight; None:
-    directions: list[int] | None = None  # one corpus | per group its direction; None: one each
+    weights: list[float] | None = None  # per group (train.groups), its corpus's; None: one corpus
+    directions: list[int] | None = None  # per group, its direction; None: a group is one of them
 
     @property
     def valid(self) -> TokenizedSplit:   # the first direction's (a bilingual run's only one)

@@ -116,6 +116,12 @@ class TokenBatchSampler:
             raise ConfigError(f"train.batch_tokens={self.batch_tokens} is smaller than the longest "
                               f"pair ({longest} tokens): raise it or lower data.max_len.")
 
+    def with_lengths(self, src_lens: np.ndarray, tgt_lens: np.ndarray) -> TokenBatchSampler:
+        """This sampler's settings over other lengths of the same rows (a resegmented split)."""
+        return TokenBatchSampler(src_lens, tgt_lens, self.batch_tokens, self.shuffle, self.seed,
+                                 self.shapes, self.groups, self.temperature, self.weights,
+                                 self.directions)
+
     def epoch_rows(self, epoch: int) -> np.ndarray | None:
         """The rows of ``epoch`` drawn by group: as many as the split has, direction d's share
         ``q_d`` of them (:func:`temperature_shares` of the directions' sizes; Arivazhagan et al.

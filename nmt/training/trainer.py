@@ -262,12 +262,7 @@ class Trainer:
             split, sampler = self.train_split, self.sampler
             if self.hooks.resampler is not None:
                 split = self.hooks.resampler(self.train_split, self.tokenizer, epoch, self.info)
-                sampler = TokenBatchSampler(split.src_lens, split.tgt_lens, self.t.batch_tokens,
-                                            seed=self.t.seed, shapes=self.sampler.shapes,
-                                            groups=self.sampler.groups,
-                                            temperature=self.sampler.temperature,
-                                            weights=self.sampler.weights,
-                                            directions=self.sampler.directions)
+                sampler = self.sampler.with_lengths(split.src_lens, split.tgt_lens)
             batches = dist.truncate_to_multiple(sampler.batches(epoch), self.info.world_size)
             self._epoch_cache = {k: v for k, v in self._epoch_cache.items() if k == epoch - 1}
             self._epoch_cache[epoch] = (split, batches)
