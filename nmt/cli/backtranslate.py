@@ -12,10 +12,11 @@ The model translates L -> L' (its ``data.src_lang`` -> ``data.tgt_lang``, or ``s
 ``tag=true``) and ``{split}.{L}`` (the lines), or ``{split}.tsv`` (``format=tsv``): a corpus
 of L' -> L. ``pivot=en`` (a multilingual model, no ``input``) writes the zero-shot pairs
 ``{split}.{X}-{Y}.tsv`` from the model's own corpus (``input_split``, ``data.root``). Blank
-lines, blank translations and lines over ``max_len`` subwords are skipped and counted; the
-counts are printed and kept in ``{split}.backtranslation.json`` beside the corpus. A missing
-or empty input or a bad setting is a one-line error before the model loads, an existing output
-file or a direction the model cannot translate one before any line is read. Options:
+lines, blank translations and lines over ``max_len`` subwords are skipped and counted; a
+progress line goes to stderr per ``chunk_lines`` lines, the counts are printed at the end and
+kept in ``{split}.backtranslation.json`` beside the corpus. A missing or empty input or a bad
+setting is a one-line error before the model loads, an existing output file or a direction the
+model cannot translate one before any line is read. Options:
 configs/backtranslate.yaml (``nmt-backtranslate --help``).
 """
 
@@ -33,6 +34,7 @@ from nmt.cli.common import (
     checkpoint_paths,
     decode_settings,
     load_translator,
+    log_to_stderr,
     run_app,
     run_task,
 )
@@ -75,15 +77,16 @@ def _run(cfg: DictConfig) -> None:
     settings = translator.search_settings(**decode_settings(cfg))
     data = translator.config.data
     common = {"tag": bool(cfg.tag), "max_len": cfg.max_len, "chunk_lines": int(cfg.chunk_lines)}
-    if cfg.pivot:
-        reports = backtranslate_pivot(translator, with_root(data, cfg.data.root),
-                                      str(cfg.input_split or data.train_split), cfg.out_dir,
-                                      str(cfg.split), settings, str(cfg.pivot), **common)
-    else:
-        src, tgt = str(cfg.src_lang or data.src_lang), str(cfg.tgt_lang or data.tgt_lang)
-        reports = {f"{tgt}-{src}": backtranslate(
-            translator, iter_lines(cfg.input), cfg.out_dir, str(cfg.split), settings,
-            src_lang=src, tgt_lang=tgt, fmt=str(cfg.format or "text"), **common)}
+    with log_to_stderr("nmt.extras"):   # a line per chunk: a long input shows its progress
+        if cfg.pivot:
+            reports = backtranslate_pivot(translator, with_root(data, cfg.data.root),
+                                          str(cfg.input_split or data.train_split), cfg.out_dir,
+                                          str(cfg.split), settings, str(cfg.pivot), **common)
+        else:
+            src, tgt = str(cfg.src_lang or data.src_lang), str(cfg.tgt_lang or data.tgt_lang)
+            reports = {f"{tgt}-{src}": backtranslate(
+                translator, iter_lines(cfg.input), cfg.out_dir, str(cfg.split), settings,
+                src_lang=src, tgt_lang=tgt, fmt=str(cfg.format or "text"), **common)}
     max_len = int(cfg.max_len or data.max_len)
     for name, report in reports.items():
         print(f"nmt-backtranslate: {name}: {report.summary(max_len)}", file=sys.stderr)

@@ -11,11 +11,13 @@ from __future__ import annotations
 
 import ctypes
 import dataclasses
+import logging
 import os
 import shlex
 import sys
 import textwrap
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 
 from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
@@ -141,6 +143,22 @@ def run_app(app: Callable[[], None], argv: Sequence[str] | None = None, *, confi
     finally:
         sys.argv, _checked = saved, None
     return 0
+
+
+@contextmanager
+def log_to_stderr(name: str) -> Iterator[None]:
+    """The logger ``name``'s INFO lines to stderr within the block, timestamped (``train.log``'s
+    format): a long-running tool's progress (nmt-serve's requests, nmt-backtranslate's chunks)."""
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s",
+                                           "%Y-%m-%d %H:%M:%S"))
+    logger = logging.getLogger(name)
+    logger.addHandler(handler)
+    logger.setLevel(logging.INFO)
+    try:
+        yield
+    finally:
+        logger.removeHandler(handler)
 
 
 def hydra_record():

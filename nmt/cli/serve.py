@@ -19,12 +19,18 @@ import ipaddress
 import logging
 import signal
 import socket
-import sys
 
 import hydra
 from omegaconf import DictConfig
 
-from nmt.cli.common import check_engine, decode_settings, load_translator, run_app, run_task
+from nmt.cli.common import (
+    check_engine,
+    decode_settings,
+    load_translator,
+    log_to_stderr,
+    run_app,
+    run_task,
+)
 from nmt.config import CONFIG_PATH, ConfigError, SearchSchema, check_positive, validate_search
 
 log = logging.getLogger("nmt.serve")
@@ -70,37 +76,33 @@ def _run(cfg: DictConfig) -> None:
     except ImportError as err:
         raise ConfigError(f"nmt-serve needs FastAPI and uvicorn ({err}): pip install "
                           "\"nmt[serve]\".") from None
-    handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s",
-                                           "%Y-%m-%d %H:%M:%S"))
-    log.addHandler(handler)
-    log.setLevel(logging.INFO)
-    if not loopback(cfg.serve.host) and cfg.serve.api_key is None:
-        log.warning("serving %s without an API key (serve.allow_unauthenticated=true): anyone "
-                    "who can reach it can use it", cfg.serve.host)
-    app = create_app(load_translator(cfg), cfg)
+    with log_to_stderr(log.name):
+        if not loopback(cfg.serve.host) and cfg.serve.api_key is None:
+            log.warning("serving %s without an API key (serve.allow_unauthenticated=true): anyone "
+                        "who can reach it can use it", cfg.serve.host)
+        app = create_app(load_translator(cfg), cfg)
 
-    class Server(uvicorn.Server):
-        def handle_exit(self, sig, frame) -> None:   # SIGTERM/SIGINT: stop queueing, then drain
-            if app.state.batcher is not None:
-                app.state.batcher.stop()
-            super().handle_exit(sig, frame)
+        class Server(uvicorn.Server):
+            def handle_exit(self, sig, frame) -> None:   # SIGTERM/SIGINT: stop queueing, then drain
+                if app.state.batcher is not None:
+                    app.state.batcher.stop()
+                super().handle_exit(sig, frame)
 
-    config = uvicorn.Config(app, host=cfg.serve.host, port=cfg.serve.port, log_level="info",
-                            timeout_graceful_shutdown=None)
-    sock = config.bind_socket()   # bound here, so that port 0 becomes a known port
-    # asyncio sets TCP_NODELAY only on sockets made with proto=IPPROTO_TCP, which this one is
-    # not; accepted connections inherit it from here (else Nagle's algorithm and delayed ACKs
-    # hold each answer ~40 ms)
-    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-    sock.listen(2048)             # connections wait in the backlog until the app is ready
-    host, port = sock.getsockname()[:2]
-    log.info("nmt-serve: listening on http://%s:%d/", f"[{host}]" if ":" in host else host, port)
-    # uvicorn shuts down gracefully on SIGTERM/SIGINT, then raises the signal again with the
-    # handlers it found: these return, so the exit status is 0 instead of death by signal.
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(sig, lambda *_: None)
-    Server(config).run(sockets=[sock])
+        config = uvicorn.Config(app, host=cfg.serve.host, port=cfg.serve.port, log_level="info",
+                                timeout_graceful_shutdown=None)
+        sock = config.bind_socket()   # bound here, so that port 0 becomes a known port
+        # asyncio sets TCP_NODELAY only on sockets made with proto=IPPROTO_TCP, which this one is
+        # not; accepted connections inherit it from here (else Nagle's algorithm and delayed ACKs
+        # hold each answer ~40 ms)
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        sock.listen(2048)             # connections wait in the backlog until the app is ready
+        host, port = sock.getsockname()[:2]
+        log.info("nmt-serve: listening on http://%s:%d/", f"[{host}]" if ":" in host else host, port)
+        # uvicorn shuts down gracefully on SIGTERM/SIGINT, then raises the signal again with the
+        # handlers it found: these return, so the exit status is 0 instead of death by signal.
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(sig, lambda *_: None)
+        Server(config).run(sockets=[sock])
 
 
 @hydra.main(version_base="1.3", config_path=CONFIG_PATH, config_name="serve")

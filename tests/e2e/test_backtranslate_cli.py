@@ -51,8 +51,11 @@ def test_tagged_corpus_is_trained_on_through_data_corpora(en_de, tmp_path, capsy
     assert cli.main([f"checkpoint={ckpt}", f"input={_mono(tmp_path / 'mono.en', corpus)}",
                      f"out_dir={out}", "tag=true", "beam_size=2", "chunk_lines=7"]) == 0
     # 32 lines: the blank one and the 200-word one (over data.max_len=100 subwords) skipped.
-    assert "de-en: 32 lines -> 30 pairs; skipped 1 blank, 1 over 100 subwords (line 32)" in \
-        capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "de-en: 32 lines -> 30 pairs; skipped 1 blank, 1 over 100 subwords (line 32)" in err
+    # the progress, a line per chunk of 7 lines
+    assert "INFO back-translation en-de: 7 lines read, 6 pairs" in err
+    assert "INFO back-translation en-de: 32 lines read, 30 pairs" in err
     synthetic = (out / "bt.de").read_text(encoding="utf-8").splitlines()
     real = (out / "bt.en").read_text(encoding="utf-8").splitlines()
     assert len(synthetic) == len(real) == 30 and all(s.startswith("<BT> ") for s in synthetic)
@@ -155,10 +158,14 @@ def test_bad_input_is_one_line_and_writes_nothing(en_de, tmp_path, capsys):
             ([f"input={tmp_path / 'empty.en'}", "pivot=en"], "pivot=en reads the model's own corpus"),
             (["pivot=en", "format=text"], "drop format=text"),
             ([f"input={corpus / 'train.en'}", "n_best=2", "beam_size=2"], "n_best=2"),
-            ([f"input={corpus / 'train.en'}", "max_len=2"], "no line was back-translated"),
             ([f"input={corpus / 'train.en'}", "pivot=en"], "pivot=en reads")):
         assert cli.main(args + extra) == 2, extra
         assert message in user_error(capsys, "nmt-backtranslate"), extra
+    # every line read (the progress line), none kept: the error after it
+    assert cli.main(args + [f"input={corpus / 'train.en'}", "max_len=2"]) == 2
+    err = capsys.readouterr().err
+    assert "INFO back-translation en-de: 200 lines read, 0 pairs\nnmt-backtranslate: error: " \
+        "no line was back-translated" in err and "Traceback" not in err
     assert not any((tmp_path / "o").glob("*"))                 # nothing left behind
     (tmp_path / "o" / "bt.de").write_text("x\n")
     assert cli.main(args + [f"input={corpus / 'train.en'}"]) == 2
