@@ -9,7 +9,7 @@ from conftest import make_pairs, train_tokenizer
 from omegaconf import OmegaConf
 
 from nmt.config import ConfigError
-from nmt.extras.decoding.backtranslate import Report, corpus_files, pivot_jobs
+from nmt.extras.decoding.backtranslate import Report, _writer, corpus_files, pivot_jobs
 
 TOK = {"type": "unigram", "vocab_size": 120, "character_coverage": 1.0, "joint": True,
        "input_sentence_size": 1000}
@@ -58,3 +58,17 @@ def test_corpus_files_are_what_data_corpora_reads(tmp_path):
     assert corpus_files(tmp_path, "bt", "fr", "de", "tsv-pairs") == [tmp_path / "bt.fr-de.tsv"]
     assert Report(12, 10, 1, 1, 7).summary(100) == \
         "12 lines -> 10 pairs; skipped 1 blank, 1 over 100 subwords (line 7)"
+
+
+def test_a_tab_in_a_tsv_sentence_becomes_a_space_the_tokenizer_reads_alike(tmp_path):
+    # Multi30k's train.de holds one ("... in einer \tWasserfontäne."): a pivot corpus is a TSV
+    with _writer([tmp_path / "bt.tsv"]) as write:
+        write([("<BT> Zwei\tMänner .", "Two men ."), ("Ein Hund .", "A\tdog .")])
+        write([])
+    assert (tmp_path / "bt.tsv").read_text(encoding="utf-8") == \
+        "<BT> Zwei Männer .\tTwo men .\nEin Hund .\tA dog .\n"
+    with _writer([tmp_path / "bt.de", tmp_path / "bt.en"]) as write:   # text: kept as it is
+        write([("Zwei\tMänner .", "Two men .")])
+    assert (tmp_path / "bt.de").read_text(encoding="utf-8") == "Zwei\tMänner .\n"
+    tok = train_tokenizer(TOK, make_pairs(200, 0), tmp_path)
+    assert tok.encode_src_batch(["Ein großer\tHund ."]) == tok.encode_src_batch(["Ein großer Hund ."])
