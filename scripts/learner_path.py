@@ -16,7 +16,6 @@ defines (the ids of :mod:`nmt.data.vocab`, which hold no code).
 from __future__ import annotations
 
 import ast
-import dis
 import random
 import sys
 import tempfile
@@ -47,15 +46,31 @@ def write_corpus(root: Path, seed: int = 0) -> Path:
     return root
 
 
-def _globals_by_line(code: types.CodeType) -> dict[int, set[str]]:
-    """Per source line of ``code``, the global names its instructions load."""
+def names_by_line(source: str) -> dict[int, set[str]]:
+    """Per line of ``source``, the names that its expressions read (``ast.Name`` loads), each
+    also under the first line of its statement (a line event may come on either). From the
+    syntax tree, so no Python version's bytecode or line table enters."""
     out: dict[int, set[str]] = {}
-    line = code.co_firstlineno
-    for ins in dis.get_instructions(code):
-        line = ins.starts_line or line
-        if ins.opname in ("LOAD_GLOBAL", "LOAD_NAME"):
-            out.setdefault(line, set()).add(ins.argval)
+
+    def visit(node: ast.AST, statement: int) -> None:
+        if isinstance(node, ast.stmt):
+            statement = node.lineno
+        if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load):
+            for line in (node.lineno, statement):
+                out.setdefault(line, set()).add(node.id)
+        for child in ast.iter_child_nodes(node):
+            visit(child, statement)
+
+    visit(ast.parse(source), 1)
     return out
+
+
+def globals_by_line(code: types.CodeType, names: dict[int, set[str]]) -> dict[int, set[str]]:
+    """Per line, the names of ``names`` (:func:`names_by_line` of ``code``'s file) that
+    ``code`` reads as globals: in its ``co_names``, not among its locals, cells or frees."""
+    local = set(code.co_varnames) | set(code.co_cellvars) | set(code.co_freevars)
+    wanted = set(code.co_names) - local
+    return {line: found for line, read in names.items() if (found := read & wanted)}
 
 
 class PathTracer:
@@ -64,6 +79,7 @@ class PathTracer:
     def __init__(self) -> None:
         self.files: set[Path] = set()
         self._lines: dict[types.CodeType, dict[int, set[str]]] = {}
+        self._names: dict[str, dict[int, set[str]]] = {}
         self._imports: dict[str, dict[str, str]] = {}
 
     def _imported_from(self, module: str) -> dict[str, str]:
@@ -93,7 +109,9 @@ class PathTracer:
         if event == "line":
             code = frame.f_code
             if code not in self._lines:
-                self._lines[code] = _globals_by_line(code)
+                if code.co_filename not in self._names:
+                    self._names[code.co_filename] = names_by_line(path.read_text(encoding="utf-8"))
+                self._lines[code] = globals_by_line(code, self._names[code.co_filename])
             for name in self._lines[code].get(frame.f_lineno, ()):
                 self._read(frame, name)
         return self._trace

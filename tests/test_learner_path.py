@@ -52,3 +52,32 @@ def test_every_module_of_a_step_and_a_search_is_in_the_reading_order(tmp_path):
         assert not missing, f"{doc.name}'s reading order lacks {missing}, which the path runs"
     total = sum(counts.values())
     assert total <= BUDGET, f"the learner's path is {total} lines, over {BUDGET}: {counts}"
+
+
+SOURCE = '''\
+LIMIT = 3
+
+
+def scaled(xs, factor=LIMIT):
+    total = len(
+        xs)
+    return [min(x, LIMIT) * factor for x in xs], total
+
+
+def shadowed(LIMIT):
+    return LIMIT
+'''
+
+
+def test_globals_by_line_come_from_the_syntax_tree_not_the_line_table():
+    # no bytecode line table is read: the same exact answer on every Python that
+    # requires-python allows (3.13's dis gives ``starts_line`` as a bool, 3.12 a line number)
+    module = _learner_path()
+    names = module.names_by_line(SOURCE)
+    assert names == {4: {"LIMIT"}, 5: {"len", "xs"}, 6: {"xs"},
+                     7: {"min", "x", "LIMIT", "factor", "xs", "total"}, 11: {"LIMIT"}}
+    code = compile(SOURCE, "m.py", "exec")
+    scaled, shadowed = (c for c in code.co_consts if hasattr(c, "co_names"))
+    assert module.globals_by_line(scaled, names) == {5: {"len"}, 7: {"min", "LIMIT"}}
+    assert module.globals_by_line(shadowed, names) == {}   # a parameter, not the global
+    assert module.globals_by_line(code, names) == {4: {"LIMIT"}}   # the default, at def time
