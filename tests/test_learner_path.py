@@ -61,7 +61,7 @@ LIMIT = 3
 def scaled(xs, factor=LIMIT):
     total = len(
         xs)
-    return [min(x, LIMIT) * factor for x in xs], total
+    return min(xs[0], LIMIT) * factor, total
 
 
 def shadowed(LIMIT):
@@ -75,7 +75,7 @@ def test_globals_by_line_come_from_the_syntax_tree_not_the_line_table():
     module = _learner_path()
     names = module.names_by_line(SOURCE)
     assert names == {4: {"LIMIT"}, 5: {"len", "xs"}, 6: {"xs"},
-                     7: {"min", "x", "LIMIT", "factor", "xs", "total"}, 11: {"LIMIT"}}
+                     7: {"min", "LIMIT", "factor", "xs", "total"}, 11: {"LIMIT"}}
     code = compile(SOURCE, "m.py", "exec")
     scaled, shadowed = (c for c in code.co_consts if hasattr(c, "co_names"))
     assert module.globals_by_line(scaled, names) == {5: {"len"}, 7: {"min", "LIMIT"}}
