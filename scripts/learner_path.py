@@ -67,7 +67,8 @@ def names_by_line(source: str) -> dict[int, set[str]]:
 
 def globals_by_line(code: types.CodeType, names: dict[int, set[str]]) -> dict[int, set[str]]:
     """Per line, the names of ``names`` (:func:`names_by_line` of ``code``'s file) that
-    ``code`` reads as globals: in its ``co_names``, not among its locals, cells or frees."""
+    ``code`` reads as globals: in its ``co_names``, not among its locals, cells or frees (the
+    lines of other code in the file are kept: a frame's line events name its own lines)."""
     local = set(code.co_varnames) | set(code.co_cellvars) | set(code.co_freevars)
     wanted = set(code.co_names) - local
     return {line: found for line, read in names.items() if (found := read & wanted)}
