@@ -258,12 +258,17 @@ def is_guided(train: Any) -> bool:
 
 
 def _check_guided(cfg: DictConfig) -> None:
-    """Guided alignment: ``data.alignments`` (or the teacher's links) only with
-    ``train.alignment_loss_weight`` > 0, on a head to supervise, with fixed subwords."""
+    """Guided alignment: ``data.alignments`` (or the teacher's links) and
+    ``model.alignment_full_context`` only with ``train.alignment_loss_weight`` > 0, on a head
+    to supervise, with fixed subwords."""
     guided, links = is_guided(cfg.train), cfg.data.alignments
     if links is not None and not guided:
         raise ConfigError(f"data.alignments={links} supervises guided alignment: set "
                           "train.alignment_loss_weight > 0 (Garg et al. 2019: 0.05), or drop it.")
+    if cfg.model.get("alignment_full_context", False) and not guided:
+        raise ConfigError("model.alignment_full_context=true is a pass that only guided alignment "
+                          "trains (its alignment would be untrained): set "
+                          "train.alignment_loss_weight > 0, or drop it.")
     if guided and cfg.model.get("alignment_heads", 1) == 0:
         raise ConfigError("train.alignment_loss_weight > 0 supervises model.alignment_heads heads "
                           "of model.alignment_layer: set model.alignment_heads=1 "

@@ -162,6 +162,8 @@ def test_threshold_and_eos_leave_words_unaligned():
     (["train.alignment_loss_weight=0.05", "data.alignments=x"], ["model.alignment_heads=1"]),
     ([*GUIDED, "data.alignments=x", "data.tokenizer.sampling_alpha=0.1"], ["sampling_alpha"]),
     (["train.alignment_loss_weight=-1"], ["train.alignment_loss_weight=-1.0"]),
+    (["model.alignment_full_context=true"],   # a pass that only guided alignment trains
+     ["model.alignment_full_context=true", "train.alignment_loss_weight > 0"]),
 ])
 def test_guided_settings_are_checked(overrides, words, tiny_overrides):
     with pytest.raises(ConfigError) as err:
