@@ -205,10 +205,11 @@ class CheckpointManager:
         return set(last) | set(best)
 
     def save(self, ckpt: dict, step: int, is_best: bool = False,
-             scores: Mapping[int, float] | None = None) -> Path:
+             scores: Mapping[int, float] | None = None, resume_point: bool = False) -> Path:
         """Write ``ckpt`` of optimizer step ``step``, link ``last.pt`` (and ``best.pt``), rotate;
-        returns ``last.pt``."""
-        step_files = self.keep_last + self.keep_best > 0
+        returns ``last.pt``. A ``resume_point`` (no validation) replaces ``last.pt`` only: the
+        step files stay those of validations."""
+        step_files = self.keep_last + self.keep_best > 0 and not resume_point
         if step_files:
             step_path = self.directory / f"step_{step}.pt"
             save_atomic(ckpt, step_path)

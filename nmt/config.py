@@ -135,6 +135,7 @@ class TrainSchema:
     max_minutes: float | None = MISSING
     eval_every_steps: int | None = MISSING
     log_every_steps: int = MISSING
+    save_every_steps: int | None = MISSING
     label_smoothing: float = MISSING
     consistency: Consistency = MISSING
     consistency_alpha: float = MISSING
@@ -433,6 +434,7 @@ def validate(cfg: DictConfig) -> DictConfig:
         raise ConfigError(f"data.src_lang={data.src_lang!r} must differ from data.tgt_lang.")
     check_positive(out, "train.batch_tokens", "train.accum_steps", "train.max_steps", "train.max_epochs",
                    "train.max_minutes", "train.eval_every_steps", "train.log_every_steps", "train.lr",
+                   "train.save_every_steps",
                    "train.plateau_patience", "train.early_stopping_patience", "train.eps",
                    "train.peak_tflops", "train.shape_multiple")
     check_positive(out, "train.warmup_steps", "train.clip_grad_norm", "train.weight_decay",

@@ -277,8 +277,10 @@ def test_kept_step_checkpoints_and_averaging_the_best(overrides, tmp_path, monke
     eval_every_steps=null); the scripted validation BLEU below decides which step files stay.
     Half the validation interval (4 // 2 = 2 steps) keeps 12 and 13 from both counting among
     the keep_last=2 newest (13, 8); keep_best=2 adds the best two, 4 and 12 (6.0 each);
-    best.pt is step 4, the first to reach 6.0."""
+    best.pt is step 4, the first to reach 6.0. The resume points of save_every_steps=3 (steps
+    3, 6 and 9; 12 validates) replace last.pt alone and leave no step file."""
     import nmt.training.trainer as trainer_mod
+    from nmt.checkpoint import CheckpointManager
     from nmt.cli import average as cli_average
 
     bleu = {4: 6.0, 8: 2.0, 12: 6.0, 13: 4.0}
@@ -286,11 +288,22 @@ def test_kept_step_checkpoints_and_averaging_the_best(overrides, tmp_path, monke
     def scripted(self):
         return {"loss": 1.0, "nll": 1.0, "ppl": 2.718, "bleu": bleu[self.state.step]}
 
+    saved, save = [], CheckpointManager.save
+
+    def recorded(self, ckpt, step, *args, resume_point=False, **kwargs):
+        last = save(self, ckpt, step, *args, resume_point=resume_point, **kwargs)
+        saved.append((step, resume_point, load_checkpoint(last)["step"]))
+        return last
+
     monkeypatch.setattr(trainer_mod.Trainer, "validate", scripted)
+    monkeypatch.setattr(CheckpointManager, "save", recorded)
     run = tmp_path / "run"
     train(compose_config(overrides[:-1] + TINY_MODEL + TINY_TRAIN + [
         "train.batch_tokens=1024", "train.eval_every_steps=4", "train.max_steps=13",
-        "train.keep_last=2", "train.keep_best=2", "device=cpu", f"run_dir={run}"]))
+        "train.save_every_steps=3", "train.keep_last=2", "train.keep_best=2", "device=cpu",
+        f"run_dir={run}"]))
+    assert saved == [(3, True, 3), (4, False, 4), (6, True, 6), (8, False, 8), (9, True, 9),
+                     (12, False, 12), (13, False, 13)]
     ckpts = run / "checkpoints"
     last = load_checkpoint(ckpts / "last.pt")
     assert [h["step"] for h in last["trainer"]["history"]] == [4, 8, 12, 13]

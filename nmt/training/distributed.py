@@ -57,8 +57,24 @@ def init_distributed(device_type: str) -> DistInfo:
         backend = "nccl" if device_type == "cuda" else "gloo"
         if backend == "nccl":
             torch.cuda.set_device(local_rank)
-        dist.init_process_group(backend=backend, rank=rank, world_size=world)
+        dist.init_process_group(backend=backend, rank=rank, world_size=world,
+                                store=_attempt_store(world))
     return DistInfo(rank=rank, world_size=world, local_rank=local_rank)
+
+
+def _attempt_store(world: int) -> dist.Store | None:
+    """The key-value store of this attempt of a ``torchrun`` job, or None (``env://``).
+
+    torchrun's agent hosts one store for the whole job and restarts a failed worker group
+    (``--max-restarts``) against the same store: the first attempt's keys are still there,
+    and a restarted rank reads a dead peer's address from them (gloo's connectFullMesh:
+    connection refused). Each attempt gets its own key prefix, as the agent numbers them."""
+    if os.environ.get("TORCHELASTIC_USE_AGENT_STORE") != "True":
+        return None                 # rank 0 hosts a new store in every attempt
+    client = dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), world,
+                           is_master=False)
+    return dist.PrefixStore(f"nmt/attempt_{os.environ.get('TORCHELASTIC_RESTART_COUNT', '0')}",
+                            client)
 
 
 def cleanup_distributed() -> None:

@@ -56,7 +56,8 @@ SAMPLING_KEYS = ("data.tokenizer.sampling_alpha", "data.tokenizer.nbest_size")
 BATCH_ORDER_KEYS = ("train.batch_tokens", "train.seed", "train.accum_steps",
                     "data.sampling_temperature", *SAMPLING_KEYS)
 # May differ between the segments of one run_dir without changing what is trained.
-UNCHECKED_KEYS = ("run_dir", "device", "data.cache_dir", "train.resume")
+UNCHECKED_KEYS = ("run_dir", "device", "data.cache_dir", "train.resume",
+                  "train.save_every_steps")
 
 
 def _regularisation(problem: str) -> bool:

@@ -384,8 +384,9 @@ class Trainer:
         return improved
 
     # ------------------------------------------------------------------ checkpoints
-    def checkpoint(self, is_best: bool) -> None:
-        """``step_<k>.pt``, ``last.pt`` (, ``best.pt``) on rank 0; every rank must call it."""
+    def checkpoint(self, is_best: bool, resume_point: bool = False) -> None:
+        """``step_<k>.pt``, ``last.pt`` (, ``best.pt``) on rank 0, or with ``resume_point``
+        ``last.pt`` alone; every rank must call it."""
         rngs = dist.gather_objects(rng_state(), self.info)
         st = self.state
         st.elapsed_s += time.perf_counter() - self._start
@@ -404,19 +405,32 @@ class Trainer:
                 "optimizer": self.optimizer.state_dict(), "scheduler": self.schedule.state_dict(),
                 "scaler": None if self.scaler is None else self.scaler.state_dict(),
                 "rng": rngs, "trainer": asdict(st)}
-            self.manager.save(ckpt, st.step, is_best=is_best, scores=bleu)
+            self.manager.save(ckpt, st.step, is_best=is_best, scores=bleu,
+                              resume_point=resume_point)
+
+    @contextlib.contextmanager
+    def _off_the_clock(self):
+        """Seconds spent inside count as a pause, not as training time (tokens/s, MFU)."""
+        t0 = time.perf_counter()
+        self.state.train_s += t0 - self._mark
+        yield
+        self._pause += time.perf_counter() - t0
+        self._mark = time.perf_counter()
 
     def _validate_and_save(self, epoch_end: bool, stop_reason: str = "") -> str:
         """Validate, record the stop reason (given, or early stopping), checkpoint; return it."""
-        t0 = time.perf_counter()
-        self.state.train_s += t0 - self._mark
-        scores = self.validate()
-        is_best = self._after_validation(scores, epoch_end)
-        self.state.stop_reason = stop_reason or self._stop_reason()
-        self.checkpoint(is_best)
-        self._pause += time.perf_counter() - t0
-        self._mark = time.perf_counter()
+        with self._off_the_clock():
+            scores = self.validate()
+            is_best = self._after_validation(scores, epoch_end)
+            self.state.stop_reason = stop_reason or self._stop_reason()
+            self.checkpoint(is_best)
         return self.state.stop_reason
+
+    def _save_resume_point(self) -> None:
+        """``last.pt`` between validations (``train.save_every_steps``): what a killed run, or
+        a worker group that torchrun restarts, resumes from."""
+        with self._off_the_clock():
+            self.checkpoint(is_best=False, resume_point=True)
 
     # ------------------------------------------------------------------ loop
     def _stop_reason(self, check_time: bool = False) -> str:
@@ -524,6 +538,8 @@ class Trainer:
             every = t.eval_every_steps            # None: at epoch ends
             if (epoch_end if every is None else st.step % every == 0) or reason:   # syncs
                 reason = self._validate_and_save(epoch_end, stop_reason=reason)
+            elif t.save_every_steps is not None and st.step % t.save_every_steps == 0:
+                self._save_resume_point()
             self.stop_reason = reason
         bar.close()
         if prefetch is not None:

@@ -5,7 +5,9 @@ test SIGKILLs it from outside at a known point, with nothing test-only in the tr
 
 With ``PAUSE_ENV=k`` each process, about to take optimizer step k + 1 (step k's checkpoint, if
 any, written), writes its pid to ``<PAUSE_DIR_ENV>/rank<r>.pid`` and waits. :func:`kill_when_paused`
-waits for every rank's file and SIGKILLs them.
+waits for every rank's file and SIGKILLs them. With ``PAUSE_RANK_ENV=r`` only rank r pauses (the
+others wait for it in the next all-reduce), and only in torchrun's first attempt: the worker
+group that torchrun restarts runs to the end.
 """
 
 from __future__ import annotations
@@ -18,14 +20,19 @@ import threading
 import time
 from pathlib import Path
 
-PAUSE_ENV, PAUSE_DIR_ENV = "NMT_TEST_PAUSE_AT_STEP", "NMT_TEST_PAUSE_DIR"
+PAUSE_ENV, PAUSE_DIR_ENV, PAUSE_RANK_ENV = ("NMT_TEST_PAUSE_AT_STEP", "NMT_TEST_PAUSE_DIR",
+                                           "NMT_TEST_PAUSE_RANK")
 
 
-def popen(cmd: list[str], pause_at: int, pause_dir: Path, env: dict) -> subprocess.Popen:
-    """Start ``cmd`` (which runs this script) paused at step ``pause_at``; its stdout and
-    stderr go to ``pause_dir/out.txt`` (a pipe could fill up and block it)."""
+def popen(cmd: list[str], pause_at: int, pause_dir: Path, env: dict,
+          rank: int | None = None) -> subprocess.Popen:
+    """Start ``cmd`` (which runs this script) paused at step ``pause_at`` (every rank, or
+    ``rank`` alone); its stdout and stderr go to ``pause_dir/out.txt`` (a pipe could fill up
+    and block it)."""
     pause_dir.mkdir(parents=True, exist_ok=True)
     env = {**env, PAUSE_ENV: str(pause_at), PAUSE_DIR_ENV: str(pause_dir)}
+    if rank is not None:
+        env[PAUSE_RANK_ENV] = str(rank)
     with open(pause_dir / "out.txt", "w") as out:
         return subprocess.Popen(cmd, cwd=Path(__file__).resolve().parents[2], env=env,
                                 stdout=out, stderr=subprocess.STDOUT, text=True)
@@ -48,9 +55,11 @@ def kill_when_paused(proc: subprocess.Popen, pause_dir: Path, ranks: int = 1,
     return proc.wait(timeout=deadline_s)
 
 
-def _pause_before(train_step, at: int, pause_dir: Path):
+def _pause_before(train_step, at: int, pause_dir: Path, rank: str | None):
+    first_attempt = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0") == "0"
+
     def paused(self, *args, **kwargs):
-        if self.state.step == at:
+        if self.state.step == at and first_attempt and rank in (None, str(self.info.rank)):
             tmp = pause_dir / f".rank{self.info.rank}.tmp"
             tmp.write_text(str(os.getpid()))
             tmp.replace(pause_dir / f"rank{self.info.rank}.pid")
@@ -64,5 +73,6 @@ if __name__ == "__main__":
     from nmt.training.trainer import Trainer
 
     Trainer.train_step = _pause_before(Trainer.train_step, int(os.environ[PAUSE_ENV]),
-                                       Path(os.environ[PAUSE_DIR_ENV]))
+                                       Path(os.environ[PAUSE_DIR_ENV]),
+                                       os.environ.get(PAUSE_RANK_ENV))
     sys.exit(main(sys.argv[1:]))

@@ -1,12 +1,16 @@
 """DDP: two gloo processes on CPU take the same steps as one process with the same global
-batch (gradient accumulation included), and a killed two-process run (with R-Drop) resumes
-exactly."""
+batch (gradient accumulation included), a killed two-process run (with R-Drop) resumes
+exactly, two hosts (network namespaces joined by a veth pair) train the weights of one host
+with two ranks, and a worker killed under ``torchrun --max-restarts`` costs nothing."""
 
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
+import uuid
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -232,3 +236,124 @@ def test_no_gloo_thread_outlives_the_process_group(root, tmp_path):
                           capture_output=True, text=True, timeout=180)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert proc.stdout.count("gloo threads: 0") == 2, proc.stdout
+
+
+# Elastic runs: 7 steps an epoch (14 batches, 2 ranks), validations at the epoch end (step 7)
+# and at the last step (10), resume points (last.pt alone) at steps 3, 6 and 9.
+ELASTIC = ["train.eval_every_steps=null", "train.save_every_steps=3", "train.max_steps=10"]
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(root) -> dict:
+    """``last.pt`` of an uninterrupted run of the elastic settings: one host, two ranks."""
+    run_dir = root / "uninterrupted"
+    proc = _torchrun(_overrides(root) + ELASTIC + [f"run_dir={run_dir}"])
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return load_checkpoint(run_dir / "checkpoints" / "last.pt")
+
+
+def _assert_equal_weights(got: dict, want: dict) -> None:
+    assert (got["step"], got["epoch"]) == (want["step"], want["epoch"])
+    assert got["model"].keys() == want["model"].keys()
+    for name, value in want["model"].items():
+        assert torch.equal(got["model"][name], value), name
+
+
+@pytest.mark.parametrize(("step", "rank"), [(2, 1), (5, 0), (8, 1)])
+def test_a_killed_worker_is_restarted_and_the_run_ends_with_the_uninterrupted_weights(
+        root, uninterrupted, step, rank):
+    """kill -9 of one worker after ``step`` steps under ``torchrun --max-restarts=1``: torchrun
+    stops the other rank and starts the group again (a fresh key prefix in its store), which
+    resumes from last.pt: none yet after step 2 (a fresh start), the resume point of step 3
+    after step 5, the epoch end's validation checkpoint of step 7 after step 8."""
+    run_dir, pause = root / f"elastic{step}", root / f"pause_elastic{step}"
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
+           "--max-restarts=1", str(REPO / "tests" / "e2e" / "paused_train.py"),
+           *_overrides(root), *ELASTIC, f"run_dir={run_dir}"]
+    proc = popen(cmd, step, pause, ENV, rank=rank)
+    assert kill_when_paused(proc, pause) == 0, (pause / "out.txt").read_text()[-3000:]
+    out = (pause / "out.txt").read_text()
+    assert "exitcode: -9" in out and f"local_rank: {rank}" in out    # the kill torchrun saw
+    log = (run_dir / "train.log").read_text()
+    assert log.count("done (max_steps=10 reached)") == 1
+    if step > 3:
+        resumed_at = 3 if step < 7 else 7
+        assert f"at step {resumed_at} (epoch {resumed_at // 7}" in log
+    _assert_equal_weights(load_checkpoint(run_dir / "checkpoints" / "last.pt"), uninterrupted)
+
+
+@dataclass(frozen=True)
+class Hosts:
+    """Two network namespaces joined by a veth pair: host ``i`` is ``names[i]`` with the
+    address ``addrs[i]`` on its interface ``ifaces[i]``."""
+
+    names: tuple[str, str]
+    ifaces: tuple[str, str]
+    addrs: tuple[str, str] = ("10.77.0.1", "10.77.0.2")
+
+    def torchrun(self, i: int, args: list[str], join_timeout: int = 60) -> subprocess.Popen:
+        """``torchrun --nnodes=2`` on host ``i``, one rank, c10d rendezvous at host 0, which
+        hosts the store (named explicitly: a namespaced host cannot resolve its hostname)."""
+        cmd = ["ip", "netns", "exec", self.names[i], sys.executable, "-m",
+               "torch.distributed.run", "--nnodes=2", "--nproc_per_node=1",
+               "--rdzv-backend=c10d", f"--rdzv-endpoint={self.addrs[0]}:29500",
+               "--rdzv-id=nmt-test", f"--local-addr={self.addrs[i]}",
+               f"--rdzv-conf=is_host={int(i == 0)},join_timeout={join_timeout}",
+               "-m", "nmt.cli.train", *args]
+        env = {**ENV, "GLOO_SOCKET_IFNAME": self.ifaces[i]}
+        return subprocess.Popen(cmd, cwd=REPO, env=env, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True)
+
+
+def _ip(*args: str) -> None:
+    subprocess.run(["ip", *args], check=True, capture_output=True, text=True, timeout=30)
+
+
+@pytest.fixture(scope="module")
+def hosts() -> Hosts:
+    """Two hosts on this machine; skipped where ``ip netns`` cannot make them (not root, no
+    iproute2, no network namespaces)."""
+    tag = uuid.uuid4().hex[:6]
+    net = Hosts(names=(f"nmt{tag}a", f"nmt{tag}b"), ifaces=(f"v{tag}a", f"v{tag}b"))
+    if os.geteuid() != 0 or shutil.which("ip") is None:
+        pytest.skip("two hosts need network namespaces: root and iproute2's ip netns")
+    try:
+        _ip("netns", "add", net.names[0])
+    except subprocess.CalledProcessError as err:
+        pytest.skip(f"two hosts need network namespaces: ip netns add failed: {err.stderr}")
+    try:
+        _ip("netns", "add", net.names[1])
+        _ip("link", "add", net.ifaces[0], "type", "veth", "peer", "name", net.ifaces[1])
+        for name, iface, addr in zip(net.names, net.ifaces, net.addrs, strict=True):
+            _ip("link", "set", iface, "netns", name)
+            _ip("-n", name, "addr", "add", f"{addr}/24", "dev", iface)
+            _ip("-n", name, "link", "set", iface, "up")
+            _ip("-n", name, "link", "set", "lo", "up")
+        yield net
+    finally:
+        for name in net.names:          # deleting a namespace deletes its end of the pair
+            subprocess.run(["ip", "netns", "delete", name], capture_output=True, timeout=30)
+
+
+def test_two_hosts_train_the_weights_of_one_host_with_two_ranks(root, uninterrupted, hosts):
+    """``torchrun --nnodes=2`` on two hosts, one rank each, gloo over the veth pair: the same
+    all-reduce of two ranks, so exactly the weights of one host running both ranks."""
+    run_dir = root / "two_hosts"
+    procs = [hosts.torchrun(i, _overrides(root) + ELASTIC + [f"run_dir={run_dir}"])
+             for i in (0, 1)]
+    outs = [p.communicate(timeout=240) for p in procs]
+    for proc, (_, err) in zip(procs, outs, strict=True):
+        assert proc.returncode == 0, err[-3000:]
+    log = (run_dir / "train.log").read_text()
+    assert "world 2" in log and log.count("done (max_steps=10 reached)") == 1
+    _assert_equal_weights(load_checkpoint(run_dir / "checkpoints" / "last.pt"), uninterrupted)
+
+
+def test_a_host_that_never_joins_ends_the_job_within_the_rendezvous_timeout(root, hosts):
+    """Host 0 alone: torchrun gives up after ``join_timeout`` seconds with its rendezvous
+    timeout error, never waits for ever, and no worker started."""
+    proc = hosts.torchrun(0, _overrides(root) + [f"run_dir={root / 'lone_host'}"],
+                          join_timeout=5)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode != 0 and "RendezvousTimeoutError" in err
+    assert not (root / "lone_host").exists()
