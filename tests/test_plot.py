@@ -75,3 +75,26 @@ def test_rnn_has_no_self_attention_to_draw():
     with pytest.raises(ConfigError, match="kind='encoder'"):
         nmt.plot_alignment(r, kind="encoder")
     assert len(_panels(nmt.plot_alignment(r, layer="all", head="all"))) == 1
+
+
+def test_tensorboard_alignment_is_the_models_not_searchs(transformer):  # noqa: F811
+    import dataclasses
+
+    from nmt.evaluation.plot import tensorboard_figures
+    from nmt.inference.translator import capture_attention
+
+    model, tok = transformer.model, transformer.tokenizer
+    src_ids = [[], tok.encode_src_batch([SOURCES[0]])[0]]       # the first with a source: 1
+    hyp = transformer.hypotheses(src_ids[1:], transformer.search_settings(**SHORT, beam_size=1)
+                                 | {"first_token": None}, None)[0][0]
+    searched = dataclasses.replace(hyp, alignment=np.zeros_like(hyp.alignment))
+    model.alignment_full_context = True   # the extra pass: not search's alignment
+    try:
+        figures = tensorboard_figures(model, src_ids, [[], [searched]], tok, "cpu", 7)
+        full = capture_attention(model, src_ids[1:], [hyp.tokens], everything=False)[0]
+    finally:
+        model.alignment_full_context = False
+    (ax,) = _panels(figures["valid/alignment"])
+    np.testing.assert_allclose(ax.images[0].get_array(), full["alignment"], rtol=0, atol=1e-6)
+    assert not np.allclose(full["alignment"], hyp.alignment, atol=1e-4)   # it differs here
+    assert set(figures) == {"valid/alignment", "valid/attention"}

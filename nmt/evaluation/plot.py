@@ -161,10 +161,11 @@ def _draw(weights: np.ndarray, rows: list[str], cols: list[str], names: tuple[st
 def tensorboard_figures(model, src_ids: Sequence[Sequence[int]], hyps: Sequence, tokenizer,
                         device, step: int) -> dict[str, Figure]:
     """TensorBoard's figures of the first validation sentence with a source and a hypothesis
-    (``src_ids`` without EOS, ``hyps`` per sentence its hypotheses, best first):
-    ``valid/alignment``, and ``valid/attention``, the cross-attention grid (rows = layers,
-    columns = heads and their mean) of one teacher-forced pass over the hypothesis in eval
-    mode (about a second to draw). ``{}`` when there is no such sentence."""
+    (``src_ids`` without EOS, ``hyps`` per sentence its hypotheses, best first), both from one
+    teacher-forced pass over the best hypothesis in eval mode (about a second to draw):
+    ``valid/alignment``, the model's alignment (a full-context model's extra pass, not
+    search's causal one), and ``valid/attention``, the cross-attention grid (rows = layers,
+    columns = heads and their mean). ``{}`` when there is no such sentence."""
     from nmt.data.vocab import EOS_ID
     from nmt.inference.translator import capture_attention
 
@@ -174,8 +175,8 @@ def tensorboard_figures(model, src_ids: Sequence[Sequence[int]], hyps: Sequence,
     hyp = hyps[i][0]
     src_labels = tokenizer.src_pieces(list(src_ids[i]) + [EOS_ID])
     tgt_labels = tokenizer.tgt_pieces(list(hyp.tokens) + [EOS_ID])
-    figures = {"valid/alignment": plot_alignment(np.asarray(hyp.alignment), src_labels, tgt_labels)}
     attention = capture_attention(model, [src_ids[i]], [hyp.tokens], device)[0]
+    figures = {"valid/alignment": plot_alignment(attention["alignment"], src_labels, tgt_labels)}
     title = f"validation sentence {i}, step {step}"
     figures["valid/attention"] = plot_attention(attention["cross"], src_labels, tgt_labels,
                                                 "cross", dpi=80, title=title)
