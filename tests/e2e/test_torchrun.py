@@ -6,17 +6,20 @@ with two ranks, and a worker killed under ``torchrun --max-restarts`` costs noth
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 import sys
-import uuid
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 import torch
-from conftest import free_port, train, write_corpus, write_multilingual_corpus
+from conftest import REPO_ROOT, free_port, train, write_corpus, write_multilingual_corpus
 from paused_train import kill_when_paused, popen
+
+sys.path.insert(0, str(REPO_ROOT / "scripts"))
+try:
+    from torchrun_check import Hosts, HostsUnavailable  # scripts/: the two-host benchmark's
+finally:
+    sys.path.pop(0)
 
 from nmt.checkpoint import load_checkpoint
 from nmt.config import compose_config
@@ -282,64 +285,31 @@ def test_a_killed_worker_is_restarted_and_the_run_ends_with_the_uninterrupted_we
     _assert_equal_weights(load_checkpoint(run_dir / "checkpoints" / "last.pt"), uninterrupted)
 
 
-@dataclass(frozen=True)
-class Hosts:
-    """Two network namespaces joined by a veth pair: host ``i`` is ``names[i]`` with the
-    address ``addrs[i]`` on its interface ``ifaces[i]``."""
-
-    names: tuple[str, str]
-    ifaces: tuple[str, str]
-    addrs: tuple[str, str] = ("10.77.0.1", "10.77.0.2")
-
-    def torchrun(self, i: int, args: list[str], join_timeout: int = 60) -> subprocess.Popen:
-        """``torchrun --nnodes=2`` on host ``i``, one rank, c10d rendezvous at host 0, which
-        hosts the store (named explicitly: a namespaced host cannot resolve its hostname)."""
-        cmd = ["ip", "netns", "exec", self.names[i], sys.executable, "-m",
-               "torch.distributed.run", "--nnodes=2", "--nproc_per_node=1",
-               "--rdzv-backend=c10d", f"--rdzv-endpoint={self.addrs[0]}:29500",
-               "--rdzv-id=nmt-test", f"--local-addr={self.addrs[i]}",
-               f"--rdzv-conf=is_host={int(i == 0)},join_timeout={join_timeout}",
-               "-m", "nmt.cli.train", *args]
-        env = {**ENV, "GLOO_SOCKET_IFNAME": self.ifaces[i]}
-        return subprocess.Popen(cmd, cwd=REPO, env=env, stdout=subprocess.PIPE,
-                                stderr=subprocess.PIPE, text=True)
-
-
-def _ip(*args: str) -> None:
-    subprocess.run(["ip", *args], check=True, capture_output=True, text=True, timeout=30)
-
-
 @pytest.fixture(scope="module")
 def hosts() -> Hosts:
-    """Two hosts on this machine; skipped where ``ip netns`` cannot make them (not root, no
-    iproute2, no network namespaces)."""
-    tag = uuid.uuid4().hex[:6]
-    net = Hosts(names=(f"nmt{tag}a", f"nmt{tag}b"), ifaces=(f"v{tag}a", f"v{tag}b"))
-    if os.geteuid() != 0 or shutil.which("ip") is None:
-        pytest.skip("two hosts need network namespaces: root and iproute2's ip netns")
+    """Two hosts on this machine (scripts/torchrun_check.py); skipped where ``ip netns``
+    cannot make them (not root, no iproute2, no network namespaces)."""
     try:
-        _ip("netns", "add", net.names[0])
-    except subprocess.CalledProcessError as err:
-        pytest.skip(f"two hosts need network namespaces: ip netns add failed: {err.stderr}")
+        net = Hosts.create()
+    except HostsUnavailable as err:
+        pytest.skip(str(err))
     try:
-        _ip("netns", "add", net.names[1])
-        _ip("link", "add", net.ifaces[0], "type", "veth", "peer", "name", net.ifaces[1])
-        for name, iface, addr in zip(net.names, net.ifaces, net.addrs, strict=True):
-            _ip("link", "set", iface, "netns", name)
-            _ip("-n", name, "addr", "add", f"{addr}/24", "dev", iface)
-            _ip("-n", name, "link", "set", iface, "up")
-            _ip("-n", name, "link", "set", "lo", "up")
         yield net
     finally:
-        for name in net.names:          # deleting a namespace deletes its end of the pair
-            subprocess.run(["ip", "netns", "delete", name], capture_output=True, timeout=30)
+        net.delete()
+
+
+def _on_host(hosts: Hosts, i: int, args: list[str], join_timeout: int = 60) -> subprocess.Popen:
+    return subprocess.Popen(hosts.command(i, ["-m", "nmt.cli.train", *args], join_timeout),
+                            cwd=REPO, env=hosts.env(i, ENV), stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
 
 
 def test_two_hosts_train_the_weights_of_one_host_with_two_ranks(root, uninterrupted, hosts):
     """``torchrun --nnodes=2`` on two hosts, one rank each, gloo over the veth pair: the same
     all-reduce of two ranks, so exactly the weights of one host running both ranks."""
     run_dir = root / "two_hosts"
-    procs = [hosts.torchrun(i, _overrides(root) + ELASTIC + [f"run_dir={run_dir}"])
+    procs = [_on_host(hosts, i, _overrides(root) + ELASTIC + [f"run_dir={run_dir}"])
              for i in (0, 1)]
     outs = [p.communicate(timeout=240) for p in procs]
     for proc, (_, err) in zip(procs, outs, strict=True):
@@ -352,8 +322,8 @@ def test_two_hosts_train_the_weights_of_one_host_with_two_ranks(root, uninterrup
 def test_a_host_that_never_joins_ends_the_job_within_the_rendezvous_timeout(root, hosts):
     """Host 0 alone: torchrun gives up after ``join_timeout`` seconds with its rendezvous
     timeout error, never waits for ever, and no worker started."""
-    proc = hosts.torchrun(0, _overrides(root) + [f"run_dir={root / 'lone_host'}"],
-                          join_timeout=5)
+    proc = _on_host(hosts, 0, _overrides(root) + [f"run_dir={root / 'lone_host'}"],
+                    join_timeout=5)
     _, err = proc.communicate(timeout=120)
     assert proc.returncode != 0 and "RendezvousTimeoutError" in err
     assert not (root / "lone_host").exists()
