@@ -317,3 +317,55 @@ def test_translate_cli_samples_and_ensembles(tmp_path):
         outs[name] = (tmp_path / name).read_text(encoding="utf-8")
     assert outs["single"] == outs["ensemble"] and outs["sample1"] == outs["sample2"]
     assert len(outs["sample1"].splitlines()) == 3
+
+
+# ------------------------------------------------------------------ full-context alignment
+def _model_alignment(model, src_text: str, tgt_ids: list[int], tokenizer) -> np.ndarray:
+    """The model's alignment [T+1, S+1] of one pair: one teacher-forced pass, as trained."""
+    import torch
+
+    from nmt.data.batching import make_src_batch, make_tgt_batch
+
+    src, src_mask = make_src_batch(tokenizer.encode_src_batch([src_text]))
+    with torch.no_grad():
+        return model(src, src_mask, make_tgt_batch([tgt_ids])[0])[1][0].numpy()
+
+
+def test_full_context_alignment_of_every_hypothesis_only_when_asked():
+    full = _fresh(["model.d_model=16", "model.heads=2", "model.ff_dim=32",
+                   "model.decoder_layers=2", "model.alignment_layer=0"])
+    full.model.alignment_full_context = full.alignment_full_context = True
+    passes = []   # (everything, pairs) per teacher-forced pass after search
+    attention = full.attention
+    full.attention = lambda s, t, settings, everything=True: (
+        passes.append((everything, len(t))) or attention(s, t, settings, everything))
+    search = {"beam_size": 3, "n_best": 3, **SHORT}
+    results = full.translate(SOURCES[:3], **search)
+    assert passes == [(False, 9)]   # one pass over every hypothesis of every sentence
+    for src, r in zip(SOURCES, results, strict=False):
+        assert r.alignment is r.hypotheses[0].alignment and len(r.hypotheses) == 3
+        for h in r.hypotheses:
+            np.testing.assert_allclose(h.alignment, _model_alignment(
+                full.model, src, h.ids, full.tokenizer), rtol=0, atol=1e-6)
+    passes.clear()
+    text_only = full.translate(SOURCES[:3], **search, alignment=False)
+    assert passes == []   # nmt-translate, back-translation, a pivot's first step: no pass
+    assert [[h.text for h in r.hypotheses] for r in text_only] == \
+        [[h.text for h in r.hypotheses] for r in results]
+    assert all(h.alignment is None for r in text_only for h in [r, *r.hypotheses])
+    with_all = full.translate(SOURCES[:3], **search, return_attention=True)
+    assert passes == [(True, 3), (False, 6)]   # the best's comes with return_attention's
+    for a, b in zip(with_all, results, strict=True):
+        for x, y in zip(a.hypotheses, b.hypotheses, strict=True):
+            np.testing.assert_allclose(x.alignment, y.alignment, rtol=0, atol=1e-6)
+    # an ensemble with a full-context member reads its teacher-forced mean too
+    causal = _fresh(["model.d_model=16", "model.heads=2", "model.ff_dim=32",
+                     "model.decoder_layers=2", "model.alignment_layer=0"]).model
+    assert not Ensemble([causal]).alignment_full_context
+    mixed = nmt.Translator(Ensemble([full.model, causal]), full.tokenizer, full.config)
+    assert mixed.alignment_full_context
+    r = mixed.translate(SOURCES[0], **search)
+    for h in r.hypotheses:
+        np.testing.assert_allclose(h.alignment, np.mean([_model_alignment(
+            m, SOURCES[0], h.ids, full.tokenizer) for m in (full.model, causal)], 0),
+            rtol=0, atol=1e-6)

@@ -69,7 +69,8 @@ def translate_stream(translator, lines: Iterable[str], out: TextIO, settings: di
     done, it = 0, iter(lines)
     while chunk := list(islice(it, int(settings["batch_sentences"]))):
         parts = []
-        for i, result in enumerate(translator.translate(chunk, **settings), start=done):
+        results = translator.translate(chunk, **settings, alignment=False)   # text only
+        for i, result in enumerate(results, start=done):
             if int(settings.get("n_best", 1)) == 1:
                 parts.append(result.text + "\n")
             else:

@@ -78,7 +78,8 @@ class Translation:
     ``tokens``/``src_tokens``: subwords ending with ``</s>`` (a source-side language tag
     first in ``src_tokens``; a target-side one is cut everywhere); ``ids``: target ids (no
     BOS/EOS); ``score``: as :class:`Hypothesis`; ``alignment``: float32 [len(tokens),
-    len(src_tokens)]; ``hypotheses``: the n-best list, best first, as Translations whose own
+    len(src_tokens)] (None: ``alignment=False`` of an ``alignment_full_context`` engine);
+    ``hypotheses``: the n-best list, best first, as Translations whose own
     ``hypotheses`` are empty: ``[0]`` is this translation without its list. ``attention``
     (``return_attention=True``): float32 ``"cross"`` [L, H, T, S] (the RNN's alpha as L = H =
     1), ``"decoder"`` [L, H, T, T] (key t reads decoder input t: ``<s>`` or a target tag, then
@@ -90,7 +91,7 @@ class Translation:
     src_tokens: list[str]
     ids: list[int]
     score: float
-    alignment: np.ndarray = field(repr=False, compare=False)
+    alignment: np.ndarray | None = field(repr=False, compare=False)
     hypotheses: list[Translation] = field(default_factory=list, repr=False)
     attention: dict[str, np.ndarray] | None = field(default=None, repr=False, compare=False)
 
@@ -273,14 +274,15 @@ class TranslatorBase:
     call too: :meth:`hypotheses`, :meth:`forced` and :meth:`attention`; and states what it can
     do: ``all_attention`` (every layer's and head's attention, ``return_attention``; not an
     ensemble, not CTranslate2), ``epsilon_sampling`` (:meth:`hypotheses` with a sampling
-    ``epsilon`` > 0; not CTranslate2) and ``full_context_alignment`` (the model's alignment
-    needs the whole output: each result's is read by :meth:`attention` after search). Nothing
-    is stored per call: one translator serves many threads."""
+    ``epsilon`` > 0; not CTranslate2) and ``alignment_full_context`` (the model's, an ensemble
+    member's: its alignment needs the whole output, so each hypothesis's is read by
+    :meth:`attention` after search, when asked for). Nothing is stored per call: one
+    translator serves many threads."""
 
     search_settings = staticmethod(search_settings)
     all_attention: bool = True
     epsilon_sampling: bool = True
-    full_context_alignment: bool = False
+    alignment_full_context: bool = False
 
     def __init__(self, tokenizer: Tokenizer, config: DictConfig,
                  device: str | torch.device = "cpu") -> None:
@@ -297,10 +299,13 @@ class TranslatorBase:
                   sampling: bool | None = None, temperature: float | None = None,
                   top_k: int | None = None, top_p: float | None = None, seed: int | None = None,
                   return_attention: bool = False, tgt_lang: str | None = None,
-                  src_lang: str | None = None) -> Translation | list[Translation]:
+                  src_lang: str | None = None, alignment: bool = True
+                  ) -> Translation | list[Translation]:
         """One raw sentence -> a :class:`Translation`, a list -> a list in input order; settings
         as :func:`search_settings` (None: the default). ``return_attention`` fills
-        ``Translation.attention`` by one more teacher-forced pass. ``tgt_lang`` / ``src_lang``:
+        ``Translation.attention`` by one more teacher-forced pass. ``alignment=False``: the
+        caller reads no alignment, so an ``alignment_full_context`` engine runs no pass for it
+        and leaves every ``alignment`` None (others keep search's). ``tgt_lang`` / ``src_lang``:
         the direction (None: the model's ``data.tgt_lang``; the source language is only
         checked). ConfigError: a bad setting, one the engine cannot serve (its capabilities),
         or a direction the model cannot (:func:`direction_tags`)."""
@@ -310,18 +315,21 @@ class TranslatorBase:
             batch_tokens=batch_tokens, sampling=sampling, temperature=temperature, top_k=top_k,
             top_p=top_p, seed=seed)
         return self.translate_with(sentences, settings, return_attention=return_attention,
-                                   tgt_lang=tgt_lang, src_lang=src_lang)
+                                   tgt_lang=tgt_lang, src_lang=src_lang, alignment=alignment)
 
     def translate_with(self, sentences: str | Sequence[str], settings: Mapping, *,
                        return_attention: bool = False, tgt_lang: str | None = None,
-                       src_lang: str | None = None,
+                       src_lang: str | None = None, alignment: bool = True,
                        search: Callable[[list[list[int]], dict], list[list[Hypothesis]]]
                        | None = None) -> Translation | list[Translation]:
         """:meth:`translate` with ``settings`` that :func:`search_settings` checked already
         (nmt-evaluate's split, a pivot's two steps: checked once, where they entered).
         ``search(src_ids, settings)``: a callback that finds each tokenized sentence's
         hypotheses, best first, instead of the settings' search or sample
-        (``settings["first_token"]`` set; minimum-Bayes-risk decoding, :mod:`nmt.extras.decoding.mbr`, is one)."""
+        (``settings["first_token"]`` set; minimum-Bayes-risk decoding,
+        :mod:`nmt.extras.decoding.mbr`, is one). With ``alignment_full_context`` and
+        ``alignment``, every hypothesis of the n-best list gets the model's alignment (one
+        teacher-forced pass over them all; the best's comes with ``return_attention``'s)."""
         single = isinstance(sentences, str)
         settings = dict(settings)
         if return_attention and not self.all_attention:
@@ -345,16 +353,25 @@ class TranslatorBase:
                                   src_tokens, list(h.tokens), float(h.score), h.alignment)
                       for h in hyps]
             results.append(dataclasses.replace(n_best[0], hypotheses=n_best))
-        full = self.full_context_alignment   # search's alignment is causal, not the model's
-        if return_attention or full:
-            captured = self.attention(src_ids, [r.ids for r in results], settings,
-                                      return_attention)
+        full = self.alignment_full_context   # search's alignment is causal, not the model's
+        if return_attention:
+            captured = self.attention(src_ids, [r.ids for r in results], settings)
             for result, weights in zip(results, captured, strict=True):
-                alignment = weights.pop("alignment")
+                model_alignment = weights.pop("alignment")
                 if full:
-                    result.alignment = result.hypotheses[0].alignment = alignment
-                if return_attention:
-                    result.attention = weights
+                    result.hypotheses[0].alignment = model_alignment
+                result.attention = weights
+        if full:
+            rest = [(i, h) for i, r in enumerate(results) if alignment
+                    for h in r.hypotheses[1 if return_attention else 0:]]
+            captured = self.attention([src_ids[i] for i, _ in rest], [h.ids for _, h in rest],
+                                      settings, everything=False) if rest else []
+            for (_, h), weights in zip(rest, captured, strict=True):
+                h.alignment = weights["alignment"]
+            for result in results:
+                for h in result.hypotheses if not alignment else ():
+                    h.alignment = None
+                result.alignment = result.hypotheses[0].alignment
         return results[0] if single else results
 
     def score(self, sources: Sequence[str], targets: Sequence[str], batch_tokens: int = 4000,
@@ -400,7 +417,7 @@ class TranslatorBase:
         ``"alignment"`` [T, S] (the model's: the full-context pass where it has one), and with
         ``everything`` ``"cross"`` [L, H, T, S], ``"decoder"`` [L, H, T, T] and ``"encoder"``
         [L, H, S, S] (:func:`capture_attention`'s). Engines without ``all_attention`` and
-        ``full_context_alignment`` need not implement it."""
+        ``alignment_full_context`` need not implement it."""
         raise NotImplementedError
 
 
@@ -413,7 +430,7 @@ class Translator(TranslatorBase):
         super().__init__(tokenizer, config, device)
         self.model = model.eval()
         self.all_attention = model.all_attention
-        self.full_context_alignment = model.alignment_full_context
+        self.alignment_full_context = model.alignment_full_context
 
     @classmethod
     def from_checkpoint(cls, path: str | Path | Sequence[str | Path],

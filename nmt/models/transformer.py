@@ -166,7 +166,7 @@ class DecoderLayer(nn.Module):
                 ) -> tuple[Tensor, Tensor | None, Tensor | None]:
         """Teacher forcing: x [B,T,d], ``memory`` [B,S,d], ``src_mask`` [B,1,1,S] -> (x [B,T,d],
         cross-attention [B,h,T,S] or None, self-attention [B,h,T,T] or None). ``tgt_mask``
-        [B,1,1,T] replaces the causal mask (:meth:`Transformer.full_context_alignment`)."""
+        [B,1,1,T] replaces the causal mask (:meth:`Transformer.full_context_pass`)."""
         h = self.res1.inp(x)
         y, self_weights = self.self_attn(h, h, tgt_mask, causal=tgt_mask is None,
                                          need_weights=need_self_weights)
@@ -291,7 +291,7 @@ class Transformer(Seq2Seq):
             self.drop_encoder_residual(encoder_drop_residual)
 
     def drop_encoder_residual(self, layer: int) -> None:
-        """``model.encoder_drop_residual``'s hook: a :class:`ResidualFree` connection for layer
+        """``model.encoder_drop_residual``: a :class:`ResidualFree` connection for layer
         ``layer``'s self-attention (a fresh LayerNorm is the same: 1 and 0)."""
         old = self.encoder[layer].res1
         self.encoder[layer].res1 = ResidualFree(self.d_model, old.dropout, old.pre_norm)
@@ -344,8 +344,8 @@ class Transformer(Seq2Seq):
         return Encoded(self.encoder_norm(x), src_mask,
                        attention=torch.stack(weights, 1) if need_weights else None)
 
-    def full_context_alignment(self, tgt_in: Tensor, enc: Encoded) -> Tensor:
-        """``model.alignment_full_context``'s hook (Garg et al. 2019, sec. 4; fairseq's
+    def full_context_pass(self, tgt_in: Tensor, enc: Encoded) -> Tensor:
+        """``model.alignment_full_context``'s pass (Garg et al. 2019, sec. 4; fairseq's
         ``full_context_alignment``): the alignment [B,T,S] of an extra pass over the whole
         target ``tgt_in`` [B,T], the self-attention of layers 0..``alignment_layer`` unmasked
         (but padding), so row t also sees the target tokens from t on. Guided training
@@ -368,8 +368,8 @@ class Transformer(Seq2Seq):
         guided model's supervised heads (Garg et al. 2019, multi-task learning: one head of the
         penultimate layer, row t the step that predicts target token t), which search, the
         evaluator, nmt-align and serving then read as the model's alignment; with
-        ``alignment_full_context``, teacher forcing's is the hook's (the main pass then keeps its
-        fused kernels), which the translator reads instead of search's."""
+        ``alignment_full_context``, teacher forcing's is :meth:`full_context_pass`'s (the main
+        pass then keeps its fused kernels), which the translator reads instead of search's."""
         everything = check_need_alignment(need_alignment)
         if state is not None:
             cross_kv, src_mask, group = state.cross_kv, state.src_attn_mask, state.group
@@ -391,8 +391,8 @@ class Transformer(Seq2Seq):
             cross.append(weights)
             selfs.append(self_weights)
         alignment = None
-        if full:   # the hook above: teacher forcing reads the whole target
-            alignment = self.full_context_alignment(tgt_in, enc)
+        if full:   # the pass above: teacher forcing reads the whole target
+            alignment = self.full_context_pass(tgt_in, enc)
         elif need_alignment:
             alignment = cross[self.alignment_layer][:, :self.alignment_heads].mean(dim=1)
         if everything:

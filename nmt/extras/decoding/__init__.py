@@ -15,7 +15,7 @@ class EngineDecoder:
     through the public engine contract only (``translate_with``, ``hypotheses``, ``forced``,
     ``attention``). It passes on, as the engine has them, what callers read of an engine:
     ``config``, ``tokenizer``, ``device``, ``directions``, ``languages``, the capabilities
-    (``all_attention``, ``epsilon_sampling``, ``full_context_alignment``), ``search_settings``
+    (``all_attention``, ``epsilon_sampling``, ``alignment_full_context``), ``search_settings``
     and ``score``; a subclass gives its own ``translate`` and ``translate_with``."""
 
     def __init__(self, translator: Any) -> None:
@@ -28,7 +28,7 @@ class EngineDecoder:
     languages = property(lambda self: self.translator.languages)
     all_attention = property(lambda self: self.translator.all_attention)
     epsilon_sampling = property(lambda self: self.translator.epsilon_sampling)
-    full_context_alignment = property(lambda self: self.translator.full_context_alignment)
+    alignment_full_context = property(lambda self: self.translator.alignment_full_context)
 
     def search_settings(self, **overrides: Any) -> dict:
         """The engine's :func:`~nmt.inference.translator.search_settings`."""

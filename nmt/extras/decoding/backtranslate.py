@@ -123,7 +123,7 @@ def _kept(tokenizer, texts: Sequence[str], first_line: int, max_len: int,
 def _synthetic(translator, texts: list[str], settings: Mapping, src: str | None, tgt: str | None,
                tag: bool) -> list[str | None]:
     """Each text's translation (``src`` -> ``tgt``), ``<BT> `` first with ``tag``; None: blank."""
-    out = translator.translate_with(texts, settings, src_lang=src, tgt_lang=tgt)
+    out = translator.translate_with(texts, settings, src_lang=src, tgt_lang=tgt, alignment=False)
     return [None if not r.text.strip() else f"{BT_TAG} {r.text}" if tag else r.text for r in out]
 
 

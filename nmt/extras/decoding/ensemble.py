@@ -65,7 +65,8 @@ class Ensemble(Seq2Seq):
     ``models`` (>= 1, sharing their vocabularies) become submodules (weights not copied); the
     ensemble starts in eval mode (a search restores the mode it found, so an ensemble left in
     train mode would leave its members there). It has no ``all_attention``: the members'
-    layers and heads do not combine.
+    layers and heads do not combine. Its ``alignment_full_context``: any member's (teacher
+    forcing's mean alignment is then the one to read).
     """
 
     all_attention = False
@@ -79,6 +80,7 @@ class Ensemble(Seq2Seq):
                              f"(source, target) vocabulary sizes are {sizes}.")
         self.members = nn.ModuleList(models)
         self.src_vocab_size, self.tgt_vocab_size = sizes[0]
+        self.alignment_full_context = any(m.alignment_full_context for m in models)
         self.eval()
 
     def encode(self, src: Tensor, src_mask: Tensor, need_weights: bool = False) -> EnsembleEncoded:

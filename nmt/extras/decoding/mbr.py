@@ -240,18 +240,20 @@ class MbrTranslator(EngineDecoder):
         return settings
 
     def translate(self, sentences: str | Sequence[str], *, return_attention: bool = False,
-                  tgt_lang: str | None = None, src_lang: str | None = None, **search: Any
+                  tgt_lang: str | None = None, src_lang: str | None = None,
+                  alignment: bool = True, **search: Any
                   ) -> MbrTranslation | list[MbrTranslation]:
         """One raw sentence -> an :class:`MbrTranslation`, a list -> a list in input order;
         ``search``: the engine's ``translate`` settings (the sampling ones are the samples',
         ``batch_sentences`` the sentences per chunk), checked once (:meth:`search_settings`)."""
         return self.translate_with(sentences, self.search_settings(**search),
                                    return_attention=return_attention, tgt_lang=tgt_lang,
-                                   src_lang=src_lang)
+                                   src_lang=src_lang, alignment=alignment)
 
     def translate_with(self, sentences: str | Sequence[str], settings: Mapping, *,
                        return_attention: bool = False, tgt_lang: str | None = None,
-                       src_lang: str | None = None) -> MbrTranslation | list[MbrTranslation]:
+                       src_lang: str | None = None, alignment: bool = True
+                       ) -> MbrTranslation | list[MbrTranslation]:
         """:meth:`translate` with settings that :meth:`search_settings` checked already."""
         chosen: list = []   # this call's (utilities, costs), filled by the search callback
 
@@ -262,7 +264,8 @@ class MbrTranslator(EngineDecoder):
 
         results = self.translator.translate_with(sentences, settings, search=search,
                                                  return_attention=return_attention,
-                                                 tgt_lang=tgt_lang, src_lang=src_lang)
+                                                 tgt_lang=tgt_lang, src_lang=src_lang,
+                                                 alignment=alignment)
         single = isinstance(sentences, str)
         out = [_chosen(r, u, c) for r, u, c in zip([results] if single else results, *chosen,
                                                    strict=True)]

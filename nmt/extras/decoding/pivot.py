@@ -16,7 +16,8 @@ class Pivot(EngineDecoder):
     """Pivot translation with one model: ``src -> pivot -> tgt`` (the baseline of a zero-shot
     direction). ``translate`` and ``translate_with`` take the translator's arguments; the
     first step's best translation is the second's input, so results are the second step's
-    (their ``src_tokens`` are the pivot sentences; ``return_attention``: the second step's).
+    (their ``src_tokens`` are the pivot sentences; ``return_attention``, ``alignment``: the
+    second step's; the first step's alignment is not read).
     What :class:`~nmt.extras.decoding.EngineDecoder` passes on (``search_settings``,
     ``device``, ``score``: the direct direction's, ...) is the wrapped translator's."""
 
@@ -25,26 +26,29 @@ class Pivot(EngineDecoder):
         self.pivot = pivot
 
     def translate(self, sentences, *, src_lang: str | None = None, tgt_lang: str | None = None,
-                  return_attention: bool = False, **search):
+                  return_attention: bool = False, alignment: bool = True, **search):
         """``sentences`` (a string or a list) through the pivot, ``search`` checked once
         (``search_settings``); ConfigError: a bad setting, the pivot is the source or target
         language, or a direction the model cannot translate."""
         return self.translate_with(sentences, self.translator.search_settings(**search),
                                    src_lang=src_lang, tgt_lang=tgt_lang,
-                                   return_attention=return_attention)
+                                   return_attention=return_attention, alignment=alignment)
 
     def translate_with(self, sentences, settings, *, src_lang: str | None = None,
-                       tgt_lang: str | None = None, return_attention: bool = False):
+                       tgt_lang: str | None = None, return_attention: bool = False,
+                       alignment: bool = True):
         """:meth:`translate` with settings that ``search_settings`` checked already."""
         data = self.translator.config.data
         src, tgt = src_lang or data.src_lang, tgt_lang or data.tgt_lang
         check_direction(self.translator, src, tgt, self.pivot)
         single = isinstance(sentences, str)
         first = self.translator.translate_with([sentences] if single else list(sentences),
-                                               settings, src_lang=src, tgt_lang=self.pivot)
+                                               settings, src_lang=src, tgt_lang=self.pivot,
+                                               alignment=False)
         out = self.translator.translate_with([r.text for r in first], settings,
                                              src_lang=self.pivot, tgt_lang=tgt,
-                                             return_attention=return_attention)
+                                             return_attention=return_attention,
+                                             alignment=alignment)
         return out[0] if single else out
 
 

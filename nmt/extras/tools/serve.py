@@ -476,7 +476,8 @@ def create_app(translator, cfg: DictConfig) -> FastAPI:
         beam_size, n_best, length_penalty, alignment, tgt_lang = key
         results = translator.translate(sentences, beam_size=beam_size, n_best=n_best,
                                        length_penalty=length_penalty, **search, tgt_lang=tgt_lang,
-                                       return_attention=alignment and translator.all_attention)
+                                       return_attention=alignment and translator.all_attention,
+                                       alignment=alignment)
         return [json.dumps(translation_json(r, alignment), ensure_ascii=False, allow_nan=False)
                 for r in results]
 
