@@ -251,6 +251,18 @@ def test_pivot_translates_through_the_pivot_language(multi):
         Pivot(multi, "en").translate("A dog .", src_lang="en", tgt_lang="fr")
 
 
+def test_mbr_over_a_pivot_chooses_the_second_step(multi):
+    # a decoder over a decoder reaches the engine's contract (hypotheses on token ids)
+    from nmt.extras.decoding.mbr import MbrTranslator, mbr_settings
+
+    got = MbrTranslator(Pivot(multi, "en"), mbr_settings(num=3), quiet=True).translate(
+        SOURCES[:2], src_lang="de", tgt_lang="fr", **SHORT)
+    middle = multi.translate(SOURCES[:2], src_lang="de", tgt_lang="en", **SHORT)
+    want = MbrTranslator(multi, mbr_settings(num=3), quiet=True).translate(
+        [m.text for m in middle], src_lang="en", tgt_lang="fr", **SHORT)
+    assert got == want and all(g.mbr_cost is not None for g in got)
+
+
 # ------------------------------------------------------------------ off-target rate
 def test_off_target_on_hand_made_sentences():
     texts = ["Un chien court dans le parc avec un ballon .", "A dog runs in the park .",

@@ -16,7 +16,10 @@ class EngineDecoder:
     ``attention``). It passes on, as the engine has them, what callers read of an engine:
     ``config``, ``tokenizer``, ``device``, ``directions``, ``languages``, the capabilities
     (``all_attention``, ``epsilon_sampling``, ``alignment_full_context``), ``search_settings``
-    and ``score``; a subclass gives its own ``translate`` and ``translate_with``."""
+    and ``score``, and the contract on token ids (``hypotheses``, ``forced``, ``attention``:
+    the engine's, so a decoder over a decoder reaches the engine: ``MbrTranslator(Pivot(t))``
+    chooses the pivot's second step by MBR); a subclass gives its own ``translate`` and
+    ``translate_with``."""
 
     def __init__(self, translator: Any) -> None:
         self.translator = translator
@@ -37,3 +40,15 @@ class EngineDecoder:
     def score(self, *args: Any, **kwargs: Any) -> list:
         """The engine's :meth:`~nmt.inference.translator.TranslatorBase.score`."""
         return self.translator.score(*args, **kwargs)
+
+    def hypotheses(self, *args: Any, **kwargs: Any) -> list:
+        """The engine's :meth:`~nmt.inference.translator.TranslatorBase.hypotheses`."""
+        return self.translator.hypotheses(*args, **kwargs)
+
+    def forced(self, *args: Any, **kwargs: Any) -> list:
+        """The engine's :meth:`~nmt.inference.translator.TranslatorBase.forced`."""
+        return self.translator.forced(*args, **kwargs)
+
+    def attention(self, *args: Any, **kwargs: Any) -> list:
+        """The engine's :meth:`~nmt.inference.translator.TranslatorBase.attention`."""
+        return self.translator.attention(*args, **kwargs)

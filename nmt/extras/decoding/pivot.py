@@ -36,8 +36,10 @@ class Pivot(EngineDecoder):
 
     def translate_with(self, sentences, settings, *, src_lang: str | None = None,
                        tgt_lang: str | None = None, return_attention: bool = False,
-                       alignment: bool = True):
-        """:meth:`translate` with settings that ``search_settings`` checked already."""
+                       alignment: bool = True, search=None):
+        """:meth:`translate` with settings that ``search_settings`` checked already;
+        ``search``: the second step's search callback (``TranslatorBase.translate_with``'s;
+        :class:`~nmt.extras.decoding.mbr.MbrTranslator` over a pivot gives one)."""
         data = self.translator.config.data
         src, tgt = src_lang or data.src_lang, tgt_lang or data.tgt_lang
         check_direction(self.translator, src, tgt, self.pivot)
@@ -45,10 +47,11 @@ class Pivot(EngineDecoder):
         first = self.translator.translate_with([sentences] if single else list(sentences),
                                                settings, src_lang=src, tgt_lang=self.pivot,
                                                alignment=False)
+        how = {} if search is None else {"search": search}
         out = self.translator.translate_with([r.text for r in first], settings,
                                              src_lang=self.pivot, tgt_lang=tgt,
                                              return_attention=return_attention,
-                                             alignment=alignment)
+                                             alignment=alignment, **how)
         return out[0] if single else out
 
 
