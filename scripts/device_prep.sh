@@ -128,7 +128,7 @@ if ((total > MAX_MIB * 1048576)); then
   exit 1
 fi
 carry_json=$(printf '"%s", ' "${CARRY[@]}")
-say "on the GPU machine: the device tool's run with (the plan of both calls: bash scripts/device_check.sh --plan)"
+say "on the GPU machine: the device tool's run with (its plan: bash scripts/device_check.sh --plan)"
 echo "  command: bash scripts/device_check.sh"
 echo "  carry: [${carry_json%, }]"
 echo "  timeout_s: $CALL_S"

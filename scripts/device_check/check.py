@@ -25,6 +25,7 @@ from device_check.plan import (
     Plan,
     Settings,
     UsageError,
+    expected_limits,
     follow_up_budget,
     follow_up_command,
     plan,
@@ -34,8 +35,11 @@ from device_check.plan import (
 
 REPO = Path(__file__).resolve().parents[2]
 HERE = Path(__file__).resolve().parent
-# A training's start-up, data, validation and saving: its limit less this is train.max_minutes.
-OVERHEAD = {"base": 40, "static": 50}
+# base's start-up, data, validation and saving: its limit less this is train.max_minutes.
+OVERHEAD = 40
+# static's eager twin: at most this long (it trains a fixed number of steps); static itself
+# stops its steps this long before its limit (the validation, checkpoint and summary after).
+TWIN_S, TAIL_S = 40, 15
 # What comes back from OUT_DIR, the most important first (the runner brings back so many).
 FILES = ("device_check.log", "results.json", "base/summary.json", "static/summary.json",
          "ddp/summary.json", "base/train.log", "static/train.log", "ddp/train.log")
@@ -54,13 +58,17 @@ def pg_timeout(limit: int) -> int:
     return max(10, limit // 2)
 
 
-def nccl_tries(device: str, limit: int) -> list[tuple[str, int, int]]:
-    """The nccl step's all_reduce runs, ``(backend, ranks, seconds)`` each: on CUDA NCCL with
-    2 ranks on the one device (half the step), then where NCCL refuses, NCCL with 1 rank and
-    gloo with 2, a quarter each (the fallback's own timeout); on the CPU gloo with 2."""
-    if device != "cuda":
-        return [("gloo", 2, limit)]
-    return [("nccl", 2, limit // 2), ("nccl", 1, limit // 4), ("gloo", 2, limit // 4)]
+def nccl_tries(device: str) -> list[tuple[str, int]]:
+    """The nccl step's all_reduce runs, ``(backend, ranks)`` each: on CUDA NCCL with 2 ranks on
+    the one device, then where NCCL refuses, NCCL with 1 rank and gloo with 2; on the CPU gloo
+    with 2. Each try gets :func:`try_seconds` of what is left."""
+    return [("nccl", 2), ("nccl", 1), ("gloo", 2)] if device == "cuda" else [("gloo", 2)]
+
+
+def try_seconds(left: float, tries_left: int) -> int:
+    """The seconds of the next try: what is left of the step over the tries left (the time an
+    earlier try did not use goes to the later ones)."""
+    return int(left // tries_left)
 
 
 def minutes(limit: int, overhead: int) -> str:
@@ -78,27 +86,31 @@ def overrides(dry: bool, compile_: bool) -> dict[str, list[str]]:
                 "model.decoder_layers=1", *data]
         common = [*tiny, "train.log_every_steps=2", "train.precision=fp32", "train.log_figures=false",
                   "search.max_len_a=1.0", "search.max_len_b=5"]
+        static = ["train.batch_tokens=1024", "train.shape_buckets=4",
+                  "train.eval_every_steps=1000000", "train.log_every_steps=4"]
         return {
             "data": data, "common": common,
             "ddp": ["train.max_steps=3", "train.eval_every_steps=3"],
             "torchrun": ["train.max_steps=2", "train.eval_every_steps=2"],
             "base": ["train.max_steps=4", "train.eval_every_steps=4"],
-            "static": ["train.batch_tokens=1024", "train.shape_buckets=4", "train.max_steps=24",
-                       "train.eval_every_steps=24", "train.log_every_steps=8",
-                       f"train.compile={str(compile_).lower()}"],
+            "static": [*static, "train.max_steps=40", f"train.compile={str(compile_).lower()}"],
+            "static_eager": [*static, "train.max_steps=16", "train.compile=false"],
             "bench": ["model=transformer_base", *tiny, "train.batch_tokens=512",
                       "train.shape_buckets=4"],
             "bench_device": ["--device", "cpu", "--precision", "fp32", "--warmup", "1", "--steps", "2"],
             # Beam search of an untrained model runs to max_len: 50 sentences of each split.
             "eval": ["max_len_a=1.0", "max_len_b=5"],
         }
+    # static: one validation, when its time is up (static_run.py) or at the step cap
+    static = ["train.batch_tokens=8192", "train.shape_buckets=8", "train.eval_every_steps=1000000",
+              "train.log_every_steps=50"]
     return {
         "data": [], "common": ["train.log_figures=false"],
         "ddp": ["train.max_steps=40", "train.eval_every_steps=40"],
         "torchrun": ["train.max_steps=20", "train.eval_every_steps=20"],
         "base": ["train.eval_every_steps=1000000"],       # one validation: when the time is up
-        "static": ["train.batch_tokens=8192", "train.shape_buckets=8", "train.max_steps=400",
-                   "train.eval_every_steps=400", "train.log_every_steps=100", "train.compile=true"],
+        "static": [*static, "train.max_steps=100000", "train.compile=true"],
+        "static_eager": [*static, "train.max_steps=200", "train.compile=false"],
         "bench": ["model=transformer_base", "train.batch_tokens=24576", "train.shape_buckets=8"],
         "bench_device": ["--device", "cuda", "--precision", "bf16", "--warmup", "3", "--steps", "20"],
         "eval": [],
@@ -115,6 +127,10 @@ class StepRun:
         self.deadline = time.monotonic() + limit
         self.logs: list[Path] = []
 
+    def left(self) -> float:
+        """Seconds left of the step's limit."""
+        return self.deadline - time.monotonic()
+
     def call(self, cmd: list[str], timeout: float | None = None, env: dict | None = None,
              log: str | None = None) -> int:
         """``cmd``'s exit status; 124 when it ran out of time."""
@@ -122,8 +138,7 @@ class StepRun:
         if path not in self.logs:
             path.write_text("")
             self.logs.append(path)
-        left = self.deadline - time.monotonic()
-        seconds = left if timeout is None else min(timeout, left)
+        seconds = self.left() if timeout is None else min(timeout, self.left())
         with path.open("a") as out:
             out.write(f"$ {shlex.join(cmd)}\n")
             out.flush()
@@ -231,10 +246,16 @@ class Check:
 
     def begin(self, step: str) -> int | None:
         """The seconds ``step`` gets now (:func:`step_limit`), or None when it does not run: not
-        chosen, left for the follow-up call, or skipped for time (less than half its limit
-        left)."""
+        chosen, a ``2gpus`` step where the preflight sees fewer (its seconds ``1gpu``; no NCCL
+        path at world 1), left for the follow-up call, or skipped for time (less than half its
+        limit left)."""
         state = self.plan.states[step]
         if state == "-":
+            return None
+        if state == "2gpus" and self.torchrun_ranks() < 2:
+            self.secs[step] = "1gpu"
+            self.say(f"{step}: not run: the preflight sees fewer than 2 GPUs (at world 1 nmt "
+                     "joins no process group: no NCCL path to test)")
             return None
         if state == "next":
             self.secs[step] = "next"
@@ -280,13 +301,15 @@ class Check:
                 shutil.copy(src, self.out / run / name)
 
     # ------------------------------------------------------------------ the steps
-    def train(self, run: StepRun, name: str, extra: list[str], launcher: list[str]) -> int:
-        """nmt-train (``launcher``: ``-m nmt.cli.train``, or torchrun's) as run ``name`` in
-        WORK/name, its overrides, ``extra`` and the caller's; its files kept."""
+    def train(self, run: StepRun, name: str, extra: list[str], launcher: list[str],
+              timeout: float | None = None) -> int:
+        """nmt-train (``launcher``: ``-m nmt.cli.train``, torchrun's or static_run.py) as run
+        ``name`` in WORK/name, its overrides, ``extra`` and the caller's, in ``timeout`` seconds
+        at most; its files kept."""
         shutil.rmtree(self.work / name, ignore_errors=True)   # a rerun starts afresh
         args = [f"run_dir={self.work / name}", f"device={self.device}", *self.o["common"],
                 *self.o[name], *extra, *self.extra]
-        rc = run.call([self.py, *launcher, *args])
+        rc = run.call([self.py, *launcher, *args], timeout, log=name)
         self.keep(name)
         return rc
 
@@ -313,11 +336,12 @@ class Check:
 
     def nccl(self, run: StepRun) -> int:
         """all_reduce over the first backend with 2 ranks; on CUDA where NCCL refuses, NCCL with
-        1 rank, then gloo with 2 (:func:`nccl_tries`). The backend that worked with 2 ranks goes
-        to WORK/ddp_backend."""
+        1 rank, then gloo with 2 (:func:`nccl_tries`), each in (time left) / (tries left). The
+        backend that worked with 2 ranks goes to WORK/ddp_backend."""
         (self.work / "ddp_backend").unlink(missing_ok=True)
-        outcome = {}
-        for backend, ranks, seconds in nccl_tries(self.device, run.limit):
+        outcome, tries = {}, nccl_tries(self.device)
+        for i, (backend, ranks) in enumerate(tries):
+            seconds = try_seconds(run.left(), len(tries) - i)
             cmd = [self.py, "-m", "torch.distributed.run", "--standalone",
                    f"--nproc_per_node={ranks}", str(HERE / "nccl_check.py")]
             env = {"DC_BACKEND": backend, "DC_DEVICE": self.device,
@@ -349,19 +373,19 @@ class Check:
         return rc
 
     def torchrun_ranks(self) -> int:
-        """nmt-train's processes under torchrun: 2 with two GPUs (nmt's init_distributed joins
-        NCCL, a device each), else 1 (world 1: nmt joins no process group)."""
+        """nmt-train's processes under torchrun: 2 with two GPUs as the preflight found them
+        (nmt's init_distributed joins NCCL, a device each) and in a dry run (gloo on the CPU),
+        else 1 (world 1: nmt joins no process group)."""
         gpus = report.load(self.work / "preflight.json").get("gpus") or 0
-        return 2 if not self.dry and gpus >= 2 else 1
+        return 2 if self.dry or gpus >= 2 else 1
 
     def bench(self, run: StepRun) -> int:
         """bench_model.py on transformer_base: eager, then compiled as the preset trains it
         (accumulation: no CUDA graphs); then, in what is left, one micro-batch per step
         (train.accum_steps=1: CUDA graphs on CUDA). The second is not a failure when time cuts
         it (``bench_graphs_tgt_tokens_per_s=None``)."""
-        script = str(REPO / "scripts" / "bench_model.py")
         (self.work / "logs" / "bench_graphs.log").unlink(missing_ok=True)   # an earlier call's
-        base = [self.py, script, *self.o["bench"], *self.o["bench_device"]]
+        base = [self.py, str(HERE / "tasks.py"), "bench", *self.o["bench"], *self.o["bench_device"]]
         rc = run.call([*base, *(["--compile"] if self.compile else []), *self.extra])
         if rc != 0 or not self.compile:
             return rc
@@ -371,6 +395,22 @@ class Check:
             self.say("bench: the CUDA-graph variant ran out of the step's time (not a failure)")
             return 0
         return rc
+
+    def static(self, run: StepRun) -> int:
+        """static's eager twin (the same batches, ``train.compile=false``, a fixed number of
+        steps; cut by its own timeout it is not a failure: its steady.json keeps its figures),
+        then static, compiled, on its own clock until the step's limit less :data:`TAIL_S`
+        (static_run.py)."""
+        twin = min(self.s.scale * TWIN_S, run.left() / 3)
+        tail = str(self.s.scale * TAIL_S)
+        rc = self.train(run, "static_eager", [], [str(HERE / "static_run.py"), str(int(twin)),
+                                                  tail], timeout=twin)
+        if rc == 124:
+            self.say("static: its eager twin ran out of its time (not a failure)")
+        elif rc != 0:
+            return rc
+        return self.train(run, "static", [], [str(HERE / "static_run.py"), str(int(run.left())),
+                                              tail])
 
     def run(self) -> int:
         """Every step of the plan in order, then :meth:`finish`; returns the exit status."""
@@ -393,12 +433,14 @@ class Check:
         rc = self.step("preflight", lambda r: r.call([
             self.py, str(HERE / "preflight.py"), str(int(self.dry)), str(self.data_root),
             str(self.work / "preflight.json")]))
-        if rc:
+        if rc == 124:       # a cold disk's first CUDA import: a broken one fails later steps
+            self.say("preflight: timed out; the steps go on (each fails on its own if the "
+                     "imports are broken)")
+        elif rc:
             if rc in (6, 7):
                 self.failed[-1] = f"preflight:{'no_cuda' if rc == 6 else 'data'}"
                 return self.finish(rc)
-            if not self.failed[-1].endswith(":timeout"):
-                self.failed[-1] = "preflight:imports"
+            self.failed[-1] = "preflight:imports"
             return self.finish(5)
         if self.dry:        # 50 sentences of each split: beam search of an untrained model
             (self.work / "evaldata").mkdir(exist_ok=True)
@@ -418,13 +460,10 @@ class Check:
             "-m", "torch.distributed.run", "--standalone",
             f"--nproc_per_node={self.torchrun_ranks()}", "-m", "nmt.cli.train"]))
         self.step("base", lambda r: self.train(r, "base", [
-            f"train.max_minutes={minutes(r.limit, s.scale * OVERHEAD['base'])}"],
-            ["-m", "nmt.cli.train"]))
+            f"train.max_minutes={minutes(r.limit, s.scale * OVERHEAD)}"], ["-m", "nmt.cli.train"]))
         self.evaluate("base")
         self.step("bench", self.bench)
-        self.step("static", lambda r: self.train(r, "static", [
-            f"train.max_minutes={minutes(r.limit, s.scale * OVERHEAD['static'])}"],
-            ["-m", "nmt.cli.train"]))
+        self.step("static", self.static)
         self.evaluate("static")
         return self.finish()
 
@@ -445,7 +484,7 @@ class Check:
             second = plan(steps, limits, budget)
         except UsageError:
             return None
-        runs = [s for s in second.steps() if s in CHOOSABLE]
+        runs = [s for s in second.steps("run", "2gpus") if s in CHOOSABLE]
         if not runs:
             return None
         return follow_up_command(runs, budget, limits, self.s.defaults, self.env_given,
@@ -465,22 +504,28 @@ class Check:
         return 1 if self.failed else 3 if self.skipped or self.deferred else 0
 
 
-def print_plan(s: Settings, first: Plan, second: Plan | None) -> None:
-    """``--plan``: each call's plan, the follow-up's command, the device time they take."""
-    print(f"device_check_plan call=1 dry_run={int(s.dry)} {first.line()}")
+def print_plan(s: Settings, first: Plan, second: Plan | None, env: dict) -> None:
+    """``--plan``: each call's plan and work folder, the compile steps' limits when the cheap
+    steps take their expected times, the follow-up's command, the device time they take."""
+    work = env.get("DEVICE_CHECK_WORK") or "temp"
+    print(f"device_check_plan call=1 dry_run={int(s.dry)} DEVICE_CHECK_WORK={work} {first.line()}")
+    expected = " ".join(f"{k}={v}" for k, v in expected_limits(first, s.scale).items())
+    print(f"device_check_expected {expected or 'none'} (the compile steps' limits when each "
+          "cheap step takes its expected time, about 2/3 of its limit)")
     r = s.runner
     if second is None:
         print("device_check_plan call=2 none")
     else:
         runs = [x for x in second.steps() if x in CHOOSABLE]
-        print(f"device_check_plan call=2 dry_run={int(s.dry)} {second.line()}")
+        print(f"device_check_plan call=2 dry_run={int(s.dry)} DEVICE_CHECK_WORK={work} "
+              f"{second.line()}")
         print("next call: " + follow_up_command(runs, second.budget, s.limits, s.defaults,
-                                                os.environ, None, s.dry))
-    used = s.budget + (second.budget if second else 0)
-    print(f"device_time time={s.scale * r.time_s} start={s.scale * r.start_s} "
-          f"overhead={s.scale * r.overhead_s} call1={s.budget} "
-          f"call2={second.budget if second else 0} "
-          f"left={s.scale * (r.time_s - r.start_s - 2 * r.overhead_s) - used}")
+                                                env, env.get("DEVICE_CHECK_WORK"), s.dry))
+    start, overhead = s.scale * r.start_s, s.scale * r.overhead_s
+    used = start + overhead + s.budget + (start + overhead + second.budget if second else 0)
+    print(f"device_time time={s.scale * r.time_s} start={start} overhead={overhead} "
+          f"call1={s.budget} call2={second.budget if second else 0} "
+          f"left={s.scale * r.time_s - used}")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -499,7 +544,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"device_check.sh: error: {err}", file=sys.stderr)
         return 2
     if args.plan:
-        print_plan(settings, first, second)
+        print_plan(settings, first, second, dict(os.environ))
         return 0
     out = Path(args.out_dir or os.environ.get("OUT") or "device_check")
     return Check(settings, first, out, dict(os.environ)).run()

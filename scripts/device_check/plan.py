@@ -1,16 +1,17 @@
 """The device check's time: its steps and their limits, the runner's limits, the plan of the
-first call and of the follow-up call, and the slack rule.
+first call and of a follow-up call, and the slack rule.
 
 Times are whole seconds. A plan takes the chosen steps in :data:`STEPS` order while their
-limits fit in the call's budget less :data:`RESERVE`; a step that does not fit goes to the
-follow-up call when that call's budget holds it (``next``), else it is skipped for time
-(``skip``). At run time a compile step (:data:`COMPILE_STEPS`) takes the slack that the steps
-before it left: its limit is ``max(planned, left - the later steps' planned limits)``, never
-more than what is left (:func:`step_limit`).
+limits fit in the call's budget less :data:`RESERVE`; a step that does not fit goes to a
+follow-up call when the device time left after this call can start one and hold it (``next``),
+else it is skipped for time (``skip``). ``torchrun`` is planned outside the budget (``2gpus``):
+it runs only where the preflight sees two GPUs, in the slack the steps before it leave. At run
+time a compile step (:data:`COMPILE_STEPS`) takes its share of that slack (:func:`step_limit`).
 """
 
 from __future__ import annotations
 
+import math
 import os
 import shlex
 from dataclasses import dataclass, field
@@ -21,15 +22,22 @@ STEPS = ("install", "preflight", "nccl", "syncs", "data", "ddp", "torchrun", "ba
 ALWAYS = ("install", "preflight")                  # every call runs them
 CHOOSABLE = ("nccl", "syncs", "data", "ddp", "torchrun", "base", "bench", "static")
 COMPILE_STEPS = ("bench", "static")                # they take the slack of the steps before
-# Planned limits on the GPU (seconds). bench: one cold torch.compile of transformer_base forward
-# and backward (about 90 s assumed on the GPU host, docs/speed.md) and its eager and compiled
-# timing; the CUDA-graph variant runs in what its slack leaves. static: the compile of
-# model=transformer, graph capture and 400 steps.
-LIMITS = {"install": 10, "preflight": 40, "nccl": 45, "syncs": 35, "data": 45, "ddp": 60,
-          "torchrun": 40, "base": 95, "base_eval": 30, "bench": 135, "static": 120,
-          "static_eval": 25}
+TWO_GPUS = ("torchrun",)                           # only with two GPUs, from the slack
+# What a cheap step is expected to take on the GPU host (seconds; the first CUDA import from a
+# cold disk in the preflight, NCCL's fallback tries in nccl); its limit is about 1.5 times that.
+EXPECTED = {"install": 6, "preflight": 20, "nccl": 30, "syncs": 13, "data": 13, "ddp": 30,
+            "torchrun": 25, "base_eval": 13, "static_eval": 13}
+# Planned limits on the GPU: the cheap steps' 1.5 x EXPECTED, rounded up to 5 s; base trains
+# for its limit less its start-up and validation; bench: a cold torch.compile of
+# transformer_base (about 90 s assumed on the GPU host, docs/speed.md) and its eager and
+# compiled timing, its CUDA-graph variant in what is left; static: its eager twin (200 steps),
+# the compile of model=transformer, a graph recording per batch shape, then steady steps until
+# its limit less the validation.
+LIMITS = {**{s: 5 * math.ceil(1.5 * t / 5) for s, t in EXPECTED.items()},
+          "base": 70, "bench": 150, "static": 150}
+LIMITS = {s: LIMITS[s] for s in STEPS}
 RESERVE = 5          # the report, and the last step's grace between SIGTERM and SIGKILL
-CALL_MARGIN = 60     # a call's budget is at most the runner's command limit less this
+CALL_MARGIN = 15     # a call's budget is at most the runner's command limit less this
 
 
 class UsageError(ValueError):
@@ -77,8 +85,9 @@ class Runner:
 
 @dataclass
 class Plan:
-    """One call's plan: ``states[step]`` is ``run``, ``next`` (the follow-up call), ``skip``
-    (for time) or ``-`` (not chosen); ``limits`` what each step is planned to take."""
+    """One call's plan: ``states[step]`` is ``run``, ``2gpus`` (:data:`TWO_GPUS`: in the slack,
+    where the preflight sees two GPUs), ``next`` (the follow-up call), ``skip`` (for time) or
+    ``-`` (not chosen); ``limits`` what each step is planned to take."""
 
     budget: int
     limits: dict[str, int]
@@ -88,11 +97,12 @@ class Plan:
     def planned(self) -> int:
         return sum(self.limits[s] for s in STEPS if self.states.get(s) == "run")
 
-    def steps(self, state: str = "run") -> list[str]:
-        return [s for s in STEPS if self.states.get(s) == state]
+    def steps(self, *states: str) -> list[str]:
+        """The steps in one of ``states`` (default: ``run``), in order."""
+        return [s for s in STEPS if self.states.get(s) in (states or ("run",))]
 
     def line(self) -> str:
-        """``budget=540 reserve=5 planned=535 install=10 ... static=next``."""
+        """``budget=585 reserve=5 planned=580 install=10 ... torchrun=2gpus ... static=150 ...``."""
         cells = [f"{s}={self.limits[s] if self.states[s] == 'run' else self.states[s]}"
                  for s in STEPS]
         return f"budget={self.budget} reserve={RESERVE} planned={self.planned} " + " ".join(cells)
@@ -100,13 +110,15 @@ class Plan:
 
 def plan(chosen: set[str], limits: dict[str, int], budget: int) -> Plan:
     """The steps of ``chosen`` (and :data:`ALWAYS`) in order while their limits fit in
-    ``budget - RESERVE``; an evaluation only with its training. UsageError if the install and
-    preflight alone do not fit."""
+    ``budget - RESERVE``; an evaluation only with its training; :data:`TWO_GPUS` outside the
+    budget. UsageError if the install and preflight alone do not fit."""
     p = Plan(budget, dict(limits))
     for s in STEPS:
         training = s.removesuffix("_eval")
         if s not in ALWAYS and training not in chosen:
             p.states[s] = "-"
+        elif s in TWO_GPUS:
+            p.states[s] = "2gpus"
         elif s != training and p.states[training] != "run":
             p.states[s] = "skip"
         elif p.planned + limits[s] <= budget - RESERVE:
@@ -122,17 +134,19 @@ def plan(chosen: set[str], limits: dict[str, int], budget: int) -> Plan:
 
 def follow_up_budget(runner: Runner, used: int, scale: int = 1) -> int:
     """Seconds a follow-up call has when the first call took ``used`` seconds: the device time
-    less one machine start, ``used`` and two calls' transfers, at most a call's budget
-    (:data:`CALL_MARGIN` under the command limit); ``scale``: 2 in a dry run."""
-    left = scale * (runner.time_s - runner.start_s - 2 * runner.overhead_s) - used
+    less ``used``, two machine starts (the machine goes back after a short idle time) and two
+    calls' transfers, at most a call's budget (:data:`CALL_MARGIN` under the command limit);
+    ``scale``: 2 in a dry run."""
+    left = scale * (runner.time_s - 2 * runner.start_s - 2 * runner.overhead_s) - used
     return max(0, min(left, scale * (runner.call_s - CALL_MARGIN)))
 
 
 def plan_calls(chosen: set[str], limits: dict[str, int], budget: int, runner: Runner,
                scale: int = 1) -> tuple[Plan, Plan | None]:
-    """The first call's plan and the follow-up's (None when no step is left over or none fits):
-    the steps the first call cannot hold go to the follow-up when its budget
-    (:func:`follow_up_budget`, the first call using all of ``budget``) holds them."""
+    """The first call's plan and the follow-up's (None when no step is left over, or the time
+    left cannot start a follow-up that holds one): the steps the first call cannot hold go to
+    the follow-up when its budget (:func:`follow_up_budget`, the first call using all of
+    ``budget``) holds them."""
     first = plan(chosen, limits, budget)
     left_over = {s for s in first.steps("skip") if s in CHOOSABLE}
     if not left_over:
@@ -151,13 +165,33 @@ def plan_calls(chosen: set[str], limits: dict[str, int], budget: int, runner: Ru
 
 def step_limit(step: str, p: Plan, left: int) -> int:
     """The seconds ``step`` gets now, with ``left`` seconds of the call's budget left (the
-    reserve excluded): its planned limit, or for a compile step the larger of that and what
-    the later planned steps leave (the slack of the earlier ones); never more than ``left``."""
-    later = sum(p.limits[s] for s in STEPS[STEPS.index(step) + 1:] if p.states[s] == "run")
+    reserve excluded), never more than ``left``: its planned limit; for a ``2gpus`` step at most
+    what the later planned steps leave; a compile step adds its share of the slack (``left``
+    less the planned limits of itself and the later steps), in proportion to its planned limit
+    among the compile steps still to run (bench half, static, the last, all that is left)."""
+    later = [s for s in STEPS[STEPS.index(step) + 1:] if p.states[s] == "run"]
+    rest = sum(p.limits[s] for s in later)
     limit = p.limits[step]
-    if step in COMPILE_STEPS:
-        limit = max(limit, left - later)
+    if p.states[step] == "2gpus":
+        limit = min(limit, left - rest)
+    elif step in COMPILE_STEPS:
+        slack = left - rest - limit
+        compile_ = limit + sum(p.limits[s] for s in later if s in COMPILE_STEPS)
+        limit += max(0, slack) * limit // compile_
     return max(0, min(limit, left))
+
+
+def expected_limits(p: Plan, scale: int = 1) -> dict[str, int]:
+    """Each planned compile step's limit (:func:`step_limit`) when every earlier cheap step
+    takes ``scale`` times its :data:`EXPECTED` time and the others their limits (``2gpus``
+    steps do not run)."""
+    used, out = 0, {}
+    for s in p.steps():
+        limit = step_limit(s, p, p.budget - RESERVE - used)
+        if s in COMPILE_STEPS:
+            out[s] = limit
+        used += min(scale * EXPECTED.get(s, limit), limit)
+    return out
 
 
 # The settings a follow-up call repeats when the first call had them.

@@ -1,6 +1,8 @@
 """The device check's preflight: the imports the steps need and their versions against
 pyproject.toml (exit 5), a CUDA device (exit 6; a dry run needs none), the Multi30k de/en files
-(exit 7). Writes what it found to a JSON file (the key line's gpu, torch and python).
+(exit 7). Writes what it found to a JSON file (the key line's gpu, torch and python; the
+check's torchrun step reads the GPU count) after each finding: a preflight stopped by its time
+limit (the steps go on) leaves what it had found.
 
     python scripts/device_check/preflight.py DRY(0|1) DATA_ROOT OUT_JSON     (from the repository)
 """
@@ -100,14 +102,19 @@ def main(argv: list[str]) -> int:
     dry, root, out = argv[0] == "1", Path(argv[1]), Path(argv[2])
     info: dict = {"python": platform.python_version()}
 
-    def done(code: int, *lines: str) -> int:
+    def save() -> None:
         out.write_text(json.dumps(info, indent=2) + "\n")
+
+    def done(code: int, *lines: str) -> int:
+        save()
         for line in lines:
             print("preflight: " + line)
         return code
 
+    save()
     versions, problems = check_imports(requirements(Path("pyproject.toml").read_text()))
     info["versions"] = versions
+    save()
     print("versions: python " + info["python"] + ", "
           + ", ".join(f"{k} {v}" for k, v in versions.items()))
     if problems:
@@ -117,6 +124,7 @@ def main(argv: list[str]) -> int:
     info.update(torch=torch.__version__, cuda=torch.version.cuda, gpu="-", gpus=0)
     if torch.cuda.is_available():
         info.update(cuda_info())
+        save()
         print(f"cuda: {info['gpu']} x{info['gpus']}, capability {info['capability']}, "
               f"{info['gpu_mib']} MiB, torch {torch.__version__}, CUDA {torch.version.cuda}, "
               f"NCCL {info['nccl']}")

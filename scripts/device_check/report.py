@@ -42,11 +42,15 @@ def util(figures: dict, key: str) -> tuple[str, object]:
 
 def bench_figures(log: str | None) -> dict[str, str]:
     """bench_model.py's last line (``model=...``), over its ``eager:`` line, which it prints
-    before it compiles (a run cut off while compiling keeps the eager figures)."""
+    before it compiles (a run cut off while compiling keeps the eager figures), and the
+    ``inductor:`` line of tasks.py's bench (``cudagraph_skips``)."""
     lines = (log or "").splitlines()
-    eager = [x for x in lines if x.startswith("eager: ")]
-    last = [x for x in lines if x.startswith("model=")]
-    return {**(kv(eager[-1][len("eager: "):]) if eager else {}), **(kv(last[-1]) if last else {})}
+    found: dict[str, str] = {}
+    for prefix in ("inductor: ", "eager: ", "model="):
+        last = [x for x in lines if x.startswith(prefix)]
+        if last:
+            found.update(kv(last[-1].removeprefix(prefix if prefix != "model=" else "")))
+    return found
 
 
 def nccl_result(log: str | None, dry: bool) -> str | None:
@@ -65,6 +69,30 @@ def ddp_join(log: str | None) -> tuple[str | None, str | None]:
     return (found.group(1), found.group(2)) if found else (None, None)
 
 
+def static_figures(watch: dict, twin: dict) -> dict:
+    """The key line's figures of static_run.py's steady.json (``watch``) and its eager twin's:
+    the steady window (every batch shape ready: its CUDA graphs recorded) and what ran in it,
+    torch.compile's counters, and the speedup over the twin's steady window."""
+    steady, eager = watch.get("steady") or {}, twin.get("steady") or {}
+    line = {"static_last_step": watch.get("last_step"), "static_shapes": watch.get("shapes"),
+            "static_ready_step": watch.get("ready_step"),
+            "static_first_step_s": watch.get("first_step_s"),
+            "static_steady_from": steady.get("from_step"),
+            "static_steady_to": steady.get("to_step"),
+            "static_steady_steps": steady.get("steps"), "static_steady_s": steady.get("seconds"),
+            "static_steady_tokens_per_s": steady.get("tokens_per_s")}
+    key, value = util(steady, "mfu")
+    line[f"static_steady_{key}"] = value
+    line.update({f"static_{k}": watch.get(k) for k in ("graphs", "compile_s", "cudagraph_skips")})
+    line.update({f"static_steady_{k}": steady.get(k)
+                 for k in ("graphs_after", "skips_after", "shapes_after")})
+    line["static_eager_steady_tokens_per_s"] = eager.get("tokens_per_s")
+    line["static_eager_steady_steps"] = eager.get("steps")
+    fast, slow = steady.get("tokens_per_s"), eager.get("tokens_per_s")
+    line["static_speedup"] = round(fast / slow, 3) if fast and slow else None
+    return line
+
+
 def run_figures(work: Path, run: str, ran: set[str]) -> tuple[dict, dict]:
     """``(results, key-line figures)`` of one training run and its beam-5 evaluations, those
     of the steps in ``ran`` (a follow-up call's work folder keeps the first call's runs)."""
@@ -74,14 +102,10 @@ def run_figures(work: Path, run: str, ran: set[str]) -> tuple[dict, dict]:
             f"{run}_tokens_per_s": summary.get("train_tokens_per_s")}
     key, value = util(summary, "mfu")
     line[f"{run}_{key}"] = value
-    if run == "static":       # the steps after the first log line: compile and capture done
-        steady = summary.get("steady") or {}
-        line["static_steady_from"] = steady.get("from_step")
-        line["static_steady_tokens_per_s"] = steady.get("tokens_per_s")
-        key, value = util(steady, "mfu")
-        line[f"static_steady_{key}"] = value
-        line["static_graphs"] = (summary.get("compile") or {}).get("graphs")
-        line["static_compile_s"] = (summary.get("compile") or {}).get("compile_s")
+    if run == "static":
+        results["watch"] = load(work / run / "steady.json") if run in ran else {}
+        results["eager_twin"] = load(work / "static_eager" / "steady.json") if run in ran else {}
+        line.update(static_figures(results["watch"], results["eager_twin"]))
         pads = [x for x in (text(work / run / "train.log") or "").splitlines()
                 if "positions padding" in x]
         line["static_pad_pct"] = pads[-1].split(", ")[-1].split("%")[0] if pads else None
@@ -128,15 +152,16 @@ def collect(work: Path, dry: bool, status: dict) -> dict:
                 "cuda_graphs", "pad_share", "params", "peak_gflops"):
         key, value = util(bench, key)
         line[f"bench_{key}"] = value
-    for key in ("tgt_tokens_per_s", "mfu", "step_ms", "compile_s", "cuda_graphs"):
+    for key in ("tgt_tokens_per_s", "mfu", "step_ms", "compile_s", "cuda_graphs",
+                "cudagraph_skips"):
         key, value = util(graphs, key)
         line[f"bench_graphs_{key}"] = value
     line["nccl"] = nccl_result(log("nccl"), dry)
     syncs = log("syncs")
     line["syncs"] = None if syncs is None else "ok" if re.search(r"\b1 passed", syncs) else "fail"
-    for step, value in status.pop("secs").items():
+    for step, value in status["secs"].items():
         line[f"{step}_s"] = value
-    line.update(status)
+    line.update({k: v for k, v in status.items() if k != "secs"})
     results["line"] = line
     return results
 
