@@ -371,3 +371,26 @@ def test_agreement_of_two_directions_by_hand():
     assert agreement_links(words, backward, 0.2) == {(0, 0), (1, 0), (1, 1)}
     assert agreement_links(words, backward, 0.3) == {(0, 0), (1, 1)}
     assert agreement_links(np.zeros((2, 2)), np.zeros((2, 2))) == set()
+
+
+def test_symmetrization_needs_a_reverse_model_and_is_checked_once(tiny):
+    from nmt.extras.tools.word_alignment import align_words, check_symmetrization
+
+    model, tokenizer = tiny
+    pairs = [("Ein Hund läuft .", "A dog runs .")]
+    for name, reverse, kwargs, key in (
+            ("grow", True, {}, "is not one of intersection, union"),
+            ("union", False, {}, "symmetrize=union combines two directions"),
+            ("agreement", True, {"shift": True, "threshold": 0.3},
+             "not threshold=0.3, shift=True")):
+        with pytest.raises(ConfigError, match=key):
+            check_symmetrization(name, reverse, **kwargs)
+    check_symmetrization(None, False)              # one direction, nothing to combine
+    with pytest.raises(ConfigError, match="symmetrize=intersection combines two directions"):
+        align_words(model, tokenizer, pairs, symmetrization="intersection")   # no reverse
+    one = align_words(model, tokenizer, pairs)
+    both = align_words(model, tokenizer, pairs, reverse=(model, tokenizer))
+    assert both == align_words(model, tokenizer, pairs, reverse=(model, tokenizer),
+                               symmetrization="grow-diag-final-and")   # None: the default
+    assert align_words(model, tokenizer, pairs, reverse=(model, tokenizer),
+                       symmetrization="intersection")[0] <= one[0]

@@ -31,24 +31,15 @@ from nmt.runtime import ensure_writable_dir, resolve_device, write_json_atomic
 
 def _check(cfg: DictConfig) -> DictConfig:
     """The settings that depend on each other, and the ranges."""
-    from nmt.data.links import SYMMETRIZATIONS
-    from nmt.extras.tools.word_alignment import check_extraction
+    from nmt.extras.tools.word_alignment import check_extraction, check_symmetrization
 
     require(cfg, "checkpoint", "out")
     if bool(cfg.src_file) != bool(cfg.tgt_file) or bool(cfg.src_file) == bool(cfg.input):
         raise ConfigError("give either src_file=... tgt_file=... or input=FILE (lines "
                           "'source ||| target'), exactly one of the two.")
     check_extraction(cfg.method, cfg.threshold)
-    if cfg.symmetrize not in (*SYMMETRIZATIONS, "agreement"):
-        raise ConfigError(f"symmetrize={cfg.symmetrize} is not one of "
-                          f"{', '.join(SYMMETRIZATIONS)}, agreement.")
-    if cfg.symmetrize == "agreement" and cfg.reverse_checkpoint:
-        ignored = [f"{k}={cfg[k]}" for k, default in (("method", "argmax"), ("threshold", None),
-                   ("shift", False), ("eos_unaligned", False)) if cfg[k] != default]
-        if ignored:
-            raise ConfigError(f"symmetrize=agreement reads the two directions' word attention "
-                              f"(layer, head, agreement_threshold), not {', '.join(ignored)}: "
-                              "drop them or choose another symmetrize.")
+    check_symmetrization(cfg.symmetrize, bool(cfg.reverse_checkpoint), cfg.method,
+                         cfg.threshold, cfg.shift, cfg.eos_unaligned)
     if not 0.0 < cfg.agreement_threshold <= 1.0:
         raise ConfigError(f"agreement_threshold={cfg.agreement_threshold} must lie in (0, 1].")
     if cfg.gold and cfg.gold_one_based is None:
@@ -93,12 +84,13 @@ def _run(cfg: DictConfig) -> None:
     items = wa.force_align(model, tokenizer, pairs, cfg.batch_sentences, device, tags)
     settings = {key: cfg[key] for key in ("method", "threshold", "shift", "layer", "head",
                                           "eos_unaligned")}
+    symmetrization = (cfg.symmetrize or wa.DEFAULT_SYMMETRIZATION) if reverse else None
     links = wa.align_words(model, tokenizer, pairs, **settings, reverse=reverse,
-                        symmetrization=cfg.symmetrize, batch_sentences=cfg.batch_sentences,
+                        symmetrization=symmetrization, batch_sentences=cfg.batch_sentences,
                         device=device, items=items, agreement_threshold=cfg.agreement_threshold)
     write_links(out, links, one_based=cfg.one_based)
     print(f"aligned {len(pairs)} pairs: {sum(map(len, links))} links "
-          f"({'symmetrized ' + str(cfg.symmetrize) if reverse else 'one direction'}) -> {out}")
+          f"({'symmetrized ' + str(symmetrization) if reverse else 'one direction'}) -> {out}")
     if cfg.attention_out:
         _save_attention(cfg, items)
     if gold is not None:
@@ -106,7 +98,7 @@ def _run(cfg: DictConfig) -> None:
         write_json_atomic(out.parent / "aer.json", {
             **scores, "pairs": len(pairs), "checkpoint": str(cfg.checkpoint),
             "reverse_checkpoint": cfg.reverse_checkpoint,
-            "symmetrize": cfg.symmetrize if reverse else None, "gold": str(cfg.gold), **settings})
+            "symmetrize": symmetrization, "gold": str(cfg.gold), **settings})
         print(f"aer={scores['aer']:.4f} precision={scores['precision']:.4f} "
               f"recall={scores['recall']:.4f} links={scores['links']}")
 

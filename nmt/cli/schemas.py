@@ -152,7 +152,7 @@ class AlignConfig(DirectionSchema):
     head: Any = MISSING                  # int or "mean"
     eos_unaligned: bool = MISSING
     reverse_checkpoint: str | None = MISSING
-    symmetrize: str = MISSING
+    symmetrize: str | None = MISSING
     agreement_threshold: float = MISSING
     gold: str | None = MISSING
     gold_one_based: bool | None = MISSING

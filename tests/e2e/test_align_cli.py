@@ -96,6 +96,7 @@ def test_cli_symmetrizes_with_a_reverse_checkpoint(tmp_path):
     (["input={d}/pairs.txt", "threshold=1.5"], "threshold=1.5"),   # argmax's least weight
     (["input={d}/pairs.txt", "agreement_threshold=0"], "agreement_threshold=0"),
     (["input={d}/pairs.txt", "symmetrize=grow"], "agreement"),
+    (["input={d}/pairs.txt", "symmetrize=union"], "give the reverse model (reverse_checkpoint"),
     (["input={d}/pairs.txt", f"reverse_checkpoint={CKPT}", "symmetrize=agreement", "shift=true",
       "method=threshold", "threshold=0.3"], "not method=threshold, threshold=0.3, shift=True"),
     (["input={d}/pairs.txt", "gold={d}/test.en"], "gold_one_based"),

@@ -32,7 +32,8 @@ import torch
 from nmt.config import ConfigError
 from nmt.data.corpus import CorpusError, iter_lines
 from nmt.data.languages import LANG_TAG
-from nmt.data.links import AlignmentFormatError, Link, flip_links, parse_links, symmetrize, word_ids
+from nmt.data.links import (SYMMETRIZATIONS, AlignmentFormatError, Link, flip_links, parse_links,
+                            symmetrize, word_ids)
 from nmt.evaluation.alignments import attention_panel, panel_choices
 from nmt.inference.translator import capture_attention
 
@@ -115,6 +116,35 @@ def check_extraction(method: str, threshold: float | None) -> None:
                           "link (threshold=None).")
     if threshold is not None and not 0.0 < threshold <= 1.0:
         raise ConfigError(f"threshold={threshold} must lie in (0, 1].")
+
+
+DEFAULT_SYMMETRIZATION = "grow-diag-final-and"   # two directions' links, none named
+
+
+def check_symmetrization(symmetrization: str | None, reverse: bool, method: str = "argmax",
+                         threshold: float | None = None, shift: bool = False,
+                         eos_unaligned: bool = False) -> None:
+    """The one check of how two directions combine (``nmt-align`` and :func:`align_words` run
+    it before any work; None: :data:`DEFAULT_SYMMETRIZATION` with a reverse model). ConfigError:
+    a name outside :data:`~nmt.data.links.SYMMETRIZATIONS` and ``agreement``, one given
+    without a ``reverse`` model (one direction has nothing to combine), or ``agreement`` with
+    an extraction setting it does not read (it reads word attention: layer, head,
+    agreement_threshold)."""
+    if symmetrization is None:
+        return
+    if symmetrization not in (*SYMMETRIZATIONS, "agreement"):
+        raise ConfigError(f"symmetrize={symmetrization} is not one of "
+                          f"{', '.join(SYMMETRIZATIONS)}, agreement.")
+    if not reverse:
+        raise ConfigError(f"symmetrize={symmetrization} combines two directions' links: give "
+                          "the reverse model (reverse_checkpoint=...), or no symmetrize.")
+    ignored = [f"{k}={v}" for k, v, default in (("method", method, "argmax"),
+               ("threshold", threshold, None), ("shift", shift, False),
+               ("eos_unaligned", eos_unaligned, False)) if v != default]
+    if symmetrization == "agreement" and ignored:
+        raise ConfigError(f"symmetrize=agreement reads the two directions' word attention "
+                          f"(layer, head, agreement_threshold), not {', '.join(ignored)}: "
+                          "drop them or choose another symmetrize.")
 
 
 def extract_links(attention: np.ndarray, method: str = "argmax", threshold: float | None = None,
@@ -261,16 +291,21 @@ def align_words(model, tokenizer, pairs: Sequence[tuple[str, str]], *, method: s
                 threshold: float | None = None, shift: bool = False,
                 layer: int | str | None = None, head: int | str | None = None,
                 eos_unaligned: bool = False, reverse: tuple | None = None,
-                symmetrization: str = "grow-diag-final-and", batch_sentences: int = 32,
+                symmetrization: str | None = None, batch_sentences: int = 32,
                 device: str | torch.device = "cpu",
                 items: Sequence[ForcedAlignment] | None = None,
                 agreement_threshold: float = 0.2) -> list[set[Link]]:
     """Word links of each pair by :func:`word_links`; with ``reverse`` (a target->source
     ``(model, tokenizer)``) symmetrised with its flipped links (same settings) by
     :func:`~nmt.data.links.symmetrize`, or with ``symmetrization="agreement"`` the two directions'
-    :func:`word_attention` combined by :func:`agreement_links` (``agreement_threshold``).
-    ``items``: ``force_align(model, tokenizer, pairs)`` if computed. ``reverse`` may hold a
-    third item, its direction's ``tags`` (:func:`force_align`)."""
+    :func:`word_attention` combined by :func:`agreement_links` (``agreement_threshold``);
+    None: :data:`DEFAULT_SYMMETRIZATION`. ``items``: ``force_align(model, tokenizer, pairs)``
+    if computed. ``reverse`` may hold a third item, its direction's ``tags``
+    (:func:`force_align`). ConfigError: :func:`check_symmetrization`'s (a ``symmetrization``
+    without ``reverse`` among them)."""
+    check_symmetrization(symmetrization, reverse is not None, method, threshold, shift,
+                         eos_unaligned)
+    symmetrization = symmetrization or DEFAULT_SYMMETRIZATION
     settings = dict(method=method, threshold=threshold, shift=shift, layer=layer, head=head,
                     eos_unaligned=eos_unaligned)
     if items is None:
