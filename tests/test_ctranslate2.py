@@ -89,7 +89,8 @@ def test_export_writes_our_positions_norm_alignment_and_tokenizer(exported, engi
     assert any(n.endswith("vocabulary.json") or n.endswith("vocabulary.txt") for n in names)
     info = json.loads((directory / "nmt_export.json").read_text())
     assert info["quantization"] == "float32" and info["norm"] == "pre"
-    assert info["alignment"] == {"layer": 0, "heads": 2, "num_heads": 2}   # the mean of 2
+    assert info["alignment"] == {"layer": 0, "heads": 2, "num_heads": 2,   # the mean of 2
+                                 "full_context": False}
     assert json.loads((directory / "config.json").read_text())["layer_norm_epsilon"] == 1e-5
     ct2 = engines["float32"]
     assert ct2.tokenizer.fingerprint == engines["pytorch"].tokenizer.fingerprint

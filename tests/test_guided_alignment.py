@@ -232,7 +232,7 @@ def test_the_teachers_symmetrizations_come_from_one_eflomal_run():
 
 
 # ------------------------------------------------------------------ CTranslate2
-def test_ctranslate2_export_carries_the_supervised_head(tmp_path):
+def test_ctranslate2_export_carries_the_supervised_head(tmp_path, caplog):
     pytest.importorskip("ctranslate2")
     import json
 
@@ -253,7 +253,7 @@ def test_ctranslate2_export_carries_the_supervised_head(tmp_path):
     assert (int(spec.decoder.alignment_layer.numpy()), int(spec.decoder.alignment_heads.numpy())) == (1, 1)
     out = export(nmt.Translator(model, tok, cfg), tmp_path / "ct2")
     assert json.loads((out / "nmt_export.json").read_text())["alignment"] == \
-        {"layer": 1, "heads": 1, "num_heads": 4}
+        {"layer": 1, "heads": 1, "num_heads": 4, "full_context": False}
     src = [s for s, _ in make_pairs(6, 9)]
     ours = nmt.Translator(model, tok, cfg).translate(src, beam_size=1, max_len_a=0.0, max_len_b=8)
     theirs = CTranslate2Translator.from_dir(out, intra_threads=1).translate(
@@ -261,6 +261,13 @@ def test_ctranslate2_export_carries_the_supervised_head(tmp_path):
     for a, b in zip(ours, theirs, strict=True):   # CTranslate2's alignment: the same one head
         assert a.ids == b.ids
         np.testing.assert_allclose(b.alignment, a.alignment, atol=1e-3)
+    assert not caplog.records
+    # a full-context model: CTranslate2 has no such pass, so it says so and records the flag
+    model.alignment_full_context = True
+    full = export(nmt.Translator(model, tok, cfg), tmp_path / "ct2_full")
+    assert json.loads((full / "nmt_export.json").read_text())["alignment"]["full_context"]
+    (record,) = caplog.records
+    assert record.levelname == "WARNING" and "causal heads'" in record.getMessage()
 
 
 # ------------------------------------------------------------------ full target context

@@ -32,6 +32,7 @@ A multilingual model's source-side language tag is one more source piece, a targ
 from __future__ import annotations
 
 import json
+import logging
 import math
 import os
 from collections.abc import Sequence
@@ -48,6 +49,8 @@ from nmt.inference.search import Hypothesis, length_penalty_factor
 from nmt.inference.translator import Translator, TranslatorBase, in_batches, load_for_inference
 from nmt.models.transformer import sinusoidal_positions
 from nmt.runtime import atomic_path
+
+log = logging.getLogger(__name__)
 
 EXPORT_FILE = "nmt_export.json"
 EXPORT_VERSION = 1
@@ -161,8 +164,11 @@ def export(source: str | Path | Translator, out_dir: str | Path, quantization: s
     """Write a CTranslate2 model directory of a Transformer checkpoint (``nmt-export``) or an
     in-memory :class:`~nmt.inference.translator.Translator`, built beside ``out_dir`` and
     renamed into place; returns ``out_dir``. ``max_positions``: rows of the positional table,
-    the longest source (subwords + EOS) and output + 1 it accepts. ConfigError: an RNN, or
-    an ``out_dir`` that holds files or cannot be written."""
+    the longest source (subwords + EOS) and output + 1 it accepts. A model with
+    ``alignment_full_context`` is exported with a warning: CTranslate2 has no full-context
+    pass, so its alignments are the causal heads' (``nmt_export.json``'s
+    ``alignment.full_context`` records it). ConfigError: an RNN, or an ``out_dir`` that holds
+    files or cannot be written."""
     ct2 = require_ctranslate2()
     out_dir = Path(out_dir)
     if out_dir.exists() and (not out_dir.is_dir() or any(out_dir.iterdir())):
@@ -174,12 +180,17 @@ def export(source: str | Path | Translator, out_dir: str | Path, quantization: s
         (model, tokenizer, cfg), checkpoint = load_for_inference(source, "cpu"), str(source)
     spec = build_spec(model, tokenizer, cfg.model, max_positions)
     spec.optimize(quantization=quantization)
+    full_context = bool(model.alignment_full_context)
+    if full_context:
+        log.warning("exporting a model with model.alignment_full_context to CTranslate2, which "
+                    "has no full-context pass: its alignments will be the causal heads', not "
+                    "the model's (the PyTorch engine reads those)")
     info = {"format": "ctranslate2", "version": EXPORT_VERSION, "checkpoint": checkpoint,
             "quantization": quantization, "max_positions": max_positions,
             "ctranslate2_version": ct2.__version__, "norm": cfg.model.norm,
             "alignment": {"layer": int(cfg.model.alignment_layer) % int(cfg.model.decoder_layers),
                           "heads": int(cfg.model.alignment_heads) or int(cfg.model.heads),
-                          "num_heads": int(cfg.model.heads)},
+                          "num_heads": int(cfg.model.heads), "full_context": full_context},
             "config": to_plain(cfg)}
     try:
         with atomic_path(out_dir, directory=True) as tmp:
