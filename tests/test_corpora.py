@@ -69,6 +69,10 @@ def test_corpora_are_read_after_the_training_split_into_one_cache(tmp_path):
     assert "corpus" in data.train._reader.schema.names                # not "direction"
     assert "direction" not in data.train._reader.schema.names
     assert data.train.src_texts()[20:] == [s for s, _ in extra]
+    # one shape of pair, one corpus or several: the index is the corpus's
+    alone = list(iter_training(training_corpora(compose_config(base).data)))
+    assert alone == [(s, t, 0) for s, t in zip(main, (corpus / "train.en").read_text(
+        encoding="utf-8").splitlines()[:20], strict=True)]
     plain = prepare_data(compose_config(base).data)
     assert plain.train.groups is None and plain.weights is None and plain.train.path != data.train.path
     # word links: a user's file has one line per pair of every corpus, in that order

@@ -253,8 +253,8 @@ def iter_training(corpora: Sequence[Corpus], direction: tuple[str, str] | None =
                   ) -> Iterator[tuple]:
     """The raw pairs of ``corpora`` (:func:`training_corpora`) in ``direction`` (default the
     config's), in order, but those corpora that do not hold it, each cut to its first
-    ``limit`` (the rest still read, so a broken corpus is a CorpusError whatever the cap);
-    with several corpora ``(source, target, corpus index)``."""
+    ``limit`` (the rest still read, so a broken corpus is a CorpusError whatever the cap),
+    as ``(source, target, corpus index)`` (one shape, however many corpora)."""
     for k, corpus in enumerate(corpora):
         if direction is not None and not corpus.holds(direction):
             continue
@@ -262,7 +262,7 @@ def iter_training(corpora: Sequence[Corpus], direction: tuple[str, str] | None =
         if corpus.limit is not None:
             head = itertools.islice(pairs, int(corpus.limit))
             pairs = itertools.chain(head, filter(lambda _: False, pairs))
-        yield from pairs if len(corpora) == 1 else ((s, t, k) for s, t in pairs)
+        yield from ((s, t, k) for s, t in pairs)
 
 
 def split_fingerprint(data_cfg: Any, split: str, direction: tuple[str, str] | None = None) -> str:

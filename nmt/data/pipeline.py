@@ -304,9 +304,9 @@ def training_pairs(corpora: Sequence[Corpus], report: bool = True, links: str | 
                    direction: tuple[str, str] | None = None) -> Iterator[tuple]:
     """The pairs of the training ``corpora`` (:func:`~nmt.data.corpus.training_corpora`, read
     by :func:`~nmt.data.corpus.iter_training`; in ``direction``, default the config's) but the
-    empty ones (their number logged when ``report``). With ``links`` (a Pharaoh file, one line
-    per pair in that order; past the cap of a capped split unread) ``(source, target, word
-    links)``; with several corpora, each pair's corpus index last."""
+    empty ones (their number logged when ``report``): ``(source, target, corpus index)``, with
+    ``links`` (a Pharaoh file, one line per pair in that order; past the cap of a capped split
+    unread) ``(source, target, word links, corpus index)``."""
     pairs = iter_training(corpora, direction)
     if links is not None:
         pairs = with_links(pairs, links, whole=corpora[0].limit is None)
@@ -375,9 +375,13 @@ def prepare_data(data_cfg: Any, tokenizer: Tokenizer | None = None) -> PreparedD
     if path.is_file():
         log.info("%s: token cache hit %s", split, path)
     else:
-        stream = training_pairs(corpora, links=links) if not multi else itertools.chain.from_iterable(
-            ((s, t, g) for s, t in training_pairs([c], direction=pair))
-            for g, (pair, c) in enumerate(groups))
+        if multi:
+            stream = itertools.chain.from_iterable(
+                ((s, t, g) for s, t, _ in training_pairs([c], direction=pair))
+                for g, (pair, c) in enumerate(groups))
+        else:   # the corpus index is a column only with several corpora
+            stream = training_pairs(corpora, links=links)
+            stream = stream if group else (p[:-1] for p in stream)
         stats = write_pairs(path, stream, tokenizer, max_len, ratio, links=links is not None,
                             tags=tags and [tags[pairs.index(pair)] for pair, _ in groups],
                             group=group)
