@@ -32,8 +32,15 @@ import torch
 from nmt.config import ConfigError
 from nmt.data.corpus import CorpusError, iter_lines
 from nmt.data.languages import LANG_TAG
-from nmt.data.links import (SYMMETRIZATIONS, AlignmentFormatError, Link, flip_links, parse_links,
-                            symmetrize, word_ids)
+from nmt.data.links import (
+    SYMMETRIZATIONS,
+    AlignmentFormatError,
+    Link,
+    flip_links,
+    parse_links,
+    symmetrize,
+    word_ids,
+)
 from nmt.evaluation.alignments import attention_panel, panel_choices
 from nmt.inference.translator import capture_attention
 
