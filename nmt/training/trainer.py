@@ -384,9 +384,9 @@ class Trainer:
         return improved
 
     # ------------------------------------------------------------------ checkpoints
-    def checkpoint(self, is_best: bool, resume_point: bool = False) -> None:
-        """``step_<k>.pt``, ``last.pt`` (, ``best.pt``) on rank 0, or with ``resume_point``
-        ``last.pt`` alone; every rank must call it."""
+    def checkpoint(self, is_best: bool) -> None:
+        """``step_<k>.pt``, ``last.pt`` (, ``best.pt``) on rank 0, ``last.pt`` alone between
+        validations; every rank must call it."""
         rngs = dist.gather_objects(rng_state(), self.info)
         st = self.state
         st.elapsed_s += time.perf_counter() - self._start
@@ -406,31 +406,22 @@ class Trainer:
                 "scaler": None if self.scaler is None else self.scaler.state_dict(),
                 "rng": rngs, "trainer": asdict(st)}
             self.manager.save(ckpt, st.step, is_best=is_best, scores=bleu,
-                              resume_point=resume_point)
+                              resume_point=st.last_validated_step != st.step)
 
-    @contextlib.contextmanager
-    def _off_the_clock(self):
-        """Seconds spent inside count as a pause, not as training time (tokens/s, MFU)."""
+    def _validate_and_save(self, epoch_end: bool, stop_reason: str = "",
+                           validate: bool = True) -> str:
+        """Validate (not for a resume point), record the stop reason (given, or early
+        stopping), checkpoint; return it."""
         t0 = time.perf_counter()
         self.state.train_s += t0 - self._mark
-        yield
-        self._pause += time.perf_counter() - t0
-        self._mark = time.perf_counter()
-
-    def _validate_and_save(self, epoch_end: bool, stop_reason: str = "") -> str:
-        """Validate, record the stop reason (given, or early stopping), checkpoint; return it."""
-        with self._off_the_clock():
+        if validate:
             scores = self.validate()
             is_best = self._after_validation(scores, epoch_end)
             self.state.stop_reason = stop_reason or self._stop_reason()
-            self.checkpoint(is_best)
+        self.checkpoint(validate and is_best)
+        self._pause += time.perf_counter() - t0
+        self._mark = time.perf_counter()
         return self.state.stop_reason
-
-    def _save_resume_point(self) -> None:
-        """``last.pt`` between validations (``train.save_every_steps``): what a killed run, or
-        a worker group that torchrun restarts, resumes from."""
-        with self._off_the_clock():
-            self.checkpoint(is_best=False, resume_point=True)
 
     # ------------------------------------------------------------------ loop
     def _stop_reason(self, check_time: bool = False) -> str:
@@ -539,7 +530,7 @@ class Trainer:
             if (epoch_end if every is None else st.step % every == 0) or reason:   # syncs
                 reason = self._validate_and_save(epoch_end, stop_reason=reason)
             elif t.save_every_steps is not None and st.step % t.save_every_steps == 0:
-                self._save_resume_point()
+                self._validate_and_save(epoch_end, validate=False)   # a resume point
             self.stop_reason = reason
         bar.close()
         if prefetch is not None:
