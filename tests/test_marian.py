@@ -1,7 +1,8 @@
-"""Hugging Face Marian (OPUS-MT) import and export (nmt/extras/tools/marian.py): random MarianMTModels
-built here (SentencePiece models trained on a few hundred Multi30k lines, else the generated
-corpus), compared with transformers: logits, greedy and beam search, the round trip, the
-pipeline, the clear errors, and the nmt tools on an imported model."""
+"""Hugging Face Marian (OPUS-MT) import and export (nmt/extras/tools/marian/).
+
+Random MarianMTModels built here (SentencePiece models trained on a few hundred Multi30k lines, else
+the generated corpus), compared with transformers: logits, greedy and beam search, the round trip,
+the pipeline, the clear errors, and the nmt tools on an imported model."""
 
 from __future__ import annotations
 
@@ -54,9 +55,9 @@ def build_marian(directory: Path, *, joint: bool = False, scale_embedding: bool 
                  model_type: str = "unigram", drop: int = 0, tgt_extra: tuple[str, ...] = ()
                  ) -> Path:
     """A random MarianMTModel + MarianTokenizer saved as save_pretrained writes them: vocab.json
-    as OPUS-MT's (</s> 0, <unk> 1, ..., <pad> last, the decoder start; without the ``drop``
-    longest pieces only the source model has), every weight random (LayerNorms, biases, final_logits_bias and the
-    decoder-start row included). ``tie``: tie_word_embeddings, ``share`` (None: ``tie``):
+    as OPUS-MT's (</s> 0, <unk> 1, ..., <pad> last, the decoder start; without the ``drop`` longest
+    pieces only the source model has), every weight random (LayerNorms, biases, final_logits_bias
+    and the decoder-start row included). ``tie``: tie_word_embeddings, ``share`` (None: ``tie``):
     share_encoder_decoder_embeddings; ``tgt_extra``: lines only the target model learns."""
     de, en = _texts()
     src = _spm(de + en if joint else de, 200, model_type)
@@ -243,10 +244,12 @@ def _nmt_checkpoint(root: Path, *overrides: str, seed: int = 0, tags: tuple[str,
     if tags:
         from nmt.data.tokenizer import Tokenizer, train_sentencepiece
 
-        texts = [s for lang in ("de", "en") for s in (corpus / f"train.{lang}").read_text().splitlines()]
+        texts = [s for lang in ("de", "en")
+                 for s in (corpus / f"train.{lang}").read_text().splitlines()]
         tok = Tokenizer(train_sentencepiece(texts, "unigram", 100, 1.0, symbols=tags))
     else:
-        tok = tokenizer_from_pairs(cfg.data.tokenizer, "de", "en", lambda: iter_parallel(cfg.data, "train"),
+        tok = tokenizer_from_pairs(cfg.data.tokenizer, "de", "en",
+                                   lambda: iter_parallel(cfg.data, "train"),
                                    cfg.data.cache_dir, split_fingerprint(cfg.data, "train"))
     torch.manual_seed(seed)
     model = build_model(cfg.model, tok.src_vocab_size, tok.tgt_vocab_size)
@@ -336,11 +339,13 @@ def test_a_target_tag_model_exports_its_one_tag_as_forced_bos(tmp_path, capsys):
     ref = _generate_ids(hf, htok(sentences, return_tensors="pt", padding=True), identity, 1, 13)
     ours = tr.translate(sentences, beam_size=1, max_len_a=0.0, max_len_b=12)
     assert [h[0] for h in ref] == [tag, tag] and [h[1:] for h in ref] == [t.ids for t in ours]
-    msg = _cli_error(capsys, import_main, [f"source={tmp_path / 'hf'}", f"out={tmp_path / 'back.pt'}"])
+    msg = _cli_error(capsys, import_main,
+                     [f"source={tmp_path / 'hf'}", f"out={tmp_path / 'back.pt'}"])
     assert f"generation_config.json: forced_bos_token_id = {tag}: a forced first token" in msg
     two = _nmt_checkpoint(tmp_path / "two", "data.pairs=[de-en,de-fr]", "data.lang_tag=target",
                           tags=("<2en>", "<2fr>"))
-    msg = _cli_error(capsys, export_main, [f"checkpoint={two}", "format=marian", f"out_dir={tmp_path / 'e'}"])
+    msg = _cli_error(capsys, export_main,
+                     [f"checkpoint={two}", "format=marian", f"out_dir={tmp_path / 'e'}"])
     assert "data.lang_tag=target with target languages en, fr: a Marian model forces one" in msg
 
 
@@ -365,7 +370,8 @@ def test_clear_errors(tmp_path, capsys):
         return cfg
 
     original = edit_config(model_type="bart", architectures=["BartForConditionalGeneration"])
-    assert "config.json: model_type/architectures" in _cli_error(capsys, import_main, [f"source={directory}", out])
+    msg = _cli_error(capsys, import_main, [f"source={directory}", out])
+    assert "config.json: model_type/architectures" in msg
     for change, key in (({"normalize_before": True}, "normalize_before"),
                         ({"add_bias_logits": True}, "add_bias_logits"),
                         ({"activation_function": "gelu_new"}, "activation_function"),
@@ -382,13 +388,16 @@ def test_clear_errors(tmp_path, capsys):
     save_file(weights, str(directory / "model.safetensors"))
     (directory / "target.spm").unlink()
     assert "target.spm: missing" in _cli_error(capsys, import_main, [f"source={directory}", out])
-    assert "no such Marian directory" in _cli_error(capsys, import_main, [f"source={tmp_path / 'nope'}", out])
+    msg = _cli_error(capsys, import_main, [f"source={tmp_path / 'nope'}", out])
+    assert "no such Marian directory" in msg
     # export: the RNN and a pre-norm Transformer are refused in one line naming the key
     path = _nmt_checkpoint(tmp_path / "pre", "model.norm=pre")
-    msg = _cli_error(capsys, export_main, [f"checkpoint={path}", "format=marian", f"out_dir={tmp_path / 'e1'}"])
+    msg = _cli_error(capsys, export_main,
+                     [f"checkpoint={path}", "format=marian", f"out_dir={tmp_path / 'e1'}"])
     assert "model.norm=pre" in msg
     rnn = _nmt_checkpoint(tmp_path / "rnn", "model=rnn")
-    msg = _cli_error(capsys, export_main, [f"checkpoint={rnn}", "format=marian", f"out_dir={tmp_path / 'e2'}"])
+    msg = _cli_error(capsys, export_main,
+                     [f"checkpoint={rnn}", "format=marian", f"out_dir={tmp_path / 'e2'}"])
     assert "only a Transformer exports" in msg
 
 
@@ -402,7 +411,8 @@ def test_multilingual_target_tokens_map_exactly(tmp_path):
     m2n, _ = _maps(directory, tok, hf.config)
     tr = Translator.from_checkpoint(tmp_path / "m.pt")
     enc = htok([f">>fra<< {s}" for s in SENTENCES], return_tensors="pt", padding=True)
-    assert enc.input_ids[0, 0].item() == json.loads((directory / "vocab.json").read_text())[">>fra<<"]
+    vocab = json.loads((directory / "vocab.json").read_text())
+    assert enc.input_ids[0, 0].item() == vocab[">>fra<<"]
     got = tr.translate(SENTENCES, beam_size=1, max_len_a=0.0, max_len_b=10, tgt_lang="fra")
     assert [t.ids for t in got] == _generate_ids(hf, enc, m2n, 1, 10)
 
@@ -431,7 +441,8 @@ def test_tools_and_fine_tuning_on_an_imported_model(tmp_path, capsys):
     src.write_text("\n".join(SENTENCES[:2]) + "\n")
     tgt.write_text("A dog runs .\nTwo men play .\n")
     assert align_main([f"checkpoint={ckpt}", f"src_file={src}", f"tgt_file={tgt}",
-                       f"out={tmp_path / 'links.txt'}", f"attention_out={tmp_path / 'att.npz'}"]) == 0
+                       f"out={tmp_path / 'links.txt'}",
+                       f"attention_out={tmp_path / 'att.npz'}"]) == 0
     assert len((tmp_path / "links.txt").read_text().splitlines()) == 2
     assert plot_main([f"alignments={tmp_path / 'att.npz'}", "index=0",
                       f"out={tmp_path / 'fig.png'}"]) == 0
@@ -441,9 +452,9 @@ def test_tools_and_fine_tuning_on_an_imported_model(tmp_path, capsys):
 
     export(ckpt, tmp_path / "ct2")
     ct2 = CTranslate2Translator.from_dir(tmp_path / "ct2")
-    ours = Translator.from_checkpoint(ckpt).translate(SENTENCES, beam_size=1, max_len_b=10, max_len_a=0.0)
-    assert [t.ids for t in ct2.translate(SENTENCES, beam_size=1, max_len_b=10, max_len_a=0.0)] == [
-        t.ids for t in ours]
+    opts = {"beam_size": 1, "max_len_b": 10, "max_len_a": 0.0}
+    ours = Translator.from_checkpoint(ckpt).translate(SENTENCES, **opts)
+    assert [t.ids for t in ct2.translate(SENTENCES, **opts)] == [t.ids for t in ours]
     run = tmp_path / "ft"
     assert train_main([f"train.init_from={ckpt}", *overrides, f"data.root={corpus}",
                        "data.src_lang=de", "data.tgt_lang=en", "data.test_split=test",
@@ -471,7 +482,8 @@ def test_readme_marian_block_runs(tmp_path, capsys):
             "< input.de": f"input={tmp_path / 'in.de'} output={tmp_path / 'out.en'} max_len_b=5",
             "runs/tf/checkpoints/best.pt": str(_nmt_checkpoint(tmp_path / "nmt")),
             "runs/tf/hf": str(tmp_path / "exported")}
-    tools = {"nmt-import": import_model.main, "nmt-translate": translate.main, "nmt-export": export.main}
+    tools = {"nmt-import": import_model.main, "nmt-translate": translate.main,
+             "nmt-export": export.main}
     for line in lines:
         for old, new in swap.items():
             line = line.replace(old, new)

@@ -1,5 +1,6 @@
-"""Marian import (nmt/extras/tools/marian.py), the cases beyond tests/test_marian.py's: every
-embedding configuration transformers builds, vocabularies OPUS-MT writes (pieces vocab.json
+"""Marian import (nmt/extras/tools/marian/importer.py) beyond tests/test_marian.py's cases.
+
+Every embedding configuration transformers builds, vocabularies OPUS-MT writes (pieces vocab.json
 lacks, characters one side lacks), and broken directories refused in one line through the CLI."""
 
 from __future__ import annotations
@@ -103,7 +104,8 @@ BROKEN = {   # case: (how the copy is broken, what the one line says)
                           "vocab.json: holds a JSON list, not an object"),
     "vocab.json id a string": (lambda d: (d / "vocab.json").write_text(json.dumps(
         {**json.loads((d / "vocab.json").read_text()), "<unk>": "1"})),
-        "vocab.json: '<unk>' -> '1': vocab.json maps each non-empty token to an integer id of its own"),
+        "vocab.json: '<unk>' -> '1': vocab.json maps each non-empty token to an integer id "
+        "of its own"),
     "d_model a string": (lambda d: (d / "config.json").write_text(json.dumps(
         {**json.loads((d / "config.json").read_text()), "d_model": "16"})),
         "config.json: d_model = '16' must be a positive integer"),
@@ -126,7 +128,8 @@ def test_a_broken_directory_or_out_is_one_line_and_writes_nothing(tmp_path, caps
         expected = BROKEN[case][1]
     elif case == "out unwritable":   # its parent is a file (root writes any directory)
         (tmp_path / "outdir" / "file").write_text("x")
-        out, expected = out.parent / "file" / "m.pt", "out=" + str(out.parent / "file") + " cannot be written"
+        out = out.parent / "file" / "m.pt"
+        expected = "out=" + str(out.parent) + " cannot be written"
     else:
         out.mkdir()
         expected = f"out={out} is a directory"

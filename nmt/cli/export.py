@@ -1,7 +1,8 @@
-"""``nmt-export``: write a Transformer checkpoint as a CTranslate2 or a Hugging Face Marian
+r"""``nmt-export``: write a Transformer checkpoint as a CTranslate2 or a Hugging Face Marian
 model directory.
 
-    nmt-export checkpoint=runs/tf/checkpoints/best.pt format=ctranslate2 out_dir=runs/tf/ct2 quantization=int8
+    nmt-export checkpoint=runs/tf/checkpoints/best.pt format=ctranslate2 out_dir=runs/tf/ct2 \
+        quantization=int8
     nmt-evaluate engine=ctranslate2 model_dir=runs/tf/ct2 split=test_2016_flickr beam_size=5
 
     nmt-export checkpoint=runs/tf/checkpoints/best.pt format=marian out_dir=runs/tf/hf
@@ -10,7 +11,7 @@ The ctranslate2 directory holds all that ``engine=ctranslate2 model_dir=DIR`` re
 (:mod:`nmt.extras.tools.ctranslate2`; ``pip install "nmt[ctranslate2]"``); the marian one what
 ``transformers``' ``AutoTokenizer`` and ``AutoModelForSeq2SeqLM`` (``MarianTokenizer``,
 ``MarianMTModel``) read, to translate with ``generate`` (transformers 5 has no
-``pipeline("translation")``; :mod:`nmt.extras.tools.marian`; ``pip install "nmt[hf]"``).
+``pipeline("translation")``; :mod:`nmt.extras.tools.marian.exporter`; ``pip install "nmt[hf]"``).
 Options: configs/export.yaml (``nmt-export --help``).
 """
 
@@ -32,13 +33,14 @@ def _check(cfg: DictConfig) -> DictConfig:
 
 def _run(cfg: DictConfig) -> None:
     if cfg.format == "marian":
-        from nmt.extras.tools.marian import export_marian
+        from nmt.extras.tools.marian.exporter import export_marian
 
         out = export_marian(cfg.checkpoint, cfg.out_dir, max_positions=cfg.max_positions)
         print(f"exported {cfg.checkpoint} -> {out} (Marian); translate with transformers: "
               f"tok = AutoTokenizer.from_pretrained({str(out)!r}); model = "
               f"AutoModelForSeq2SeqLM.from_pretrained({str(out)!r}); tok.batch_decode(model."
-              "generate(**tok(texts, return_tensors='pt', padding=True)), skip_special_tokens=True)")
+              "generate(**tok(texts, return_tensors='pt', padding=True)), "
+              "skip_special_tokens=True)")
         return
     from nmt.extras.tools.ctranslate2 import export
 

@@ -4,8 +4,8 @@
     nmt-translate checkpoint=opus_de_en.pt src_file=test.de      # every nmt tool reads it
 
 ``source`` is a directory as ``save_pretrained`` writes it, or a Hub name where the Hub is
-reachable (:mod:`nmt.extras.tools.marian`; ``pip install "nmt[hf]"``). Options: configs/import.yaml
-(``nmt-import --help``).
+reachable (:mod:`nmt.extras.tools.marian.importer`; ``pip install "nmt[hf]"``). Options:
+configs/import.yaml (``nmt-import --help``).
 """
 
 from __future__ import annotations
@@ -23,9 +23,11 @@ def _check(cfg: DictConfig) -> DictConfig:
 
 
 def _run(cfg: DictConfig) -> None:
-    from nmt.extras.tools.marian import import_marian
+    from nmt.extras.tools.marian.importer import import_marian
 
-    out, overrides = import_marian(cfg.source, cfg.out, src_lang=cfg.src_lang, tgt_lang=cfg.tgt_lang)
+    out, overrides = import_marian(
+        cfg.source, cfg.out, src_lang=cfg.src_lang, tgt_lang=cfg.tgt_lang
+    )
     print(f"imported {cfg.source} ({cfg.format}) -> {out}; fine-tune with nmt-train "
           f"train.init_from={out} {' '.join(overrides)} data=...")
 

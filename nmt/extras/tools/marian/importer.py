@@ -1,32 +1,6 @@
-"""Hugging Face Marian (OPUS-MT) models in and out: ``nmt-import`` / ``nmt-export format=marian``.
+"""A Marian directory (save_pretrained's, or a Hub name) -> an nmt checkpoint.
 
-    from nmt.extras.tools.marian import export_marian, import_marian
-
-    import_marian("opus-mt-de-en/", "opus_de_en.pt")       # a save_pretrained directory (or a Hub name)
-    export_marian("runs/tf/checkpoints/best.pt", "hf_model/")  # MarianMTModel.from_pretrained("hf_model/")
-
-A Marian model (Junczys-Dowmunt et al. 2018; ``transformers``' ``MarianMTModel``) is nmt's
-Transformer with options, never a second model class:
-
-==============================  ===========================================================
-Marian (config.json, weights)   nmt
-==============================  ===========================================================
-post-norm, no final LayerNorm   ``model.norm=post`` (no final LayerNorm either)
-``activation_function``         ``model.activation``: relu, gelu, ``swish`` = silu
-``scale_embedding``             ``model.scale_embedding`` (sqrt(d_model) or 1)
-``final_logits_bias`` [1, V]    ``model.final_logits_bias`` (a fixed buffer [V])
-embeddings (tied as HF ties)    ``model.tie_embeddings`` (one matrix, else three)
-sinusoids [sin | cos]           nmt's interleaved ones: the residual stream permuted, below
-q/k/v_proj, encoder_attn        ``self_attn.qkv_proj`` (fused), ``cross_attn.q_proj``/``kv_proj``
-positions from 0, no layernorm_embedding    the same
-==============================  ===========================================================
-
-**The positional layout.** HF's Marian concatenates sin and cos (dimension i < d/2: sin(pos
-w_i), d/2 + i: cos); nmt interleaves them (2i, 2i + 1). Permuting the d_model dimensions of the
-whole residual stream (:func:`residual_permutation`) is an exact re-parametrisation: the
-columns of the embeddings and of every Linear that reads the stream, the rows and biases of
-every Linear that writes it, every LayerNorm. Logits do not change; nmt -> Marian -> nmt is the
-identity, bit for bit.
+The entry point is :func:`import_marian`.
 
 **The vocabulary.** Marian has two SentencePiece models (source.spm, target.spm) and one joint
 ``vocab.json`` whose ids are not SentencePiece's (``</s>`` = 0, ``<unk>`` = 1, ``<pad>`` the
@@ -39,39 +13,38 @@ side lacks is a user-defined piece (``MarianTokenizer`` looks it up in vocab.jso
 rows follow (nmt's ``<s>`` is Marian's decoder start); a row Marian lacks (nmt's ``<pad>``
 where Marian's is the decoder start, a piece vocab.json lacks) is zero with the bias
 :data:`ABSENT_LOGIT`, so softmax sums are Marian's. ``>>xx<<`` tokens become nmt's language
-tags ``<2xx>`` (``tgt_lang=xx``). The export writes nmt's order (tags as ``>>xx<<``), so an
-exported model imports with the ids it had; a ``data.lang_tag=target`` model's one target
-tag becomes ``forced_bos_token_id``.
+tags ``<2xx>`` (``tgt_lang=xx``).
 
 Errors, one line naming the file and key: :class:`~nmt.config.ConfigError` for what has no
 exact equivalent, :class:`~nmt.checkpoint.CheckpointError` for missing, unreadable or misshapen
-files. Not mapped: Moses punctuation normalisation (``sacremoses``), separate vocabularies.
-Sources: HF ``modeling_marian.py`` / ``tokenization_marian.py`` (transformers 5.x); docs/marian.md.
+files.
 """
 
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import sentencepiece as spm
 import torch
-from omegaconf import OmegaConf
 from sentencepiece import sentencepiece_model_pb2 as spm_pb2
 
 from nmt.checkpoint import CHECKPOINT_VERSION, CONFIG_VERSION, CheckpointError, save_atomic
 from nmt.config import ConfigError, compose_config, to_plain
-from nmt.data.languages import LANG_TAG, is_multilingual, target_languages
+from nmt.data.languages import LANG_TAG
 from nmt.data.tokenizer import Tokenizer
 from nmt.data.vocab import BOS_ID, EOS_ID, PAD_ID, UNK_ID
-from nmt.inference.translator import load_for_inference
+from nmt.extras.tools.marian.layout import (
+    INSTALL_HINT,
+    MARIAN_CODE,
+    NMT_TAG,
+    residual_permutation,
+)
 from nmt.models import build_model
-from nmt.runtime import atomic_path, ensure_writable_dir
+from nmt.runtime import ensure_writable_dir
 
-INSTALL_HINT = 'pip install "nmt[hf]" (transformers, safetensors)'
 SPECIALS = ("<pad>", "<unk>", "<s>", "</s>")  # nmt ids 0..3 (nmt.data.vocab)
 ABSENT_LOGIT = -100.0   # the bias of a token Marian lacks: e^-100 vanishes beside any real logit
 WEIGHT_FILES = ("model.safetensors", "pytorch_model.bin")
@@ -85,16 +58,7 @@ SIZES = {"vocab_size": 58101, "d_model": 1024, "encoder_layers": 12, "decoder_la
 # the value it builds; another value asks for a model nmt (and transformers) does not have.
 BUILT = {"normalize_before": False, "add_final_layer_norm": False, "normalize_embedding": False,
          "add_bias_logits": False, "static_position_embeddings": True, "layernorm_embedding": False}
-_CODE = re.compile(r"^>>(.+)<<$")       # Marian's target-language tokens, >>fra<<
-_TAG = re.compile("^" + re.escape(LANG_TAG).replace(r"\{\}", "(.+)") + "$")   # nmt's, <2fra>
 _Piece = spm_pb2.ModelProto.SentencePiece
-
-
-def residual_permutation(d_model: int) -> torch.Tensor:
-    """``perm`` [d] with nmt dimension j = Marian dimension ``perm[j]``: 2i -> i (sin),
-    2i + 1 -> d/2 + i (cos). Its inverse is ``argsort(perm)``."""
-    half = torch.arange(d_model // 2)
-    return torch.stack([half, half + d_model // 2], dim=1).reshape(-1)
 
 
 def _own(model: bytes) -> list[str]:   # the pieces SentencePiece ``model`` emits, in id order
@@ -112,7 +76,6 @@ def _size(cfg: dict, key: str) -> Any:
     return cfg.get(key, SIZES[key])
 
 
-# ----------------------------------------------------------------------------- import
 
 def resolve_source(source: str | Path) -> Path:
     """A local Marian directory, or a Hub name (``Helsinki-NLP/opus-mt-de-en``) downloaded
@@ -181,7 +144,9 @@ def read_weights(directory: Path) -> tuple[Path, dict[str, torch.Tensor]]:
             raise ConfigError(f"{path}: reading it needs safetensors: {INSTALL_HINT}.") from None
         except Exception as err:  # noqa: BLE001 - any unreadable file
             raise CheckpointError(f"{path}: not readable weights ({err}).") from None
-        if not (isinstance(weights, dict) and all(isinstance(v, torch.Tensor) for v in weights.values())):
+        tensors = isinstance(weights, dict) and all(
+            isinstance(v, torch.Tensor) for v in weights.values())
+        if not tensors:
             raise CheckpointError(f"{path}: not a state dict (names -> tensors).")
         return path, {k: v.float() for k, v in weights.items()}
     raise CheckpointError(f"{directory}: no weights ({' or '.join(WEIGHT_FILES)}).")
@@ -199,7 +164,8 @@ def check_marian_config(cfg: dict, path: Path) -> None:
     for key, built in BUILT.items():
         if key in cfg and bool(cfg[key]) != built:
             raise _fail(path, key, f"= {cfg[key]}: nmt's Transformer (like transformers' "
-                        f"MarianMTModel) has no equivalent; only {key}={str(built).lower()} imports.")
+                        f"MarianMTModel) has no equivalent; only {key}={str(built).lower()} "
+                        "imports.")
     for key in SIZES:
         if not (type(_size(cfg, key)) is int and _size(cfg, key) > 0):
             raise _fail(path, key, f"= {cfg[key]!r} must be a positive integer.")
@@ -217,7 +183,8 @@ def check_marian_config(cfg: dict, path: Path) -> None:
                     f"encoder_attention_heads={heads}.")
     for key in ("pad_token_id", "eos_token_id", "decoder_start_token_id"):
         if cfg.get(key) is not None and not (type(cfg[key]) is int and 0 <= cfg[key] < vocab):
-            raise _fail(path, key, f"= {cfg[key]!r} is not an id of the vocabulary (0..{vocab - 1}).")
+            raise _fail(path, key, f"= {cfg[key]!r} is not an id of the vocabulary "
+                        f"(0..{vocab - 1}).")
     dec_vocab = cfg.get("decoder_vocab_size") or vocab
     if dec_vocab != vocab:
         raise _fail(path, "decoder_vocab_size", f"= {dec_vocab} differs from vocab_size={vocab}: "
@@ -241,7 +208,8 @@ def spm_with_pieces(model: bytes, pieces: Sequence[str], tags: set[str], absent:
         if i < len(SPECIALS):
             kind = _Piece.UNKNOWN if i == UNK_ID else _Piece.CONTROL
             score = old.score if (old is not None and i == UNK_ID) else 0.0
-        elif piece in tags or not (old or piece in absent or _TAG.match(piece)) and chars.isdisjoint(piece):
+        elif piece in tags or (not (old or piece in absent or NMT_TAG.match(piece))
+                               and chars.isdisjoint(piece)):
             kind, score = _Piece.USER_DEFINED, 0.0
         elif old is not None and old.type in kept:
             kind, score = (_Piece.UNUSED if piece in absent else old.type), old.score
@@ -266,8 +234,8 @@ def marian_vocabulary(vocab: dict[str, int], cfg: dict, tok_cfg: dict, path: Pat
     by_id: dict[int, str] = {}
     for token, i in vocab.items():
         if type(i) is not int or not token or i in by_id:
-            raise _fail(path / "vocab.json", repr(token), f"-> {i!r}: vocab.json maps each non-empty "
-                        "token to an integer id of its own.")
+            raise _fail(path / "vocab.json", repr(token), f"-> {i!r}: vocab.json maps each "
+                        "non-empty token to an integer id of its own.")
         by_id[i] = token
     if sorted(by_id) != list(range(size)):
         raise _fail(path / "vocab.json", "ids", f"are not 0..vocab_size-1={size - 1} "
@@ -291,7 +259,7 @@ def marian_vocabulary(vocab: dict[str, int], cfg: dict, tok_cfg: dict, path: Pat
     rows = [pad if pad != start else None, ids["unk"], start, ids["eos"]]
     rows += [i for i in range(size) if i not in set(rows)]
     pieces = list(SPECIALS) + [by_id[i] for i in rows[len(SPECIALS):]]
-    pieces = [LANG_TAG.format(m.group(1)) if (m := _CODE.match(p)) else p for p in pieces]
+    pieces = [LANG_TAG.format(m.group(1)) if (m := MARIAN_CODE.match(p)) else p for p in pieces]
     if len(set(pieces)) != len(pieces):
         raise _fail(path / "vocab.json", "tokens", "collide after the renaming >>xx<< -> <2xx>.")
     return pieces, rows
@@ -310,7 +278,8 @@ def marian_to_nmt(weights: dict[str, torch.Tensor], cfg: dict, rows: list[int | 
     absent = torch.tensor([i for i, r in enumerate(rows) if r is None], dtype=torch.long)
 
     def has(name: str) -> str | None:   # the key under which a file holds weight ``name``
-        return next((k for k in (name, f"model.{name}", name.removeprefix("model.")) if k in weights), None)
+        keys = (name, f"model.{name}", name.removeprefix("model."))
+        return next((k for k in keys if k in weights), None)
 
     def w(name: str, *shape: int) -> torch.Tensor:
         key = has(name)
@@ -417,29 +386,32 @@ def import_marian(source: str | Path, out: str | Path, src_lang: str | None = No
     check_marian_config(cfg, cfg_path)
     tok_path, gen_path = directory / "tokenizer_config.json", directory / "generation_config.json"
     tok_cfg = _read_json(tok_path) if tok_path.is_file() else {}
-    for path, settings in ((cfg_path, cfg), (gen_path, _read_json(gen_path) if gen_path.is_file() else {})):
+    gen_cfg = _read_json(gen_path) if gen_path.is_file() else {}
+    for path, settings in ((cfg_path, cfg), (gen_path, gen_cfg)):
         if settings.get("forced_bos_token_id") is not None:   # nmt-export's one-target-tag model
-            raise _fail(path, "forced_bos_token_id", f"= {settings['forced_bos_token_id']}: a forced first "
-                        "token does not import (nmt forces one only in a multilingual model).")
+            raise _fail(path, "forced_bos_token_id", f"= {settings['forced_bos_token_id']}: a "
+                        "forced first token does not import (nmt forces one only in a "
+                        "multilingual model).")
     if tok_cfg.get("separate_vocabs"):
         raise _fail(tok_path, "separate_vocabs", "= true: separate vocabularies do not import yet.")
     vocab = _read_json(directory / "vocab.json")
     spms = [read_spm(directory / f"{side}.spm") for side in ("source", "target")]
     pieces, rows = marian_vocabulary(vocab, cfg, tok_cfg, directory)
-    tags = {p for p in pieces if _TAG.match(p)}
+    tags = {p for p in pieces if NMT_TAG.match(p)}
     absent = list(dict.fromkeys(p for m in spms for p in _own(m) if p not in set(pieces)))
     pieces, rows = pieces + absent, rows + [None] * len(absent)
     models = [spm_with_pieces(m, pieces, tags if side == "source" else set(), set(absent))
               for side, m in zip(("source", "target"), spms, strict=True)]
     src = src_lang or tok_cfg.get("source_lang") or "src"
-    tgt_langs = sorted(_TAG.match(t).group(1) for t in tags)
+    tgt_langs = sorted(NMT_TAG.match(t).group(1) for t in tags)
     tgt = tgt_lang or (tgt_langs[0] if tgt_langs else tok_cfg.get("target_lang") or "tgt")
     try:
         tokenizer = Tokenizer(models[0], None if models[0] == models[1] else models[1],
                               {"type": "marian", "vocab_size": len(pieces), "joint": True,
                                "src_lang": src, "tgt_lang": tgt, "model": str(source)})
     except (RuntimeError, ValueError) as err:   # vocab.json's pieces SentencePiece refuses
-        raise CheckpointError(f"{directory / 'vocab.json'}: its pieces do not load ({err}).") from None
+        raise CheckpointError(
+            f"{directory / 'vocab.json'}: its pieces do not load ({err}).") from None
     weights_file, weights = read_weights(directory)
     model, sd = marian_to_nmt(weights, cfg, rows, weights_file)
     overrides = [f"model.{k}={v}" for k, v in model.items()]
@@ -455,146 +427,10 @@ def import_marian(source: str | Path, out: str | Path, src_lang: str | None = No
         save_atomic({"version": CHECKPOINT_VERSION, "config_version": CONFIG_VERSION,
                      "config": to_plain(config), "tokenizer": tokenizer.state_dict(),
                      "model": net.state_dict(), "step": 0, "epoch": 0, "batch_in_epoch": 0,
-                     "valid_bleu": None, "imported_from": {"format": "marian", "source": str(source)}},
-                    out)
+                     "valid_bleu": None,
+                     "imported_from": {"format": "marian", "source": str(source)}}, out)
     except OSError as err:
         raise ConfigError(f"out={out}: cannot write the checkpoint ({err.strerror or err}); "
                           "choose a writable out=PATH.") from None
     return out, fine_tune_overrides(model)
 
-
-# ----------------------------------------------------------------------------- export
-
-def nmt_to_marian(sd: dict[str, torch.Tensor], model_cfg: Any) -> dict[str, torch.Tensor]:
-    """The inverse of :func:`marian_to_nmt`'s weights: an nmt Transformer state dict ->
-    ``MarianMTModel``'s (ids unchanged: nmt's order is the exported vocab.json's)."""
-    d = int(model_cfg.d_model)
-    inv = torch.argsort(residual_permutation(d))
-    out: dict[str, torch.Tensor] = {}
-
-    def read(name: str, src: str, rows: slice = slice(None)) -> None:
-        out[f"{name}.weight"] = sd[f"{src}.weight"][rows][:, inv].contiguous()
-        out[f"{name}.bias"] = sd[f"{src}.bias"][rows].clone()
-
-    def write(name: str, src: str) -> None:
-        out[f"{name}.weight"] = sd[f"{src}.weight"][inv].contiguous()
-        out[f"{name}.bias"] = sd[f"{src}.bias"][inv].contiguous()
-
-    tie = bool(model_cfg.tie_embeddings)
-    if tie:
-        out["model.shared.weight"] = sd["src_embed.weight"][:, inv].contiguous()
-    else:
-        out["model.encoder.embed_tokens.weight"] = sd["src_embed.weight"][:, inv].contiguous()
-        out["model.decoder.embed_tokens.weight"] = sd["tgt_embed.weight"][:, inv].contiguous()
-        out["lm_head.weight"] = sd["output_proj.weight"][:, inv].contiguous()
-    vocab = sd["tgt_embed.weight"].size(0)
-    out["final_logits_bias"] = sd.get("final_logits_bias", torch.zeros(vocab)).reshape(1, -1).clone()
-    for side, n in (("encoder", int(model_cfg.encoder_layers)), ("decoder", int(model_cfg.decoder_layers))):
-        for i in range(n):
-            m, o = f"model.{side}.layers.{i}", f"{side}.{i}"
-            for j, x in enumerate("qkv"):
-                read(f"{m}.self_attn.{x}_proj", f"{o}.self_attn.qkv_proj", slice(j * d, (j + 1) * d))
-            write(f"{m}.self_attn.out_proj", f"{o}.self_attn.out_proj")
-            write(f"{m}.self_attn_layer_norm", f"{o}.res1.norm")
-            if side == "decoder":
-                read(f"{m}.encoder_attn.q_proj", f"{o}.cross_attn.q_proj")
-                for j, x in enumerate("kv"):
-                    read(f"{m}.encoder_attn.{x}_proj", f"{o}.cross_attn.kv_proj", slice(j * d, (j + 1) * d))
-                write(f"{m}.encoder_attn.out_proj", f"{o}.cross_attn.out_proj")
-                write(f"{m}.encoder_attn_layer_norm", f"{o}.res2.norm")
-            read(f"{m}.fc1", f"{o}.ff.linear1")
-            write(f"{m}.fc2", f"{o}.ff.linear2")
-            write(f"{m}.final_layer_norm", f"{o}.res{3 if side == 'decoder' else 2}.norm")
-    return out
-
-
-def check_exportable(cfg: Any, tokenizer: Tokenizer, checkpoint: str) -> int | None:
-    """The forced first token (``forced_bos_token_id``: the target tag of a ``data.lang_tag=
-    target`` model with one target language; else None). ConfigError naming ``checkpoint``
-    and the key for what Marian has no place for."""
-    m = cfg.model
-    if m.name != "transformer":
-        raise ConfigError(f"{checkpoint}: model.name={m.name}: only a Transformer exports to "
-                          "Marian (the Bahdanau RNN has no Marian equivalent).")
-    problems = [(key, bad) for key, bad in (
-        ("model.norm", m.norm != "post"),
-        ("model.encoder_drop_residual", m.encoder_drop_residual is not None),
-        ("data.tokenizer.joint", not tokenizer.joint)) if bad]
-    if problems:
-        key = problems[0][0]
-        raise ConfigError(f"{checkpoint}: {key}={OmegaConf.select(cfg, key)} has no Marian "
-                          "equivalent (Marian: post-norm layers with residuals, one vocabulary; "
-                          "train with model.norm=post, e.g. model=transformer_base).")
-    if not (is_multilingual(cfg.data) and cfg.data.lang_tag == "target"):
-        return None
-    targets = target_languages(cfg.data)
-    if len(targets) > 1:
-        raise ConfigError(f"{checkpoint}: data.lang_tag=target with target languages {', '.join(targets)}"
-                          ": a Marian model forces one first token (forced_bos_token_id); export "
-                          "a data.lang_tag=source model (>>xx<< prompts, as OPUS-MT's).")
-    return tokenizer.tag_id(targets[0])
-
-
-def export_marian(checkpoint: str | Path, out_dir: str | Path, max_positions: int = 1024,
-                  beam_size: int = 5) -> Path:
-    """Write the Transformer ``checkpoint`` as a Marian directory ``out_dir`` (built beside it,
-    renamed into place) that transformers' ``AutoTokenizer``/``AutoModelForSeq2SeqLM`` read (then
-    ``generate``): weights (:func:`nmt_to_marian`), config.json, generation_config.json (``beam_size``
-    beams; PAD and BOS never generated, a target-side tag forced first, as in nmt),
-    vocab.json in nmt's id order, source.spm/target.spm (nmt's models), tokenizer_config.json.
-    ConfigError: an RNN or an option Marian lacks (:func:`check_exportable`), an ``out_dir``
-    with files, transformers missing."""
-    try:
-        from transformers import GenerationConfig, MarianConfig, MarianMTModel
-    except ImportError:
-        raise ConfigError(f"nmt-export format=marian needs transformers: {INSTALL_HINT}.") from None
-    out_dir = Path(out_dir)
-    if out_dir.exists() and (not out_dir.is_dir() or any(out_dir.iterdir())):
-        raise ConfigError(f"out_dir={out_dir} already exists and is not an empty directory: "
-                          "choose a new out_dir=DIR.")
-    model, tokenizer, cfg = load_for_inference(checkpoint, "cpu")
-    forced_bos = check_exportable(cfg, tokenizer, str(checkpoint))
-    m = cfg.model
-    vocab = tokenizer.src_vocab_size
-    config = MarianConfig(
-        vocab_size=vocab, decoder_vocab_size=vocab, d_model=int(m.d_model),
-        encoder_layers=int(m.encoder_layers), decoder_layers=int(m.decoder_layers),
-        encoder_attention_heads=int(m.heads), decoder_attention_heads=int(m.heads),
-        encoder_ffn_dim=int(m.ff_dim), decoder_ffn_dim=int(m.ff_dim),
-        activation_function={"silu": "swish"}.get(str(m.activation), str(m.activation)),
-        dropout=float(m.dropout), attention_dropout=float(m.attention_dropout),
-        activation_dropout=float(m.activation_dropout), scale_embedding=bool(m.scale_embedding),
-        share_encoder_decoder_embeddings=bool(m.tie_embeddings),
-        tie_word_embeddings=bool(m.tie_embeddings), max_position_embeddings=max_positions,
-        pad_token_id=PAD_ID, eos_token_id=EOS_ID, forced_eos_token_id=EOS_ID,
-        decoder_start_token_id=BOS_ID, architectures=["MarianMTModel"])
-    hf = MarianMTModel(config)
-    missing, unexpected = hf.load_state_dict(nmt_to_marian(model.state_dict(), m), strict=False)
-    if unexpected or [k for k in missing if "embed_positions" not in k and "lm_head" not in k
-                      and "embed_tokens" not in k]:
-        raise ConfigError(f"{checkpoint}: the weights do not fit MarianMTModel "
-                          f"(missing {missing[:3]}, unexpected {unexpected[:3]}).")
-    hf.generation_config = GenerationConfig(   # a forced tag scores 0, as nmt's (forced.py)
-        decoder_start_token_id=BOS_ID, pad_token_id=PAD_ID, eos_token_id=EOS_ID,
-        forced_eos_token_id=EOS_ID, forced_bos_token_id=forced_bos,
-        bad_words_ids=[[PAD_ID], [BOS_ID]], num_beams=beam_size, max_length=max_positions)
-    pieces = tokenizer.src_pieces(range(vocab))
-    names = [f">>{mt.group(1)}<<" if (mt := _TAG.match(p)) else p for p in pieces]
-    tok_cfg = {"tokenizer_class": "MarianTokenizer", "source_lang": str(cfg.data.src_lang),
-               "target_lang": str(cfg.data.tgt_lang), "separate_vocabs": False,
-               "model_max_length": max_positions, "unk_token": "<unk>", "eos_token": "</s>",
-               "pad_token": "<pad>"}
-    src_model, tgt_model = tokenizer.state_dict()["src_model"], tokenizer.state_dict()["tgt_model"]
-    try:
-        with atomic_path(out_dir, directory=True) as tmp:
-            hf.save_pretrained(str(tmp))
-            (tmp / "vocab.json").write_text(json.dumps({p: i for i, p in enumerate(names)},
-                                                       ensure_ascii=False, indent=1), encoding="utf-8")
-            (tmp / "source.spm").write_bytes(src_model)
-            (tmp / "target.spm").write_bytes(src_model if tgt_model is None else tgt_model)
-            (tmp / "tokenizer_config.json").write_text(json.dumps(tok_cfg, indent=2) + "\n",
-                                                       encoding="utf-8")
-    except OSError as err:
-        raise ConfigError(f"out_dir={out_dir}: cannot write the model ({err.strerror or err}); "
-                          "choose a writable out_dir=DIR.") from None
-    return out_dir
