@@ -31,6 +31,7 @@ pytest.importorskip("fastapi")
 from fastapi.testclient import TestClient  # noqa: E402
 
 from nmt.cli.serve import _check  # noqa: E402
+from nmt.extras.tools import batcher as batching  # noqa: E402
 from nmt.extras.tools import serve  # noqa: E402
 
 CKPT = REPO_ROOT / "tests" / "data" / "tiny_transformer_2026-11-22.pt"
@@ -109,7 +110,8 @@ def test_translate_returns_translations_n_best_attention_and_links(tiny, base):
         assert view["translation"] == result.text and view["links"] == item["links"]
         cross = view["kinds"]["cross"]   # every layer and head, as the viewer decodes it
         raw = np.frombuffer(base64.b64decode(cross["data"]), dtype="<u2") / 65535
-        np.testing.assert_allclose(raw.reshape(cross["shape"]), result.attention["cross"], atol=1e-5)
+        np.testing.assert_allclose(raw.reshape(cross["shape"]), result.attention["cross"],
+                                   atol=1e-5)
         assert set(view["kinds"]) == {"cross", "decoder", "encoder"}
     assert got[1]["translation"] == "" and got[1]["links"] == "" and got[1]["alignment"] == [[1.0]]
 
@@ -154,14 +156,14 @@ def _run_batcher(jobs, max_wait_ms: float, fail_on: str | None = None, max_queue
             raise ValueError(f"cannot translate {fail_on}")
         return [s.upper() for s in sentences]
 
-    batcher = serve.Batcher(decode, max_batch_work=5, max_wait_ms=max_wait_ms,
-                            max_queue_sentences=max_queue, clock=Clock())
+    batcher = batching.Batcher(decode, max_batch_work=5, max_wait_ms=max_wait_ms,
+                               max_queue_sentences=max_queue, clock=Clock())
     futures = [batcher.submit(["a"] * 5, "k0", 5)]   # fills the budget: decoded at once
     assert started.wait(10)
     for sentences, key in jobs:
         try:
             futures.append(batcher.submit(sentences, key, len(sentences)))
-        except serve.Overloaded as err:
+        except batching.Overloaded as err:
             futures.append(err)
     gate.set()
     batcher.close()   # answers everything, then the thread ends
@@ -180,14 +182,14 @@ def test_request_work_is_beam_times_steps_times_positions_read():
 def test_window_stays_open_while_requests_keep_coming_for_at_most_one_decode():
     """Opened at 1.0 s (the worker free); max_wait 0.3 s; the previous decode took 1 s."""
     every_150ms = [1.0 + 0.15 * i for i in range(10)]
-    assert serve.window_end(1.0, every_150ms, 0.3, 1.0) == pytest.approx(2.0)   # the 1 s cap
-    assert serve.window_end(1.0, [0.2, 1.1, 1.5], 0.3, 1.0) == pytest.approx(1.4)   # a 0.4 s gap
-    assert serve.window_end(1.0, [], 0.3, 0.3) == pytest.approx(1.3)
+    assert batching.window_end(1.0, every_150ms, 0.3, 1.0) == pytest.approx(2.0)   # the 1 s cap
+    assert batching.window_end(1.0, [0.2, 1.1, 1.5], 0.3, 1.0) == pytest.approx(1.4)   # a 0.4 s gap
+    assert batching.window_end(1.0, [], 0.3, 0.3) == pytest.approx(1.3)
 
 
 def _jobs(*spec):
     """Jobs of (name, key, work), arriving 1 s apart in this order."""
-    return [serve._Job([name], key, work, float(t)) for t, (name, key, work) in enumerate(spec)]
+    return [batching._Job([name], key, work, float(t)) for t, (name, key, work) in enumerate(spec)]
 
 
 def test_the_oldest_leads_a_batch_unless_a_short_request_may():
@@ -199,19 +201,19 @@ def test_the_oldest_leads_a_batch_unless_a_short_request_may():
 
     # the oldest leads, then its settings' requests oldest first while they fit: mid2 would
     # make 14 > 11 (so the batch is full)
-    assert names(serve.pick_batch(waiting, False, 11)) == (["big", "mid", "two"], True)
+    assert names(batching.pick_batch(waiting, False, 11)) == (["big", "mid", "two"], True)
     # "one" (1 x 4 <= 6) is short: it leads, with the short requests of its settings (none)
-    assert names(serve.pick_batch(waiting, True, 11)) == (["one"], False)
+    assert names(batching.pick_batch(waiting, True, 11)) == (["one"], False)
     # "two" (2 x 4 > 6) is not short; "tiny" is: with 15 > 11 waiting it takes those of work
     # <= 4, least work first; when everything fits, everything
-    assert names(serve.pick_batch(waiting[:2] + waiting[3:], True, 11)) == \
+    assert names(batching.pick_batch(waiting[:2] + waiting[3:], True, 11)) == \
         (["big", "mid", "two"], True)
     tiny = _jobs(*[(j.sentences[0], j.key, j.work) for j in waiting if j.key == "k"],
                  ("tiny", "k", 1))
-    assert names(serve.pick_batch(tiny, True, 11)) == (["tiny", "two", "mid", "mid2"], True)
-    assert names(serve.pick_batch(tiny, True, 20)) == \
+    assert names(batching.pick_batch(tiny, True, 11)) == (["tiny", "two", "mid", "mid2"], True)
+    assert names(batching.pick_batch(tiny, True, 20)) == \
         (["tiny", "two", "mid", "mid2", "big"], False)
-    assert names(serve.pick_batch(waiting, False, 0)) == (["big"], True)   # batching off
+    assert names(batching.pick_batch(waiting, False, 0)) == (["big"], True)   # batching off
 
 
 def test_batcher_groups_by_settings_up_to_the_work_budget_and_answers_in_order():
@@ -244,7 +246,7 @@ def test_the_queue_is_bounded_and_a_request_over_it_is_refused_at_once():
     another 3 but take 1."""
     jobs = [(["b"] * 3, "k"), (["c"] * 3, "k"), (["d"], "k")]
     calls, outcomes = _run_batcher(jobs, max_wait_ms=0, max_queue=12)
-    assert isinstance(outcomes[2], serve.Overloaded) and outcomes[2].retry_after == 1
+    assert isinstance(outcomes[2], batching.Overloaded) and outcomes[2].retry_after == 1
     assert "serve.max_queue_sentences" in str(outcomes[2]) and outcomes[3] == ["D"]
     assert calls[1:] == [["b"] * 3, ["d"]]   # the refused request was never queued
 
@@ -262,8 +264,8 @@ def test_retry_after_comes_from_the_work_decoded_not_the_cancelled_requests():
             assert gates[sentences[0]].wait(10)
         return sentences
 
-    batcher = serve.Batcher(decode, max_batch_work=130, max_wait_ms=10_000, max_queue_sentences=4,
-                            clock=clock)
+    batcher = batching.Batcher(decode, max_batch_work=130, max_wait_ms=10_000,
+                               max_queue_sentences=4, clock=clock)
     batcher.submit(["h1"], "k", 130)   # a full batch: decoded at once, held
     while started != ["h1"]:
         threading.Event().wait(0.001)
@@ -276,7 +278,7 @@ def test_retry_after_comes_from_the_work_decoded_not_the_cancelled_requests():
     while started[-1] != "h2":
         threading.Event().wait(0.001)
     batcher.submit(["x"], "k", 10)
-    with pytest.raises(serve.Overloaded) as busy:   # 2 queued + 2 x 2 - 1 > 4
+    with pytest.raises(batching.Overloaded) as busy:   # 2 queued + 2 x 2 - 1 > 4
         batcher.submit(["y", "z"], "k", 2)
     assert busy.value.retry_after == math.ceil((130 + 10) / 30) == 5
     gates["h2"].set()
@@ -286,10 +288,10 @@ def test_retry_after_comes_from_the_work_decoded_not_the_cancelled_requests():
 def test_stop_turns_new_requests_away_and_closes_the_window():
     """The clock never moves, so only ``stop`` can close the 10 s window of the request."""
     decoded = []
-    batcher = serve.Batcher(lambda s, key: decoded.append(s) or s, 100, 10_000, 10, Clock())
+    batcher = batching.Batcher(lambda s, key: decoded.append(s) or s, 100, 10_000, 10, Clock())
     future = batcher.submit(["waits"], "k", 1)
     batcher.stop()
-    with pytest.raises(serve.Overloaded, match="shutting down"):
+    with pytest.raises(batching.Overloaded, match="shutting down"):
         batcher.submit(["late"], "k", 1)
     assert future.result(10) == ["waits"] and decoded == [["waits"]]
     batcher.close()
@@ -368,7 +370,8 @@ def limited(tiny, base):
 ])
 def test_every_bad_input_is_a_one_line_json_4xx_and_the_server_goes_on(limited, body, status,
                                                                        words):
-    reply = limited.post("/v1/translate", content=body, headers={"Content-Type": "application/json"})
+    reply = limited.post("/v1/translate", content=body,
+                         headers={"Content-Type": "application/json"})
     assert reply.status_code == status and "\n" not in reply.text, reply.text
     error = reply.json()["error"]
     assert list(reply.json()) == ["error"], reply.json()
@@ -493,8 +496,8 @@ def test_model_health_page_and_openapi(tiny, base, tmp_path):
     holds paths); without an API key the schema declares no security."""
     ckpt = tmp_path / "best.pt"
     shutil.copy(CKPT, ckpt)
-    (tmp_path / "scores.json").write_text(json.dumps({"bleu": 12.5, "checkpoint": str(ckpt),
-                                                      "model_dir": str(tmp_path)}), encoding="utf-8")
+    scores = {"bleu": 12.5, "checkpoint": str(ckpt), "model_dir": str(tmp_path)}
+    (tmp_path / "scores.json").write_text(json.dumps(scores), encoding="utf-8")
     with client(tiny, base, "serve.max_sentences=7", f"checkpoint={ckpt}") as c:
         reply = c.get("/v1/model")
         info = reply.json()
@@ -585,4 +588,5 @@ def test_tgt_lang_is_one_of_the_model_s_targets_in_the_schema_and_the_422(multi,
     tgt_lang = schema["components"]["schemas"]["TranslateRequest"]["properties"]["tgt_lang"]
     assert (tgt_lang["enum"], tgt_lang["default"]) == (["en", "fr"], "en")
     assert fr.status_code == 200 and fr.json()["translations"][0]["src_tokens"][0] == "<2fr>"
-    assert de.status_code == 422 and de.json() == {"error": "tgt_lang: Input should be 'en' or 'fr'"}
+    assert de.status_code == 422
+    assert de.json() == {"error": "tgt_lang: Input should be 'en' or 'fr'"}

@@ -91,9 +91,11 @@ def test_page_translates_a_typed_sentence_and_draws_its_heatmap_in_chromium(serv
     status, body = _post(url, {"text": [SENTENCE], "beam_size": 5, "alignment": True})
     view = body["translations"][0]["view"]   # what the page will fetch and draw
     cross = view["kinds"]["cross"]
-    weights = (np.frombuffer(base64.b64decode(cross["data"]), "<u2") / 65535).reshape(cross["shape"])
+    raw = np.frombuffer(base64.b64decode(cross["data"]), "<u2")
+    weights = (raw / 65535).reshape(cross["shape"])
     rows, cols = cross["shape"][2:]
-    hash_ = urllib.parse.urlencode({"text": SENTENCE, "go": 1, "cell": "1,2"}, quote_via=urllib.parse.quote)
+    hash_ = urllib.parse.urlencode({"text": SENTENCE, "go": 1, "cell": "1,2"},
+                                   quote_via=urllib.parse.quote)
     proc = subprocess.run(
         [_chromium(), "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
          "--disable-background-networking", "--disable-component-update", "--disable-sync",
@@ -142,7 +144,8 @@ def test_page_chooses_the_target_language_of_a_multilingual_model(tmp_path_facto
         state = re.search(r'id="status" data-state="(\w+)">([^<]*)<', dom)
         assert state and state.group(1) == "ok", state.group(2) if state else dom
         assert '<label id="to">' in dom   # shown: two target languages
-        assert '<select id="tgt"><option value="en">en</option><option value="fr">fr</option>' in dom
+        assert ('<select id="tgt"><option value="en">en</option>'
+                '<option value="fr">fr</option>') in dom
         assert f'id="output">{view["translation"]}<' in dom
         assert 'id="col0">&lt;2fr&gt;<' in dom      # the tag is the first source label
         assert dom.count('class="cell') == len(view["kinds"]["cross"]["rows"]) * len(view["src"])
