@@ -65,15 +65,23 @@ Tags = Sequence[tuple[int | None, int | None]]   # per direction: (source tag id
 
 
 class TokenizedSplit:
-    """A memory-mapped Arrow IPC file, or one held in memory (``path`` None: :meth:`from_bytes`).
-    ``src_lens`` / ``tgt_lens`` [N] int64: the lengths of ``src`` and ``tgt_out`` with EOS;
-    ``starts`` [chunks + 1]: the first row of each record batch; ``chunks``: per record batch
-    its (source ids, offsets, target ids, offsets), zero-copy; ``links``: per record batch the
-    links' (values, offsets), or None; ``groups`` [N] int64: each row's direction (column
-    ``direction``), training corpus (column ``corpus``) or both (column ``group``), or None.
-    ``target_tag``: every target starts with a language tag (``data.lang_tag=target``),
-    decoder input after BOS that :func:`~nmt.data.batching.collate` leaves out of the targets
-    (M2M-100, Fan et al. 2021)."""
+    """A tokenized split: a memory-mapped Arrow IPC file, or one held in memory.
+
+    ``path`` is None for a split from :meth:`from_bytes`. Rule: with ``target_tag``
+    (``data.lang_tag=target``, as M2M-100, Fan et al. 2021) every target starts with a language
+    tag, decoder input after BOS that :func:`~nmt.data.batching.collate` leaves out of the
+    targets.
+
+    Attributes, N rows:
+
+    - ``src_lens`` / ``tgt_lens`` [N] int64: the lengths of ``src`` and ``tgt_out``, EOS
+      included;
+    - ``starts`` [chunks + 1]: the first row of each record batch;
+    - ``chunks``: per record batch its (source ids, offsets, target ids, offsets), zero-copy;
+    - ``links``: per record batch the links' (values, offsets), or None;
+    - ``groups`` [N] int64: each row's direction (column ``direction``), training corpus
+      (column ``corpus``) or both (column ``group``), or None.
+    """
 
     target_tag: bool = False
 

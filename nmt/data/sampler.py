@@ -123,17 +123,27 @@ class TokenBatchSampler:
                                  self.directions)
 
     def epoch_rows(self, epoch: int) -> np.ndarray | None:
-        """The rows of ``epoch`` drawn by group: as many as the split has, direction d's share
-        ``q_d`` of them (:func:`temperature_shares` of the directions' sizes; Arivazhagan et al.
-        2019, sec. 4.2) or, with ``weights``, ``w_c * n_c`` rows of corpus c (its n_c rows w_c
-        times on average: fairseq's upsampling, a corpus's share proportional to weight x
-        size), or, with both (``directions``: the direction of each group g), direction d's
-        share ``q_d`` of the temperature shares of its upsampled sizes ``e_d = sum w_g n_g``
-        over its groups, of ``sum e`` rows, split among its groups as ``w_g n_g / e_d`` (T = 1:
-        ``w_g n_g``, fairseq's upsampling again); rounded by largest remainders; each group's
-        rows every one k times, then a random subset without replacement; from
-        ``default_rng((seed, epoch, 1))``. None (every row once): no groups, or counts that
-        give every group its size."""
+        """The rows of ``epoch``, drawn group by group.
+
+        How many rows each group gets, for a split of N rows and group g of n_g rows:
+
+        - directions only: N rows, direction d's share ``q_d`` of them, ``q`` the
+          :func:`temperature_shares` of the directions' sizes (Arivazhagan et al. 2019,
+          sec. 4.2);
+        - ``weights`` only: ``w_c n_c`` rows of corpus c, its n_c rows w_c times on average
+          (fairseq's upsampling: a corpus's share is proportional to weight x size);
+        - both (``directions``: the direction of each group g): ``sum e`` rows, where
+          ``e_d = sum w_g n_g`` over direction d's groups; direction d gets its share ``q_d``
+          of the temperature shares of ``e``, split among its groups as ``w_g n_g / e_d``
+          (T = 1 gives ``w_g n_g``: fairseq's upsampling again).
+
+        Counts are rounded by largest remainders. A group given k x n_g + r rows (r < n_g)
+        takes each of its rows k times, then r of them at random without replacement, from
+        ``default_rng((seed, epoch, 1))``.
+
+        Returns: the row indices [M] int64, or None (every row once) when there are no groups
+        or the counts give every group its size.
+        """
         if self.groups is None:
             return None
         sizes = np.bincount(self.groups, minlength=0 if self.weights is None else

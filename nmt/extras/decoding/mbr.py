@@ -1,9 +1,8 @@
 """Minimum-Bayes-risk (MBR) decoding, a room of its own: of a sentence's candidate translations,
 the one with the highest expected utility against the model's other translations.
 
-MBR was measured behind beam search on val BLEU in every setting (docs/results.md, "MBR
-decoding"; docs/studies.md, round two) and is off by default (``decoding=search``), so the
-core knows nothing of it. It comes in through two seams: ``translate_with(..., search=...)``
+MBR is off by default (``decoding=search``; its measurements: docs/results.md, "MBR
+decoding"; docs/studies.md), so the core knows nothing of it. It comes in through two seams: ``translate_with(..., search=...)``
 of :class:`~nmt.inference.translator.TranslatorBase` (the candidates and the choice, in place
 of the search) and :class:`MbrTranslator`, a translator like any other to the evaluator, to
 :class:`~nmt.extras.decoding.pivot.Pivot` and to nmt-translate's stream::

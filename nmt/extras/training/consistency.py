@@ -1,10 +1,10 @@
-"""Consistency regularisation (``train.consistency``), a room of its own (off by default, and
-measured behind the plain objective at equal steps: docs/results.md): R-Drop (Liang et al. 2021)
-between two dropout passes, SimCut (Gao et al. 2022) between a pass and a copy whose token
-embeddings were cut off, CrossConST (Gao et al. 2023) between a pass and one that reads the
-target sentence as its source. Each runs one forward over a doubled batch ([2B, ...]) and adds
-a KL term to the label-smoothed loss of :mod:`nmt.training.loss`. They
-enter the training objective as the training hooks' ``regulariser``
+"""Consistency regularisation (``train.consistency``), a room of its own, off by default.
+
+Its measurements are in docs/results.md. R-Drop (Liang et al. 2021) between two dropout passes,
+SimCut (Gao et al. 2022) between a pass and a copy whose token embeddings were cut off, CrossConST
+(Gao et al. 2023) between a pass and one that reads the target sentence as its source. Each runs one
+forward over a doubled batch ([2B, ...]) and adds a KL term to the label-smoothed loss of
+:mod:`nmt.training.loss`. They enter the training objective as the training hooks' ``regulariser``
 (:class:`~nmt.training.loss.Regulariser`, built by :func:`nmt.extras.training.hooks`, which
 ``nmt-train`` and ``nmt.train()`` call).
 """

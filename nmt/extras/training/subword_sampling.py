@@ -1,11 +1,12 @@
-"""Subword sampling (``data.tokenizer.sampling_alpha``, ``nbest_size``), a room of its own (off
-by default, and measured not better than the best segmentation: docs/results.md): every epoch
-the training split gets new segmentations of the same texts, drawn by SentencePiece, unigram
-subword regularisation (Kudo 2018) or BPE-dropout (Provilkov et al. 2020); validation and
-test keep the best segmentation. It enters the trainer as the training hooks' ``resampler``
-(:class:`~nmt.training.hooks.Resampler`, built by :func:`nmt.extras.training.hooks`, which
-``nmt-train`` and ``nmt.train()`` call). Rank 0 draws each epoch's split, or reads it from the
-cache beside the split's file, and sends it to the other ranks: all ranks cut the same batches.
+"""Subword sampling (``data.tokenizer.sampling_alpha``, ``nbest_size``), off by default.
+
+A room of its own; its measurements are in docs/results.md. Every epoch the training split gets new
+segmentations of the same texts, drawn by SentencePiece, unigram subword regularisation (Kudo 2018)
+or BPE-dropout (Provilkov et al. 2020); validation and test keep the best segmentation. It enters
+the trainer as the training hooks' ``resampler`` (:class:`~nmt.training.hooks.Resampler`, built by
+:func:`nmt.extras.training.hooks`, which ``nmt-train`` and ``nmt.train()`` call). Rank 0 draws each
+epoch's split, or reads it from the cache beside the split's file, and sends it to the other ranks:
+all ranks cut the same batches.
 """
 
 from __future__ import annotations
