@@ -139,7 +139,8 @@ def load_checkpoint(path: str | Path, map_location: str | torch.device = "cpu") 
     except pickle.UnpicklingError as err:
         unsafe = re.search(r"Unsupported global: GLOBAL (\S+)", str(err))
         if unsafe is None:
-            raise CheckpointError(f"{path}: not a checkpoint (torch cannot read it as one).") from None
+            raise CheckpointError(
+                f"{path}: not a checkpoint (torch cannot read it as one).") from None
         raise CheckpointError(f"{path}: holds objects other than plain data ({unsafe.group(1)}), "
                               "which nmt never unpickles: it was not written by nmt.") from None
     except Exception as err:  # torch raises many kinds for a torn or foreign file

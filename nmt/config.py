@@ -229,7 +229,8 @@ def check_positive(cfg: DictConfig, *keys: str, allow_zero: bool = False, prefix
         if value is None or math.isfinite(value) and (value > 0 or allow_zero and value == 0):
             continue
         finite = "" if math.isfinite(value) else "a finite number "
-        raise ConfigError(f"{prefix}{key}={value} must be {finite}{'>= 0' if allow_zero else '> 0'}.")
+        bound = ">= 0" if allow_zero else "> 0"
+        raise ConfigError(f"{prefix}{key}={value} must be {finite}{bound}.")
 
 
 def _unit_interval(cfg: DictConfig, *keys: str) -> None:
@@ -273,7 +274,8 @@ def _check_guided(cfg: DictConfig) -> None:
     if guided and cfg.model.get("alignment_heads", 1) == 0:
         raise ConfigError("train.alignment_loss_weight > 0 supervises model.alignment_heads heads "
                           "of model.alignment_layer: set model.alignment_heads=1 "
-                          "model.alignment_layer=-2 (Garg et al. 2019: one head, penultimate layer).")
+                          "model.alignment_layer=-2 (Garg et al. 2019: one head, penultimate "
+                          "layer).")
     if guided and cfg.data.tokenizer.sampling_alpha:
         raise ConfigError("data.tokenizer.sampling_alpha resegments the training split each epoch, "
                           "which guided alignment's subword links cannot follow: drop one of them.")
@@ -293,8 +295,9 @@ def parse_pairs(pairs: Any, key: str = "data.pairs") -> list[tuple[str, str]]:
         if not match:
             raise ConfigError(f"{key}: {item!r} is not a direction; write src-tgt, e.g. de-en.")
         if match[1] == match[2] or match.groups() in out:
-            raise ConfigError(f"{key}: {item!r} " + ("translates a language into itself."
-                                                     if match[1] == match[2] else "is listed twice."))
+            why = ("translates a language into itself." if match[1] == match[2]
+                   else "is listed twice.")
+            raise ConfigError(f"{key}: {item!r} {why}")
         out.append(match.groups())
     if not out:
         raise ConfigError(f"{key}=[] lists no direction: give src-tgt entries, or null.")
@@ -334,8 +337,8 @@ def _check_pairs(data: DictConfig, guided: bool) -> None:
     if data.pairs is None:
         return
     if (data.src_lang, data.tgt_lang) not in model:
-        raise ConfigError(f"data.src_lang-data.tgt_lang={data.src_lang}-{data.tgt_lang} (the default "
-                          f"direction) must be one of data.pairs={list(data.pairs)}.")
+        raise ConfigError(f"data.src_lang-data.tgt_lang={data.src_lang}-{data.tgt_lang} (the "
+                          f"default direction) must be one of data.pairs={list(data.pairs)}.")
     multilingual = is_multilingual(data)
     if multilingual and not data.tokenizer.joint:
         raise ConfigError("data.pairs with several directions needs data.tokenizer.joint=true (the "
@@ -363,7 +366,8 @@ def validate_search(section: Any, prefix: str = "") -> DictConfig:
             finite = "" if math.isfinite(search[key]) else "a finite number "
             raise ConfigError(f"{prefix}{key}={search[key]} must be {finite}>= {least:g}.")
     if search.n_best > search.beam_size:
-        raise ConfigError(f"{prefix}n_best={search.n_best} must be <= {prefix}beam_size={search.beam_size}.")
+        raise ConfigError(f"{prefix}n_best={search.n_best} must be <= "
+                          f"{prefix}beam_size={search.beam_size}.")
     return search
 
 
@@ -432,9 +436,9 @@ def validate(cfg: DictConfig) -> DictConfig:
                           "must be a finite number in [0.98, 1] (SentencePiece's range).")
     if data.src_lang == data.tgt_lang:
         raise ConfigError(f"data.src_lang={data.src_lang!r} must differ from data.tgt_lang.")
-    check_positive(out, "train.batch_tokens", "train.accum_steps", "train.max_steps", "train.max_epochs",
-                   "train.max_minutes", "train.eval_every_steps", "train.log_every_steps", "train.lr",
-                   "train.save_every_steps",
+    check_positive(out, "train.batch_tokens", "train.accum_steps", "train.max_steps",
+                   "train.max_epochs", "train.max_minutes", "train.eval_every_steps",
+                   "train.log_every_steps", "train.lr", "train.save_every_steps",
                    "train.plateau_patience", "train.early_stopping_patience", "train.eps",
                    "train.peak_tflops", "train.shape_multiple")
     check_positive(out, "train.warmup_steps", "train.clip_grad_norm", "train.weight_decay",
@@ -455,9 +459,9 @@ def validate(cfg: DictConfig) -> DictConfig:
     check_positive(out, "data.sampling_temperature")
     _check_pairs(data, is_guided(train))   # data.alignments without it: refused above
     if data.alignments is not None and data.corpora and data.max_train_pairs is not None:
-        raise ConfigError("data.alignments with data.corpora and data.max_train_pairs: the file has "
-                          "a line per pair of every corpus, and past the capped split its lines "
-                          "would go to the wrong pairs; drop data.max_train_pairs, or "
+        raise ConfigError("data.alignments with data.corpora and data.max_train_pairs: the file "
+                          "has a line per pair of every corpus, and past the capped split its "
+                          "lines would go to the wrong pairs; drop data.max_train_pairs, or "
                           "data.alignments (the teacher aligns exactly the pairs trained on).")
     if train.consistency == "crossconst" and not data.tokenizer.joint:
         raise ConfigError("train.consistency=crossconst feeds each target sentence to the encoder: "
@@ -483,7 +487,8 @@ def merge_typed(schema: type, section: Any, where: str) -> DictConfig:
         key = getattr(err, "full_key", None) or "?"
         key = key if key.startswith(where) else f"{where}.{key}"
         msg = getattr(err, "msg", str(err)).splitlines()[0]
-        raise ConfigError(f"Invalid config value for {key}: {msg}. Fix the override or the YAML file.") from None
+        raise ConfigError(f"Invalid config value for {key}: {msg}. Fix the override or the YAML "
+                          "file.") from None
     return merged
 
 

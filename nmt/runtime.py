@@ -1,5 +1,5 @@
-"""Process-level settings and chores shared by every layer above: the device and its autocast
-dtype, glibc's allocator, oneDNN's cache, the machine for run summaries, peak FLOP/s and model FLOPs for
+"""Process-level settings and chores shared by every layer above: the device and its autocast dtype,
+glibc's allocator, oneDNN's cache, the machine for run summaries, peak FLOP/s and model FLOPs for
 MFU, and atomic file writes."""
 
 from __future__ import annotations
@@ -171,11 +171,13 @@ def resolve_device(name: str):
     if name in (None, "", "auto"):
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     if str(name).startswith("cuda") and not torch.cuda.is_available():
-        raise ConfigError(f"device={name} asked for CUDA, but no CUDA device is available: use device=cpu.")
+        raise ConfigError(f"device={name} asked for CUDA, but no CUDA device is available: use "
+                          "device=cpu.")
     try:
         return torch.device(name)
     except RuntimeError:
-        raise ConfigError(f"device={name!r} is not a device: use auto, cpu, cuda or cuda:N.") from None
+        raise ConfigError(
+            f"device={name!r} is not a device: use auto, cpu, cuda or cuda:N.") from None
 
 
 def cpu_model() -> str:

@@ -2,10 +2,10 @@
 
     nmt-align checkpoint=runs/tf/checkpoints/best.pt src_file=test.fr tgt_file=test.en out=links.txt
     nmt-align checkpoint=fr_en.pt input=pairs.txt out=links.txt shift=true layer=1 head=mean
-    nmt-align checkpoint=guided.pt input=pairs.txt out=links.txt threshold=0.5   # may leave words unaligned
+    nmt-align checkpoint=guided.pt input=pairs.txt out=links.txt threshold=0.5   # words may be left
     nmt-align checkpoint=fr_en.pt reverse_checkpoint=en_fr.pt symmetrize=grow-diag-final \\
         input=pairs.txt out=links.txt gold=gold.txt gold_one_based=true
-    nmt-align checkpoint=multi.pt src_lang=de tgt_lang=fr input=pairs.txt out=links.txt \
+    nmt-align checkpoint=multi.pt src_lang=de tgt_lang=fr input=pairs.txt out=links.txt \\
         reverse_checkpoint=multi.pt     # a multilingual model, both directions
 
 The model reads each given target sentence as its decoder input (forced decoding); ``out`` gets
@@ -58,7 +58,8 @@ def _run(cfg: DictConfig) -> None:
              list(iter_text_pair(cfg.src_file, cfg.tgt_file)))
     out = Path(cfg.out)
     if out.is_dir():
-        raise ConfigError(f"out={out} is a directory: give the links file, e.g. out={out / 'links.txt'}.")
+        raise ConfigError(f"out={out} is a directory: give the links file, e.g. "
+                          f"out={out / 'links.txt'}.")
     ensure_writable_dir(out.parent, "out")
     if cfg.attention_out:
         ensure_writable_dir(Path(cfg.attention_out).parent, "attention_out")

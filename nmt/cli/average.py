@@ -2,7 +2,8 @@
 
     nmt-average run_dir=runs/transformer_de_en last=5
     nmt-average run_dir=runs/transformer_de_en best=3
-    nmt-average checkpoints='[runs/tf/checkpoints/step_2261.pt,runs/tf/checkpoints/step_2394.pt]' out=avg.pt
+    nmt-average checkpoints='[runs/tf/checkpoints/step_2261.pt,runs/tf/checkpoints/step_2394.pt]' \\
+        out=avg.pt
 
 Averaging the last few checkpoints (Vaswani et al. 2017, section 6.1) smooths the noise of the
 final updates; the result is an inference checkpoint for ``nmt-evaluate`` / ``nmt-translate``.
@@ -81,7 +82,8 @@ def _run(cfg: DictConfig) -> None:
     from nmt.checkpoint import CheckpointManager, load_checkpoint, save_atomic
 
     if (cfg.run_dir is None) == (cfg.checkpoints is None):
-        raise ConfigError("give either run_dir=DIR or checkpoints='[A.pt,B.pt]', not both or neither.")
+        raise ConfigError("give either run_dir=DIR or checkpoints='[A.pt,B.pt]', not both or "
+                          "neither.")
     if cfg.checkpoints is not None:
         require(cfg, "out")
         paths, out = [Path(str(p)) for p in cfg.checkpoints], Path(cfg.out)

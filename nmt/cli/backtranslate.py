@@ -1,11 +1,15 @@
 """``nmt-backtranslate``: a synthetic parallel corpus from monolingual text (back-translation,
 :mod:`nmt.extras.decoding.backtranslate`), for training through ``data.corpora``.
 
-    nmt-backtranslate checkpoint=runs/en_de/checkpoints/best.pt input=mono.en out_dir=data/bt tag=true
+    nmt-backtranslate checkpoint=runs/en_de/checkpoints/best.pt input=mono.en out_dir=data/bt \\
+        tag=true
     nmt-backtranslate checkpoint=... input=mono.en out_dir=data/bt sampling=true top_k=10 seed=1
-    nmt-backtranslate checkpoint=runs/multi/checkpoints/best.pt src_lang=en tgt_lang=de input=mono.en out_dir=data/bt
-    nmt-backtranslate checkpoint=runs/multi/checkpoints/best.pt pivot=en out_dir=data/zs split=train tag=true
-    nmt-train data=multi30k_de_en 'data.corpora=[{split: bt, root: data/bt, weight: 1}]' data.tokenizer.bt_tag=true
+    nmt-backtranslate checkpoint=runs/multi/checkpoints/best.pt src_lang=en tgt_lang=de \\
+        input=mono.en out_dir=data/bt
+    nmt-backtranslate checkpoint=runs/multi/checkpoints/best.pt pivot=en out_dir=data/zs \\
+        split=train tag=true
+    nmt-train data=multi30k_de_en 'data.corpora=[{split: bt, root: data/bt, weight: 1}]' \\
+        data.tokenizer.bt_tag=true
 
 The model translates L -> L' (its ``data.src_lang`` -> ``data.tgt_lang``, or ``src_lang`` /
 ``tgt_lang``); ``out_dir`` gets ``{split}.{L'}`` (the translations, ``<BT> `` first with

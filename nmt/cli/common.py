@@ -189,11 +189,11 @@ def decode_settings(cfg: DictConfig, schemas: tuple[type, ...] = (SearchSchema, 
 
 
 def check_decoding(cfg: DictConfig) -> DictConfig:
-    """ConfigError, naming the key, for a bad search or sampling setting (``beam_size``,
-    ``top_p``, ...; :func:`nmt.config.validate_decoding`) of an nmt-evaluate or nmt-translate
-    config and, with ``decoding=mbr``, a bad ``mbr.*`` setting or a search MBR cannot take
-    (:func:`nmt.extras.decoding.mbr.mbr_settings`, :func:`~nmt.extras.decoding.mbr.check_search`; the room loads
-    only then), before any checkpoint loads."""
+    """ConfigError, naming the key, for a bad search or sampling setting (``beam_size``, ``top_p``,
+    ...; :func:`nmt.config.validate_decoding`) of an nmt-evaluate or nmt-translate config and, with
+    ``decoding=mbr``, a bad ``mbr.*`` setting or a search MBR cannot take
+    (:func:`nmt.extras.decoding.mbr.mbr_settings`, :func:`~nmt.extras.decoding.mbr.check_search`;
+    the room loads only then), before any checkpoint loads."""
     settings = validate_decoding(decode_settings(cfg))
     if cfg.decoding == "mbr":
         from nmt.extras.decoding.mbr import check_search, mbr_settings

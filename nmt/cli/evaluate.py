@@ -1,25 +1,25 @@
-"""``nmt-evaluate``: translate a test split (or any file pair), print BLEU/chrF/TER, write outputs.
+r"""``nmt-evaluate``: translate a test split (or any file pair), print BLEU/chrF/TER, write outputs.
 
-    nmt-evaluate checkpoint=runs/tf/checkpoints/best.pt split=test_2016_flickr beam_size=5 out_dir=runs/tf/eval
+    nmt-evaluate checkpoint=runs/tf/checkpoints/best.pt split=test_2016_flickr beam_size=5 \
+        out_dir=runs/tf/eval
     nmt-evaluate checkpoint=... src_file=test.de ref_file=test.en beam_size=1
     nmt-evaluate engine=ctranslate2 model_dir=runs/tf/ct2 beam_size=5   # an nmt-export directory
     nmt-evaluate checkpoint=... split=val decoding=mbr mbr.num=16 mbr.utility=chrf   # MBR
-    nmt-evaluate checkpoint=multi.pt src_lang=de tgt_lang=fr             # one direction (zero-shot)
-    nmt-evaluate checkpoint=multi.pt directions=all beam_size=5          # every direction, one table
-    nmt-evaluate checkpoint=multi.pt directions=all pivot=en             # through English
+    nmt-evaluate checkpoint=multi.pt src_lang=de tgt_lang=fr      # one direction (zero-shot)
+    nmt-evaluate checkpoint=multi.pt directions=all beam_size=5   # every direction, one table
+    nmt-evaluate checkpoint=multi.pt directions=all pivot=en      # through English
 
-The split is read with the checkpoint's data config; every sentence is translated (nothing
-filtered or truncated). ``out_dir`` (default ``<checkpoint dir>/eval_<split>_beam<k>``, with
-``decoding=mbr`` ``eval_<split>_mbr_<candidates><num>_<utility>``) gets the files of
-:mod:`nmt.evaluation.evaluate`, scores.json with ``decoding`` too. ``decoding=mbr`` translates
-by minimum-Bayes-risk decoding (:func:`nmt.extras.decoding.mbr.evaluate_mbr`: its cost in scores.json,
-``nbest.txt`` the distinct candidates by expected utility); with ``mbr.compare_beam=true`` the
-split is also translated by the search without MBR (``beam_size``, ...), and both are printed
-side by side: BLEU, chrF, ms/sentence. A multilingual model (or ``src_lang``/``tgt_lang``/
-``pivot``) also gets the off-target rate, and ``directions=all`` scores every direction of
-the split (:mod:`nmt.extras.decoding.multilingual`): ``out_dir/<src>-<tgt>/`` each,
-``directions.{md,json}``.
-Options: configs/evaluate.yaml (``nmt-evaluate --help``).
+The split is read with the checkpoint's data config; every sentence is translated (nothing filtered
+or truncated). ``out_dir`` (default ``<checkpoint dir>/eval_<split>_beam<k>``, with ``decoding=mbr``
+``eval_<split>_mbr_<candidates><num>_<utility>``) gets the files of :mod:`nmt.evaluation.evaluate`,
+scores.json with ``decoding`` too. ``decoding=mbr`` translates by minimum-Bayes-risk decoding
+(:func:`nmt.extras.decoding.mbr.evaluate_mbr`: its cost in scores.json, ``nbest.txt`` the distinct
+candidates by expected utility); with ``mbr.compare_beam=true`` the split is also translated by the
+search without MBR (``beam_size``, ...), and both are printed side by side: BLEU, chrF, ms/sentence.
+A multilingual model (or ``src_lang``/``tgt_lang``/``pivot``) also gets the off-target rate, and
+``directions=all`` scores every direction of the split (:mod:`nmt.extras.decoding.multilingual`):
+``out_dir/<src>-<tgt>/`` each, ``directions.{md,json}``. Options: configs/evaluate.yaml
+(``nmt-evaluate --help``).
 """
 
 from __future__ import annotations
@@ -48,7 +48,8 @@ from nmt.runtime import ensure_writable_dir
 def _check(cfg: DictConfig) -> DictConfig:
     check_engine(cfg)
     if bool(cfg.src_file) != bool(cfg.ref_file):
-        raise ConfigError("src_file and ref_file go together: give both, or neither to read split=...")
+        raise ConfigError("src_file and ref_file go together: give both, or neither to read "
+                          "split=...")
     if cfg.src_file and cfg.split:
         raise ConfigError("give either split=... or src_file=... ref_file=..., not both.")
     if cfg.directions == "all" and (cfg.src_file or cfg.src_lang or cfg.tgt_lang):
@@ -56,7 +57,8 @@ def _check(cfg: DictConfig) -> DictConfig:
                           "ref_file and src_lang/tgt_lang (or drop directions=all).")
     if cfg.attention == "all":
         if not cfg.save_alignments:
-            raise ConfigError("attention=all is stored in alignments.npz: drop save_alignments=false.")
+            raise ConfigError("attention=all is stored in alignments.npz: drop "
+                              "save_alignments=false.")
         if cfg.engine == "ctranslate2":
             raise ConfigError("attention=all needs engine=pytorch: CTranslate2 returns one "
                               "alignment per sentence.")

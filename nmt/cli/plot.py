@@ -1,7 +1,7 @@
 """``nmt-plot``: attention heatmaps (Bahdanau et al. 2015, Fig. 3) from ``alignments.npz``.
 
     nmt-plot alignments=runs/tf/eval/alignments.npz index=3 out=fig.png
-    nmt-plot alignments=runs/tf/eval/alignments.npz index=10:20 out=figs    # figs/align_0010.png ...
+    nmt-plot alignments=runs/tf/eval/alignments.npz index=10:20 out=figs   # figs/align_0010.png
     nmt-plot alignments=... index=3 layer=all head=all kind=encoder out=grid.png
     nmt-plot alignments=... index=3 layer=1 head=0 gold=gold.txt gold_one_based=true out=one.png
     nmt-plot alignments=... index=0:50 format=html out=attention.html
@@ -28,7 +28,8 @@ def parse_index(index, count: int) -> tuple[list[int], bool]:
     many = text == "all" or ":" in text
     try:
         if many:   # all: the whole range ":"
-            start, stop = (int(p) if p.strip() else None for p in text.replace("all", ":").split(":"))
+            parts = text.replace("all", ":").split(":")
+            start, stop = (int(p) if p.strip() else None for p in parts)
             picked = list(range(count))[start:stop]
         else:
             picked = [int(text) % count] if -count <= int(text) < count else []
@@ -59,15 +60,18 @@ def _run(cfg: DictConfig) -> None:
         from nmt.extras.tools.viewer import attention_page
 
         ensure_writable_dir(Path(cfg.out).parent, "out")
-        page = attention_page([(i, data[i]) for i in indices], f"attention: {Path(cfg.alignments).name}")
+        page = attention_page([(i, data[i]) for i in indices],
+                              f"attention: {Path(cfg.alignments).name}")
         write_text_atomic(cfg.out, page)
         print(f"wrote {cfg.out} ({len(indices)} sentence(s), {len(page.encode()) / 1024:.0f} KiB)")
         return
     out, kind = Path(cfg.out), plot_kind(cfg)
     if many and out.suffix.lower() == ".png":
-        raise ConfigError(f"index={cfg.index} writes one PNG per sentence: out={out} must be a directory.")
+        raise ConfigError(f"index={cfg.index} writes one PNG per sentence: out={out} must be a "
+                          "directory.")
     if not many and out.is_dir():
-        raise ConfigError(f"out={out} is a directory: index={cfg.index} writes one file out=FILE.png.")
+        raise ConfigError(f"out={out} is a directory: index={cfg.index} writes one file "
+                          "out=FILE.png.")
     gold = None   # (sure, possible) links, checked against the words of the stored subwords
     if cfg.gold:
         counts = [[len(set(word_ids(p[:-1]))) for p in data.labels(i)] for i in range(len(data))]
@@ -84,7 +88,8 @@ def _run(cfg: DictConfig) -> None:
                            dpi=int(cfg.dpi), marks=marks)
         else:
             if kind not in item.attention:
-                have = ", ".join(item.attention) or "none (write it with nmt-evaluate attention=all)"
+                have = (", ".join(item.attention)
+                        or "none (write it with nmt-evaluate attention=all)")
                 raise ConfigError(f"kind={kind}: sentence {i} of {cfg.alignments} has no {kind} "
                                   f"attention; the kinds it has: {have}.")
             plot_attention(item.attention[kind], item.src, item.tgt,

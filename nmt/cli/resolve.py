@@ -1,6 +1,7 @@
 """Print resolved values of the ``nmt-train`` config, one per line (for shell scripts).
 
-    python -m nmt.cli.resolve run_dir data.valid_split data.test_split -- model=rnn data=multi30k_fr_en
+    python -m nmt.cli.resolve run_dir data.valid_split data.test_split -- \\
+        model=rnn data=multi30k_fr_en
 
 ``scripts/run_multi30k.sh`` reads the run directory and the split names this way, so a typo
 in its overrides stops it at once with ``nmt-train``'s one-paragraph error (exit status 2).

@@ -97,7 +97,8 @@ def _run(cfg: DictConfig) -> None:
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         sock.listen(2048)             # connections wait in the backlog until the app is ready
         host, port = sock.getsockname()[:2]
-        log.info("nmt-serve: listening on http://%s:%d/", f"[{host}]" if ":" in host else host, port)
+        log.info("nmt-serve: listening on http://%s:%d/", f"[{host}]" if ":" in host else host,
+                 port)
         # uvicorn shuts down gracefully on SIGTERM/SIGINT, then raises the signal again with the
         # handlers it found: these return, so the exit status is 0 instead of death by signal.
         for sig in (signal.SIGTERM, signal.SIGINT):

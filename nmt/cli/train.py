@@ -1,6 +1,7 @@
 """``nmt-train``: train (or resume) a model; everything goes under ``run_dir``.
 
-    nmt-train model=transformer data=multi30k_de_en data.root=../shared/data/multi30k run_dir=runs/tf
+    nmt-train model=transformer data=multi30k_de_en data.root=../shared/data/multi30k \\
+        run_dir=runs/tf
     nmt-train -m model=rnn,transformer train.lr=1e-3,2e-3        # a sweep: one run_dir per job
     torchrun --nproc_per_node=2 -m nmt.cli.train model=rnn run_dir=runs/rnn_ddp
 

@@ -4,20 +4,21 @@
     nmt-translate checkpoint=... input=input.de output=output.en beam_size=5
     nmt-translate engine=ctranslate2 model_dir=runs/tf/ct2 < input.de > output.en   # nmt-export
     nmt-translate checkpoint=runs/multi/checkpoints/best.pt tgt_lang=fr < input.de > output.fr
-    nmt-translate checkpoint=runs/multi/checkpoints/best.pt src_lang=de tgt_lang=fr pivot=en < input.de
-    nmt-translate checkpoint=... decoding=mbr mbr.num=16 < input.de > output.en   # nmt.extras.decoding.mbr
+    nmt-translate checkpoint=runs/multi/checkpoints/best.pt src_lang=de tgt_lang=fr pivot=en \\
+        < input.de
+    nmt-translate checkpoint=... decoding=mbr mbr.num=16 < input.de > output.en   # MBR
 
-Lines are read in chunks of ``batch_sentences``; each chunk is translated as one sorted batch
-and written (and flushed) in input order before the next is read, so output starts early.
-The input (``input=FILE`` or stdin) must be UTF-8; only ``\\n`` ends a line (a ``\\r`` before it
-is dropped, a lone ``\\r`` stays), so output line i belongs to input line i as ``wc -l`` counts
-them, and an empty line gives an empty line. With ``n_best=N`` (N > 1) each input line gives
-N lines ``i ||| translation ||| score`` (Moses n-best format: ``i`` the 0-based input line,
-best first, score = length-penalised log-probability). A multilingual model translates into
-``tgt_lang`` (default: its ``data.tgt_lang``; ``src_lang`` is checked), through ``pivot``
-if given (:class:`nmt.extras.decoding.pivot.Pivot`). ``decoding=mbr`` translates by
-minimum-Bayes-risk decoding (:class:`nmt.extras.decoding.mbr.MbrTranslator`, the ``mbr.*`` settings).
-Options: configs/translate.yaml (``nmt-translate --help``).
+Lines are read in chunks of ``batch_sentences``; each chunk is translated as one sorted batch and
+written (and flushed) in input order before the next is read, so output starts early. The input
+(``input=FILE`` or stdin) must be UTF-8; only ``\\n`` ends a line (a ``\\r`` before it is dropped, a
+lone ``\\r`` stays), so output line i belongs to input line i as ``wc -l`` counts them, and an empty
+line gives an empty line. With ``n_best=N`` (N > 1) each input line gives N lines ``i |||
+translation ||| score`` (Moses n-best format: ``i`` the 0-based input line, best first, score =
+length-penalised log-probability). A multilingual model translates into ``tgt_lang`` (default: its
+``data.tgt_lang``; ``src_lang`` is checked), through ``pivot`` if given
+(:class:`nmt.extras.decoding.pivot.Pivot`). ``decoding=mbr`` translates by minimum-Bayes-risk
+decoding (:class:`nmt.extras.decoding.mbr.MbrTranslator`, the ``mbr.*`` settings). Options:
+configs/translate.yaml (``nmt-translate --help``).
 """
 
 from __future__ import annotations

@@ -63,7 +63,8 @@ def _padded(rows: list[list[int]], device: torch.device | str | None) -> tuple[t
     ids = np.full((len(rows), int(lens.max(initial=1))), PAD_ID, dtype=np.int64)
     for k, r in enumerate(rows):
         ids[k, : len(r)] = r
-    out = (torch.from_numpy(ids), torch.from_numpy(np.arange(ids.shape[1])[None, :] < lens[:, None]))
+    mask = np.arange(ids.shape[1])[None, :] < lens[:, None]
+    out = (torch.from_numpy(ids), torch.from_numpy(mask))
     return tuple(t.to(device) for t in out) if device is not None else out
 
 

@@ -1,7 +1,8 @@
 """Reading parallel corpora (``data.format``): line-aligned files ``{root}/{split}.{lang}``
-(``text``, Multi30k's layout), ``{root}/{split}.tsv`` of ``source<TAB>target`` lines
-(``tsv``; with several ``data.pairs`` one ``{split}.{src}-{tgt}.tsv`` per direction), or a Hugging Face ``DatasetDict`` (``hf``: a ``save_to_disk`` directory or a hub
-name) with a ``translation: {lang: text}`` column or one column per language.
+(``text``, Multi30k's layout), ``{root}/{split}.tsv`` of ``source<TAB>target`` lines (``tsv``; with
+several ``data.pairs`` one ``{split}.{src}-{tgt}.tsv`` per direction), or a Hugging Face
+``DatasetDict`` (``hf``: a ``save_to_disk`` directory or a hub name) with a
+``translation: {lang: text}`` column or one column per language.
 
 Every reader streams raw text, so memory does not grow with the corpus. Bad input raises
 :class:`CorpusError`, one sentence naming the file and line, when the stream reaches it.
@@ -103,7 +104,8 @@ def _load_hf(root: str, split: str):
     import datasets  # here, not at the top: it takes a second to import, and few runs use it
 
     try:
-        loaded = datasets.load_from_disk(root) if Path(root).exists() else datasets.load_dataset(root)
+        loaded = (datasets.load_from_disk(root) if Path(root).exists()
+                  else datasets.load_dataset(root))
     except Exception as err:  # noqa: BLE001 - library errors become one clear sentence
         first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
         raise CorpusError(f"{root}: cannot load the Hugging Face dataset ({first}).") from None

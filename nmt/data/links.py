@@ -81,8 +81,9 @@ def links_fingerprint(path: str | Path) -> str:
     try:
         return hashlib.sha256(Path(path).read_bytes()).hexdigest()
     except OSError as err:
-        raise AlignmentFormatError(f"{path}: cannot be read ({err.strerror or err}); "
-                                   "data.alignments names the training split's word links.") from None
+        raise AlignmentFormatError(
+            f"{path}: cannot be read ({err.strerror or err}); data.alignments names the training "
+            "split's word links.") from None
 
 
 def with_links(pairs: Iterable[tuple], path: str | Path, whole: bool = True
@@ -127,7 +128,8 @@ def subword_links(links: Iterable[Link], src_words: Sequence[int], tgt_words: Se
     for positions, words in ((src_pos, src_words), (tgt_pos, tgt_words)):
         for k, w in enumerate(words):
             positions.setdefault(w, []).append(k)
-    cells = sorted({(t, s) for i, j in links for t in tgt_pos.get(j, ()) for s in src_pos.get(i, ())})
+    cells = sorted({(t, s) for i, j in links
+                    for t in tgt_pos.get(j, ()) for s in src_pos.get(i, ())})
     return np.asarray(cells, dtype=np.int32).reshape(-1, 2)
 
 

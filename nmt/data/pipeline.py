@@ -1,15 +1,15 @@
 """The data pipeline: corpus -> tokenizer -> tokenized, memory-mapped splits (the Arrow cache).
 
-:func:`prepare_data` gives the tokenizer and the tokenized training and validation splits.
-A split is an Arrow IPC file under ``{cache_dir}/tokenized/`` named by a hash of the corpus
-bytes, the tokenizer and the filters (a second run skips tokenization, any change makes a
-new file), memory-mapped: only two length arrays per split live in Python memory. With
-several directions (``data.pairs``) the training split holds every direction, each pair's
-language tag at the id level (:func:`nmt.data.languages.add_tag`) and its direction (column
-``direction``), the texts untagged; validation is one split per direction. With several
-training corpora (``data.corpora``) each pair's corpus index is in column ``corpus``, with
-both each pair's group (:func:`training_groups`: a direction of a corpus) in column ``group``.
-Which rows form a batch: :mod:`nmt.data.sampler`; a batch of rows: :func:`nmt.data.batching.collate`.
+:func:`prepare_data` gives the tokenizer and the tokenized training and validation splits. A split
+is an Arrow IPC file under ``{cache_dir}/tokenized/`` named by a hash of the corpus bytes, the
+tokenizer and the filters (a second run skips tokenization, any change makes a new file),
+memory-mapped: only two length arrays per split live in Python memory. With several directions
+(``data.pairs``) the training split holds every direction, each pair's language tag at the id level
+(:func:`nmt.data.languages.add_tag`) and its direction (column ``direction``), the texts untagged;
+validation is one split per direction. With several training corpora (``data.corpora``) each pair's
+corpus index is in column ``corpus``, with both each pair's group (:func:`training_groups`: a
+direction of a corpus) in column ``group``. Which rows form a batch: :mod:`nmt.data.sampler`; a
+batch of rows: :func:`nmt.data.batching.collate`.
 """
 
 from __future__ import annotations
@@ -102,7 +102,8 @@ class TokenizedSplit:
         """A split held in memory of these pairs: ids without EOS, and their texts."""
         with pa.ipc.new_file(sink := pa.BufferOutputStream(), _SCHEMA) as writer:
             for b in (slice(a, a + _CHUNK_ROWS) for a in range(0, len(src_ids), _CHUNK_ROWS)):
-                writer.write_batch(_record_batch(src_ids[b], tgt_ids[b], src_texts[b], tgt_texts[b]))
+                writer.write_batch(_record_batch(src_ids[b], tgt_ids[b], src_texts[b],
+                                                 tgt_texts[b]))
         return cls.from_bytes(sink.getvalue())
 
     def ipc_bytes(self) -> bytes:
@@ -248,7 +249,8 @@ def write_pairs(path: str | Path, pairs: Iterable[tuple], tokenizer: Tokenizer,
     with atomic_path(path) as tmp, pa.OSFile(str(tmp), "wb") as sink, \
             pa.ipc.new_file(sink, schema) as writer:
         pending = schema.empty_table()  # tokenized pairs not yet written
-        for piece in iter(lambda: list(itertools.islice(stream, min(chunk_rows, _ENCODE_ROWS))), []):
+        piece_rows = min(chunk_rows, _ENCODE_ROWS)
+        for piece in iter(lambda: list(itertools.islice(stream, piece_rows)), []):
             kept = _tokenize_piece(piece, tokenizer, max_len, max_len_ratio, stats, tags, group)
             pending = pa.concat_tables([pending, pa.Table.from_batches([kept])])
             while pending.num_rows >= chunk_rows:

@@ -64,7 +64,8 @@ class BatchShapes:
         in total (:func:`_least_padding`), each rounded up to a multiple of ``multiple`` (8:
         tensor-core tiles; the fused attention kernels would pad to 8 on every call)."""
         def side(lens: np.ndarray) -> tuple[int, ...]:
-            return tuple(sorted({-(-n // multiple) * multiple for n in _least_padding(lens, buckets)}))
+            rounded = {-(-n // multiple) * multiple for n in _least_padding(lens, buckets)}
+            return tuple(sorted(rounded))
 
         shapes = cls(side(src_lens), side(tgt_lens), int(batch_tokens))
         log.info("static batch lengths: source %s, target %s (rows: batch_tokens // the longer)",

@@ -127,7 +127,8 @@ class Tokenizer:
         try:
             return cls.from_state_dict(state)
         except (ValueError, RuntimeError, KeyError, TypeError) as err:
-            raise CheckpointError(f"{source}: the saved tokenizer cannot be rebuilt ({err}).") from None
+            raise CheckpointError(
+                f"{source}: the saved tokenizer cannot be rebuilt ({err}).") from None
 
     def save(self, directory: str | Path) -> None:   # spm.model or src/tgt.model, tokenizer.json
         directory = Path(directory)
@@ -260,7 +261,8 @@ def tokenizer_from_pairs(tok_cfg: Any, src_lang: str, tgt_lang: str,
     key and model are those of a tokenizer trained before the option existed)."""
     settings = {"type": str(tok_cfg.type), "vocab_size": int(tok_cfg.vocab_size),
                 "character_coverage": float(tok_cfg.character_coverage),
-                "joint": bool(tok_cfg.joint), "input_sentence_size": int(tok_cfg.input_sentence_size),
+                "joint": bool(tok_cfg.joint),
+                "input_sentence_size": int(tok_cfg.input_sentence_size),
                 "src_lang": src_lang, "tgt_lang": tgt_lang}
     if languages:
         settings.update(languages=sorted(languages), tags=list(tags))

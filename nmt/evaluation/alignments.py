@@ -57,7 +57,8 @@ def panel_choices(weights: np.ndarray, layer: int | str, head: int | str, kind: 
             picked.append([*range(n), *(["mean"] if key == "head" and n > 1 else [])])
         elif choice == "mean":
             picked.append(["mean"])
-        elif not isinstance(choice, bool) and isinstance(choice, int | np.integer) and -n <= choice < n:
+        elif (not isinstance(choice, bool) and isinstance(choice, int | np.integer)
+              and -n <= choice < n):
             picked.append([int(choice) % n])
         else:
             raise ConfigError(f"{key}={choice!r}: the {kind} attention has {n} {key}"

@@ -52,7 +52,8 @@ def plot_alignment(result: Translation | np.ndarray, src_tokens: Sequence[str] |
         kind = kind or "cross"
         if kind not in result.attention:
             raise ConfigError(f"kind={kind!r}: this model's attention has "
-                              f"{', '.join(result.attention)} only (the RNN has no self-attention).")
+                              f"{', '.join(result.attention)} only (the RNN has no "
+                              "self-attention).")
         return plot_attention(result.attention[kind], src_tokens or result.src_tokens,
                               tgt_tokens or result.tokens, kind, "all" if layer is None else layer,
                               "all" if head is None else head, out_path, cmap, dpi, title, marks)

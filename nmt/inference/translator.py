@@ -254,7 +254,8 @@ def capture_attention(model: Seq2Seq, src_ids: Sequence[Sequence[int]],
     with eval_mode(model):
         for batch, src, src_mask, tgt_in, _, _ in _teacher_forced_batches(
                 src_ids, tgt_ids, device, batch_sentences, batch_tokens):
-            _, attention = model(src, src_mask, tgt_in, need_alignment="all" if everything else True)
+            _, attention = model(src, src_mask, tgt_in,
+                                 need_alignment="all" if everything else True)
             kinds = ({name: getattr(attention, name) for name in ("alignment", "cross", "decoder",
                                                                     "encoder")}
                      if everything else {"alignment": attention})

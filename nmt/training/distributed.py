@@ -26,7 +26,10 @@ import torch.distributed as dist
 
 @dataclass(frozen=True)
 class DistInfo:
-    """Where this process sits in the job: ``rank`` of ``world_size``; ``local_rank`` on its host."""
+    """Where this process sits in the job.
+
+    ``rank`` of ``world_size``; ``local_rank`` on its host.
+    """
 
     rank: int = 0
     world_size: int = 1
@@ -128,7 +131,8 @@ def gather_objects(obj: Any, info: DistInfo) -> list[Any]:
 
 
 @contextmanager
-def collective_errors(info: DistInfo, user_errors: tuple[type[BaseException], ...]) -> Iterator[None]:
+def collective_errors(info: DistInfo, user_errors: tuple[type[BaseException], ...]
+                      ) -> Iterator[None]:
     """Run a block on every rank; if it raised one of ``user_errors`` on any rank, raise on
     every rank (its own error, or the first failing rank's class and message), rather than
     leave the others waiting at the next collective until the process group times out.

@@ -40,7 +40,8 @@ def valid_sets(splits: dict[str, TokenizedSplit], tags: list | None, batch_token
                ) -> list[ValidSet]:
     """The :class:`ValidSet` of each direction (``tags``: :func:`nmt.data.pipeline.tag_ids`)."""
     out = []
-    for (name, split), tag in zip(splits.items(), tags or [(None, None)] * len(splits), strict=True):
+    tags = tags or [(None, None)] * len(splits)
+    for (name, split), tag in zip(splits.items(), tags, strict=True):
         lens = (split.src_lens, split.tgt_lens)
         tokens = max(batch_tokens, int(max(lens[0].max(initial=1), lens[1].max(initial=1))))
         out.append(ValidSet(name, split, [split.src_ids(i) for i in range(len(split))],

@@ -176,8 +176,9 @@ def pivot_jobs(data_cfg: Any, pivot: str) -> dict[str, tuple[tuple[str, str], li
                 [x for x in langs if x != y and x in targets]) for y in langs}
     jobs = {y: job for y, job in jobs.items() if job[1]}
     if not jobs:
-        raise ConfigError(f"pivot={pivot}: the model's pairs ({', '.join('-'.join(p) for p in pairs)})"
-                          " give no zero-shot direction X-Y with X and Y both paired with it.")
+        paired = ", ".join("-".join(p) for p in pairs)
+        raise ConfigError(f"pivot={pivot}: the model's pairs ({paired}) give no zero-shot "
+                          "direction X-Y with X and Y both paired with it.")
     return jobs
 
 

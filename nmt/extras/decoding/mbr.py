@@ -1,11 +1,11 @@
 """Minimum-Bayes-risk (MBR) decoding, a room of its own: of a sentence's candidate translations,
 the one with the highest expected utility against the model's other translations.
 
-MBR is off by default (``decoding=search``; its measurements: docs/results.md, "MBR
-decoding"; docs/studies.md), so the core knows nothing of it. It comes in through two seams: ``translate_with(..., search=...)``
-of :class:`~nmt.inference.translator.TranslatorBase` (the candidates and the choice, in place
-of the search) and :class:`MbrTranslator`, a translator like any other to the evaluator, to
-:class:`~nmt.extras.decoding.pivot.Pivot` and to nmt-translate's stream::
+MBR is off by default (``decoding=search``; its measurements: docs/results.md, "MBR decoding";
+docs/studies.md), so the core knows nothing of it. It comes in through two seams:
+``translate_with(..., search=...)`` of :class:`~nmt.inference.translator.TranslatorBase` (the
+candidates and the choice, in place of the search) and :class:`MbrTranslator`, a translator like any
+other to the evaluator, to :class:`~nmt.extras.decoding.pivot.Pivot` and to nmt-translate's stream::
 
     from nmt.extras.decoding.mbr import MbrTranslator, evaluate_mbr, mbr_settings, mbr_translate
 
@@ -17,7 +17,8 @@ of the search) and :class:`MbrTranslator`, a translator like any other to the ev
     evaluate_mbr(translator, sources, references, {"beam_size": 5},
                  settings=mbr_settings(compare_beam=True)).scores["search_baseline"]
 
-    nmt-evaluate checkpoint=... split=val decoding=mbr mbr.num=16 mbr.utility=chrf mbr.compare_beam=true
+    nmt-evaluate checkpoint=... split=val decoding=mbr mbr.num=16 mbr.utility=chrf \\
+        mbr.compare_beam=true
     nmt-translate checkpoint=... decoding=mbr mbr.candidates=sample < input.de > output.en
 
 MBR (Kumar & Byrne 2004) picks the hypothesis with the least expected loss, i.e. the highest
@@ -216,12 +217,12 @@ class MbrTranslator(EngineDecoder):
     """``translator`` (a :class:`~nmt.inference.translator.Translator` or
     :class:`~nmt.extras.tools.ctranslate2.CTranslate2Translator`) decoding by MBR with ``settings``
     of :func:`mbr_settings`: ``translate`` / ``translate_with`` as the engine's, returning
-    :class:`MbrTranslation` objects, and ``search_settings`` as the engine's that also refuses
-    what MBR cannot take (:func:`check_search`); what
-    :class:`~nmt.extras.decoding.EngineDecoder` passes on (``score``, ``config``, ``device``,
-    ...) is the engine's; candidates come from its ``hypotheses``. ``quiet``: no progress bar
-    (else a tqdm bar on a terminal, unless $CI). ConfigError: ``mbr.epsilon`` > 0 with samples on an engine without
-    ``epsilon_sampling``. Nothing is stored per call: one MbrTranslator serves many threads."""
+    :class:`MbrTranslation` objects, and ``search_settings`` as the engine's that also refuses what
+    MBR cannot take (:func:`check_search`); what :class:`~nmt.extras.decoding.EngineDecoder` passes
+    on (``score``, ``config``, ``device``, ...) is the engine's; candidates come from its
+    ``hypotheses``. ``quiet``: no progress bar (else a tqdm bar on a terminal, unless $CI).
+    ConfigError: ``mbr.epsilon`` > 0 with samples on an engine without ``epsilon_sampling``. Nothing
+    is stored per call: one MbrTranslator serves many threads."""
 
     def __init__(self, translator, settings: Mapping, quiet: bool = False) -> None:
         if (settings["candidates"] == "sample" and settings["epsilon"] > 0

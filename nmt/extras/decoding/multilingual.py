@@ -174,7 +174,8 @@ def directions_table(rows: Sequence[dict]) -> str:
         group = [r for r in rows if r["direction"] == kind]
         if group:
             mean = {k: None if any(r[k] is None for r in group) else
-                    sum(r[k] for r in group) / len(group) for k in ("bleu", "chrf", "off_target_percent")}
+                    sum(r[k] for r in group) / len(group)
+                    for k in ("bleu", "chrf", "off_target_percent")}
             lines.append(f"| mean of {len(group)} | {kind} | {mean['bleu']:.2f} | "
                          f"{mean['chrf']:.2f} | {rate(mean['off_target_percent'])} | |")
     return "\n".join(lines) + "\n"

@@ -375,8 +375,9 @@ class CTranslate2Translator(TranslatorBase):
         for i, (s, t) in enumerate(zip(src_ids, tgt_ids, strict=True)):
             if max(len(s), len(t)) + 1 > self.max_positions:
                 raise InputTooLong(f"pair {i} has {len(s) + 1} source and {len(t) + 1} target "
-                                   f"subwords (with EOS), beyond the {self.max_positions} positions "
-                                   "of this export: export it again with a larger max_positions=.",
+                                   f"subwords (with EOS), beyond the {self.max_positions} "
+                                   "positions of this export: export it again with a larger "
+                                   "max_positions=.",
                                    i, self.max_positions)
         scored = self.ct2.score_batch(
             [[self._src_pieces[i] for i in s] + ["</s>"] for s in src_ids],

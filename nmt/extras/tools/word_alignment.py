@@ -175,11 +175,11 @@ def extract_links(attention: np.ndarray, method: str = "argmax", threshold: floa
 
 @dataclass
 class ForcedAlignment:
-    """One teacher-forced pair: its S source and T target pieces (no ``</s>``; a language
-    tag first where the model reads one), each piece's word index (-1: a tag), the words per side (a word may have no pieces if normalisation
-    removes it), ``cross`` float32 [L,H,T+1,S+1], every layer's and head's weights, and
-    ``alignment`` [T+1,S+1], the model's own (a guided model's supervised heads; None:
-    ``cross``'s mean over the heads of its last layer)."""
+    """One teacher-forced pair: its S source and T target pieces (no ``</s>``; a language tag first
+    where the model reads one), each piece's word index (-1: a tag), the words per side (a word may
+    have no pieces if normalisation removes it), ``cross`` float32 [L,H,T+1,S+1], every layer's and
+    head's weights, and ``alignment`` [T+1,S+1], the model's own (a guided model's supervised heads;
+    None: ``cross``'s mean over the heads of its last layer)."""
 
     src_pieces: list[str]
     tgt_pieces: list[str]
@@ -248,13 +248,13 @@ def item_attention(item: ForcedAlignment, layer: int | str | None = None,
 def word_links(item: ForcedAlignment, *, method: str = "argmax", threshold: float | None = None,
                shift: bool = False, layer: int | str | None = None,
                head: int | str | None = None, eos_unaligned: bool = False) -> set[Link]:
-    """(src word, tgt word) links of one pair: words linked when any of their subwords are.
-    Subword links by :func:`extract_links` of :func:`item_attention`'s matrix [T+1, S+1]
-    without the source ``</s>`` column and a tag's (an ``argmax`` row mostly on ``</s>`` links to its best
-    real subword, as fairseq's ``extract_hard_alignment``; with ``eos_unaligned`` such a row,
-    whose largest weight is on ``</s>``, links nothing: ``</s>`` as IBM models' NULL word):
-    target t from row t or, with ``shift``, row t + 1 (suits the Transformer: the Bahdanau
-    query s_{i-1} has not read the input token yet); a target tag's row links nothing."""
+    """(src word, tgt word) links of one pair: words linked when any of their subwords are. Subword
+    links by :func:`extract_links` of :func:`item_attention`'s matrix [T+1, S+1] without the source
+    ``</s>`` column and a tag's (an ``argmax`` row mostly on ``</s>`` links to its best real
+    subword, as fairseq's ``extract_hard_alignment``; with ``eos_unaligned`` such a row, whose
+    largest weight is on ``</s>``, links nothing: ``</s>`` as IBM models' NULL word): target t from
+    row t or, with ``shift``, row t + 1 (suits the Transformer: the Bahdanau query s_{i-1} has not
+    read the input token yet); a target tag's row links nothing."""
     matrix = item_attention(item, layer, head)
     if eos_unaligned:  # rows whose largest weight is on </s>: zero, so nothing links
         matrix = np.where((matrix.argmax(1) == matrix.shape[1] - 1)[:, None], 0.0, matrix)
@@ -353,4 +353,5 @@ def alignment_scores(predicted: Sequence[Iterable[Link]], sure: Sequence[Iterabl
         hits_p += len(a & p)
     return {"aer": 1.0 - (hits_s + hits_p) / (n_a + n_s) if n_a + n_s else 0.0,
             "precision": hits_p / n_a if n_a else 1.0, "recall": hits_s / n_s if n_s else 1.0,
-            "links": n_a, "sure": n_s, "possible": n_p, "sure_hits": hits_s, "possible_hits": hits_p}
+            "links": n_a, "sure": n_s, "possible": n_p, "sure_hits": hits_s,
+            "possible_hits": hits_p}

@@ -129,14 +129,14 @@ CONSISTENCY_LOSSES = {"rdrop": rdrop_loss, "simcut": simcut_loss, "crossconst": 
 
 def add_token_cutoff(model: torch.nn.Module, p: float) -> list:
     """SimCut's token cutoff (Gao et al. 2022; the token cutoff of Shen et al. 2020): cutoffs
-    registered with torch's ``register_forward_hook`` on ``model``'s ``src_embed`` and
-    ``tgt_embed`` (one when tied) that, in training mode, erase with probability ``p`` the
-    embedding vector of each token in the second half of the rows of a lookup ([2B, T] ids ->
-    [2B, T, d]: the cut copy of a doubled batch), except the special tokens (ids <= EOS_ID:
-    PAD, UNK, BOS, EOS). Positions, masks and the first half stay as they are. One ``torch.rand`` [B, T] per lookup, from the RNG state the checkpoints
-    hold, so a resumed run cuts what an uninterrupted one cuts. Registered once, before
-    ``torch.compile`` (which traces them); in eval mode (validation, the weight average,
-    inference) they do nothing. Returns their handles."""
+    registered with torch's ``register_forward_hook`` on ``model``'s ``src_embed`` and ``tgt_embed``
+    (one when tied) that, in training mode, erase with probability ``p`` the embedding vector of
+    each token in the second half of the rows of a lookup ([2B, T] ids -> [2B, T, d]: the cut copy
+    of a doubled batch), except the special tokens (ids <= EOS_ID: PAD, UNK, BOS, EOS). Positions,
+    masks and the first half stay as they are. One ``torch.rand`` [B, T] per lookup, from the RNG
+    state the checkpoints hold, so a resumed run cuts what an uninterrupted one cuts. Registered
+    once, before ``torch.compile`` (which traces them); in eval mode (validation, the weight
+    average, inference) they do nothing. Returns their handles."""
     def cut(module: torch.nn.Module, args: tuple, out: Tensor) -> Tensor:
         if not module.training:
             return out

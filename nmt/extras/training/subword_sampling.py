@@ -88,7 +88,8 @@ def sample_split(split: TokenizedSplit, tokenizer: Tokenizer, alpha: float, nbes
             return TokenizedSplit(path)
     src_texts, tgt_texts = split.src_texts(), split.tgt_texts()
     src_ids, tgt_ids = encode_sampled(tokenizer, src_texts, tgt_texts, alpha, nbest_size, seed)
-    src_limit, tgt_limit = (int(lens.max(initial=1)) - 1 for lens in (split.src_lens, split.tgt_lens))
+    src_limit, tgt_limit = (int(lens.max(initial=1)) - 1
+                            for lens in (split.src_lens, split.tgt_lens))
     for i, (s, t) in enumerate(zip(src_ids, tgt_ids, strict=True)):
         if len(s) > src_limit or len(t) > tgt_limit:
             src_ids[i], tgt_ids[i] = split.src_ids(i), split.tgt_ids(i)
