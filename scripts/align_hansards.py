@@ -2,7 +2,8 @@
 
     python scripts/align_hansards.py eflomal=true                  # the anchor: eflomal on the text
     python scripts/align_hansards.py en_fr=runs/align_tf_en_fr/checkpoints/best.pt \\
-        fr_en=runs/align_tf_fr_en/checkpoints/best.pt rnn_en_fr=runs/align_rnn_en_fr/checkpoints/best.pt \\
+        fr_en=runs/align_tf_fr_en/checkpoints/best.pt \\
+        rnn_en_fr=runs/align_rnn_en_fr/checkpoints/best.pt \\
         rnn_fr_en=runs/align_rnn_fr_en/checkpoints/best.pt
 
 Reads ``enfr.src-tgt`` (``English ||| French``) and ``enfr.gold`` (1-based ``i-j`` sure and
@@ -59,7 +60,9 @@ def _settings(argv: list[str]) -> dict[str, str]:
 def _run_name(checkpoint: str) -> str:
     """``runs/x/checkpoints/best.pt`` -> ``x/best.pt``: short row labels."""
     path = Path(checkpoint)
-    return f"{path.parent.parent.name}/{path.name}" if path.parent.name == "checkpoints" else checkpoint
+    if path.parent.name != "checkpoints":
+        return checkpoint
+    return f"{path.parent.parent.name}/{path.name}"
 
 
 def main(argv: list[str]) -> int:

@@ -2,7 +2,8 @@
 
 Usage::
 
-    python scripts/bench_data.py [--fresh-cache] [--replicate N] [--batch-tokens 4096] [overrides...]
+    python scripts/bench_data.py [--fresh-cache] [--replicate N] [--batch-tokens 4096] \\
+        [overrides...]
 
     python scripts/bench_data.py --fresh-cache                      # first-run figures
     python scripts/bench_data.py                                     # cached run
@@ -69,7 +70,8 @@ def phase_prepare(overrides: list[str]) -> dict[str, str]:
     from nmt.data import pipeline, tokenizer
 
     cfg = compose_config(overrides)
-    timings: dict[str, float] = {"tokenizer_train_s": 0.0, "tokenize_s": 0.0, "tokenize_valid_s": 0.0}
+    timings: dict[str, float] = {"tokenizer_train_s": 0.0, "tokenize_s": 0.0,
+                                 "tokenize_valid_s": 0.0}
     train_sp, write = tokenizer.train_sentencepiece, pipeline.write_pairs
 
     def timed_train(*args, **kwargs):
@@ -97,7 +99,8 @@ def phase_prepare(overrides: list[str]) -> dict[str, str]:
         timings["tokenize_valid_s"] = sum(calls[1:])
     return {"prepare_s": f"{prepare_s:.2f}", **{k: f"{v:.2f}" for k, v in timings.items()},
             "cache_hit": str(int(not calls)), "n_pairs": str(len(data.train)),
-            "vocab": str(data.tokenizer.tgt_vocab_size), "prepare_peak_rss_mb": f"{_peak_rss_mb():.0f}"}
+            "vocab": str(data.tokenizer.tgt_vocab_size),
+            "prepare_peak_rss_mb": f"{_peak_rss_mb():.0f}"}
 
 
 def phase_iterate(overrides: list[str], batch_tokens: int) -> dict[str, str]:
@@ -141,7 +144,8 @@ def phase_iterate(overrides: list[str], batch_tokens: int) -> dict[str, str]:
 
 
 def _child(phase: str, overrides: list[str], batch_tokens: int) -> dict[str, str]:
-    cmd = [sys.executable, __file__, "--phase", phase, "--batch-tokens", str(batch_tokens), *overrides]
+    cmd = [sys.executable, __file__, "--phase", phase, "--batch-tokens", str(batch_tokens),
+           *overrides]
     proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
     if proc.returncode == 2:          # a user error: the child printed its one paragraph
         sys.stderr.write(proc.stderr[proc.stderr.rfind("bench_data.py: error:"):])

@@ -54,7 +54,8 @@ def _pop(argv: list[str], key: str, default: str | None) -> str | None:
 
 
 def random_model(name: str, device):
-    """Untrained reference-size model + the tokenizer nmt-train builds for the default data config."""
+    """An untrained reference-size model and the tokenizer nmt-train builds for the default
+    data config."""
     from nmt.data.pipeline import prepare_data
     from nmt.models import build_model
 
@@ -108,7 +109,8 @@ def timings(engines: list[tuple[str, object]], src: list[str], ref: list[str], s
         last: dict[str, dict] = {}
         for _ in range(repeats):
             for prefix, engine in engines:
-                last[prefix] = evaluate_split(engine, src, ref, search, score_references=False).scores
+                last[prefix] = evaluate_split(engine, src, ref, search,
+                                              score_references=False).scores
                 runs[prefix].append(last[prefix]["seconds"])
         for prefix, _ in engines:
             seconds = statistics.median(runs[prefix])

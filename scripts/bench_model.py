@@ -12,14 +12,14 @@ With ``--compile`` the compiled variant also computes the loss compiled
 (:func:`nmt.training.loss.compiled_label_smoothed_nll`), as ``nmt-train`` does.
 
 The other arguments, before, between or after the options, are Hydra overrides of
-``configs/config.yaml`` (``compose_config``). Options: ``--warmup N`` (untimed steps, default
-3), ``--steps N`` (timed steps, default 10), ``--threads N`` (torch threads, default 2),
-``--precision fp32|bf16`` (autocast dtype of the forward, as ``train.precision``; default
-fp32), ``--device cpu|cuda|cuda:N`` (default cpu), ``--profile`` (print the top ops of a
-torch.profiler run after timing), ``--no-malloc-tune`` (keep glibc's default malloc, see :func:`nmt.cli.common.tune_malloc`), and
-three A/B comparisons, each in one process, alternating A and B step by step over the same
-batches (the host's speed drifts: only ratios measured side by side are compared; the
-speedup is the median of the per-pair ratios):
+``configs/config.yaml`` (``compose_config``). Options: ``--warmup N`` (untimed steps, default 3),
+``--steps N`` (timed steps, default 10), ``--threads N`` (torch threads, default 2),
+``--precision fp32|bf16`` (autocast dtype of the forward, as ``train.precision``; default fp32),
+``--device cpu|cuda|cuda:N`` (default cpu), ``--profile`` (print the top ops of a torch.profiler
+run after timing), ``--no-malloc-tune`` (keep glibc's default malloc, see
+:func:`nmt.cli.common.tune_malloc`), and three A/B comparisons, each in one process, alternating A
+and B step by step over the same batches (the host's speed drifts: only ratios measured side by
+side are compared; the speedup is the median of the per-pair ratios):
 
 ``--compile``            eager (A) vs ``torch.compile`` (B) as ``train.compile=true`` builds it
                          (``model.compiled()``: dynamic shapes; with ``train.shape_buckets``
@@ -116,7 +116,7 @@ from nmt.training.loss import (  # noqa: E402
     objective,
 )
 from nmt.training.optim import build_optimizer  # noqa: E402
-from nmt.training.trainer import compile_mode  # noqa: E402
+from nmt.training.harness import compile_mode  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -215,7 +215,8 @@ def main(argv: list[str] | None = None) -> dict:
         for name, variant in variants.items():
             if not (eager_first and name == "compiled"):
                 step(b, *variant)
-    print(f"warm-up: {args.warmup} steps per variant in {time.perf_counter() - t0:.1f} s", flush=True)
+    print(f"warm-up: {args.warmup} steps per variant in {time.perf_counter() - t0:.1f} s",
+          flush=True)
     if eager_first:
         eager_times = []
         for b in timed:
@@ -229,13 +230,17 @@ def main(argv: list[str] | None = None) -> dict:
 
         eager_flops = sum(step_flops(b) for b in timed)
         eager_peak = peak_for(bf16)
-        print(f"eager: eager_tgt_tokens_per_s={sum(b.n_tgt_tokens for b in timed) / sum(eager_times):.1f} "
-              f"eager_mfu={None if eager_peak is None else round(eager_flops / sum(eager_times) / eager_peak, 4)} "
-              f"eager_step_ms={1e3 * statistics.median(eager_times):.1f} batches={len(timed)}", flush=True)
+        eager_s = sum(eager_times)
+        eager_mfu = None if eager_peak is None else round(eager_flops / eager_s / eager_peak, 4)
+        print(f"eager: eager_tgt_tokens_per_s={sum(b.n_tgt_tokens for b in timed) / eager_s:.1f} "
+              f"eager_mfu={eager_mfu} "
+              f"eager_step_ms={1e3 * statistics.median(eager_times):.1f} batches={len(timed)}",
+              flush=True)
         t0 = time.perf_counter()
         for b in batches[: args.warmup]:
             step(b, compiled, bf16, t)
-        print(f"warm-up, compiled: {args.warmup} steps in {time.perf_counter() - t0:.1f} s", flush=True)
+        print(f"warm-up, compiled: {args.warmup} steps in {time.perf_counter() - t0:.1f} s",
+              flush=True)
     if compiled is not None:
         # Compile every shape now (Dynamo marks dims dynamic after the first recompile), so
         # that the timed pairs measure steady-state steps; charge the excess to compiling.

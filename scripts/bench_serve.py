@@ -4,7 +4,8 @@ Usage::
 
     python scripts/bench_serve.py --checkpoint runs/transformer_de_en/checkpoints/best.pt \\
         --clients 32 --seconds 60 --beam-size 5
-    python scripts/bench_serve.py --checkpoint ... --clients 8 --sentences-per-request 1 --beam-size 1
+    python scripts/bench_serve.py --checkpoint ... --clients 8 --sentences-per-request 1 \\
+        --beam-size 1
     python scripts/bench_serve.py engine=ctranslate2 model_dir=runs/tf/ct2 --clients 32
     python scripts/bench_serve.py --checkpoint ... --overload --clients 128 \\
         --sentences-per-request 8 --beam-size 5 --seconds 60
@@ -117,7 +118,8 @@ async def load(url: str, sentences: list[str], clients: int, seconds: float, per
             i += clients * per_request
             start = time.perf_counter()
             try:
-                reply = await http.post("/v1/translate", json={"text": text, "beam_size": beam_size})
+                reply = await http.post("/v1/translate",
+                                        json={"text": text, "beam_size": beam_size})
                 ok = reply.status_code == 200
             except httpx.HTTPError:
                 ok = False
@@ -140,7 +142,8 @@ async def load(url: str, sentences: list[str], clients: int, seconds: float, per
         wall = time.perf_counter() - start
     finally:
         await asyncio.gather(*(http.aclose() for http in https))
-    ms = np.percentile(np.array(latencies) * 1000, [50, 95, 99]) if latencies else [float("nan")] * 3
+    ms = (np.percentile(np.array(latencies) * 1000, [50, 95, 99]) if latencies
+          else [float("nan")] * 3)
     return {"sents_per_s": answered / wall, "p50_ms": ms[0], "p95_ms": ms[1], "p99_ms": ms[2],
             "errors": errors, "requests": len(latencies)}
 
@@ -268,7 +271,8 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--server-log", default=None)
     args = parser.parse_intermixed_args(argv)
     if min(args.clients, args.sentences_per_request, args.beam_size) < 1 or args.seconds <= 0:
-        raise ConfigError("--clients, --sentences-per-request, --beam-size and --seconds must be > 0.")
+        raise ConfigError("--clients, --sentences-per-request, --beam-size and --seconds must "
+                          "be > 0.")
     overrides = [*([f"checkpoint={args.checkpoint}"] if args.checkpoint else []), *args.overrides]
     cfg = compose_config(overrides, config_name="serve", validate_fn=check_serve)   # bad input: now
     if args.overload:
@@ -290,8 +294,8 @@ def main(argv: list[str] | None = None) -> dict:
             figures = serve_phase([*overrides, *extra], args, Path(tmp) / "serve.log",
                                   lambda url: load(url, sentences, args.clients, args.seconds,
                                                    args.sentences_per_request, args.beam_size))
-            print(f"{'no batching' if prefix else 'batching'}: " + " ".join(f"{k}={v:.1f}" for k, v in figures.items()),
-                  flush=True)
+            shown = " ".join(f"{k}={v:.1f}" for k, v in figures.items())
+            print(f"{'no batching' if prefix else 'batching'}: {shown}", flush=True)
             result.update({prefix + k: v for k, v in figures.items()})
     result.update(offline_sents_per_s=offline_rate, offline_clients_sents_per_s=clients_rate,
                   batching_speedup=result["sents_per_s"] / max(result["nobatch_sents_per_s"], 1e-9),

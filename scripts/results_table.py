@@ -67,10 +67,12 @@ def row(run: Path) -> tuple[list[str], str]:
         *(fmt(val, key) for key in ("bleu", "chrf", "bleu_lowercase")), fmt(test_greedy, "bleu"),
         *(fmt(test, key) for key in ("bleu", "chrf", "bleu_lowercase")), decoding(test),
         fmt(test, "ms_per_sentence"),   # ms per sentence = seconds per 1,000 sentences
-        f"{machine.get('cores', '?')} cores {machine.get('cpu', '?')}, {summary.get('device', '?')}",
+        f"{machine.get('cores', '?')} cores {machine.get('cpu', '?')}, "
+        f"{summary.get('device', '?')}",
         str(summary.get("date", "n/a")),
     ]
-    signatures = f"{run}: BLEU {test.get('bleu_signature', 'n/a')} | chrF {test.get('chrf_signature', 'n/a')}"
+    signatures = (f"{run}: BLEU {test.get('bleu_signature', 'n/a')} | "
+                  f"chrF {test.get('chrf_signature', 'n/a')}")
     return cells, signatures
 
 

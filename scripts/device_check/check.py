@@ -84,8 +84,8 @@ def overrides(dry: bool, compile_: bool) -> dict[str, list[str]]:
         data = ["data.max_train_pairs=1000", "data.tokenizer.vocab_size=500"]
         tiny = ["model.d_model=32", "model.heads=2", "model.ff_dim=64", "model.encoder_layers=1",
                 "model.decoder_layers=1", *data]
-        common = [*tiny, "train.log_every_steps=2", "train.precision=fp32", "train.log_figures=false",
-                  "search.max_len_a=1.0", "search.max_len_b=5"]
+        common = [*tiny, "train.log_every_steps=2", "train.precision=fp32",
+                  "train.log_figures=false", "search.max_len_a=1.0", "search.max_len_b=5"]
         static = ["train.batch_tokens=1024", "train.shape_buckets=4",
                   "train.eval_every_steps=1000000", "train.log_every_steps=4"]
         return {
@@ -97,7 +97,8 @@ def overrides(dry: bool, compile_: bool) -> dict[str, list[str]]:
             "static_eager": [*static, "train.max_steps=16", "train.compile=false"],
             "bench": ["model=transformer_base", *tiny, "train.batch_tokens=512",
                       "train.shape_buckets=4"],
-            "bench_device": ["--device", "cpu", "--precision", "fp32", "--warmup", "1", "--steps", "2"],
+            "bench_device": ["--device", "cpu", "--precision", "fp32", "--warmup", "1",
+                             "--steps", "2"],
             # Beam search of an untrained model runs to max_len: 50 sentences of each split.
             "eval": ["max_len_a=1.0", "max_len_b=5"],
         }
@@ -112,7 +113,8 @@ def overrides(dry: bool, compile_: bool) -> dict[str, list[str]]:
         "static": [*static, "train.max_steps=100000", "train.compile=true"],
         "static_eager": [*static, "train.max_steps=200", "train.compile=false"],
         "bench": ["model=transformer_base", "train.batch_tokens=24576", "train.shape_buckets=8"],
-        "bench_device": ["--device", "cuda", "--precision", "bf16", "--warmup", "3", "--steps", "20"],
+        "bench_device": ["--device", "cuda", "--precision", "bf16", "--warmup", "3",
+                         "--steps", "20"],
         "eval": [],
     }
 
@@ -175,7 +177,8 @@ class Check:
         self.next_call: str | None = None
         self.py = env.get("PYTHON", sys.executable)
         given = env.get("DEVICE_CHECK_WORK")
-        self.work = Path(given).resolve() if given else Path(tempfile.mkdtemp(prefix="device_check."))
+        self.work = (Path(given).resolve() if given
+                     else Path(tempfile.mkdtemp(prefix="device_check.")))
         self.data_root = Path(env.get("NMT_DATA_ROOT") or REPO / "data" / "multi30k").resolve()
         self.wheels = Path(env.get("DEVICE_CHECK_WHEELS") or REPO / "device_wheels").resolve()
         self.out = out_dir.resolve()
@@ -331,8 +334,9 @@ class Check:
             return
         data = [f"data.root={self.work / 'evaldata'}"] if self.dry else []
         self.step(name, lambda r: r.call([
-            self.py, str(HERE / "tasks.py"), "evaluate", str(self.work / run / "checkpoints" / "best.pt"),
-            str(self.work / run), f"device={self.device}", *self.o["eval"], *data]))
+            self.py, str(HERE / "tasks.py"), "evaluate",
+            str(self.work / run / "checkpoints" / "best.pt"), str(self.work / run),
+            f"device={self.device}", *self.o["eval"], *data]))
 
     def nccl(self, run: StepRun) -> int:
         """all_reduce over the first backend with 2 ranks; on CUDA where NCCL refuses, NCCL with
@@ -498,7 +502,8 @@ class Check:
         limit = self.s.runner.file_mib << 20
         if self.log.stat().st_size > limit:       # keep its end: the key line and the last steps
             tail = self.log.read_bytes()[-limit + 100:]
-            self.log.write_bytes(b"(device_check.log: its beginning cut to fit the runner)\n" + tail)
+            self.log.write_bytes(b"(device_check.log: its beginning cut to fit the runner)\n"
+                                 + tail)
         if code is not None:
             return code
         return 1 if self.failed else 3 if self.skipped or self.deferred else 0

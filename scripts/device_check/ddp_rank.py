@@ -6,7 +6,8 @@ init_distributed joins the process group itself (nmt/training/distributed.py); e
 CUDA, where NCCL refused two ranks on one device) this rank joins gloo first, giving up after
 $DC_PG_TIMEOUT seconds, and nmt keeps that group (it joins only when none is initialised).
 
-    python -m torch.distributed.run --standalone --nproc_per_node=2 scripts/device_check/ddp_rank.py OVERRIDES...
+    python -m torch.distributed.run --standalone --nproc_per_node=2 \\
+        scripts/device_check/ddp_rank.py OVERRIDES...
 """
 
 from __future__ import annotations
@@ -26,7 +27,8 @@ def main(argv: list[str]) -> int:
         torch.cuda.set_device(0)
     by = "nmt" if backend == ("nccl" if device == "cuda" else "gloo") else "check"
     if by == "check":
-        dist.init_process_group(backend, timeout=timedelta(seconds=int(os.environ["DC_PG_TIMEOUT"])))
+        timeout = timedelta(seconds=int(os.environ["DC_PG_TIMEOUT"]))
+        dist.init_process_group(backend, timeout=timeout)
     print(f"rank {os.environ['RANK']} of {os.environ['WORLD_SIZE']}: ddp on {backend}, process "
           f"group joined by {by}, on {device}", flush=True)
     from nmt.cli.train import main as train

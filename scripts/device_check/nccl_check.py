@@ -2,7 +2,8 @@
 every rank on the one device (cuda:0: ranks share the GPU) or on the CPU (dry run), over
 $DC_BACKEND; the process group gives up after $DC_PG_TIMEOUT seconds.
 
-    python -m torch.distributed.run --standalone --nproc_per_node=2 scripts/device_check/nccl_check.py
+    python -m torch.distributed.run --standalone --nproc_per_node=2 \\
+        scripts/device_check/nccl_check.py
 """
 
 from __future__ import annotations

@@ -76,7 +76,8 @@ class Runner:
     def from_env(cls, env: dict) -> Runner:
         """The settings given in ``env``, today's values for the others; UsageError if one is
         not a whole number, or fewer than 2 files come back (the log and results.json)."""
-        runner = cls(**{key: _seconds(env, name, getattr(cls, key)) for key, name in cls.ENV.items()})
+        runner = cls(**{key: _seconds(env, name, getattr(cls, key))
+                        for key, name in cls.ENV.items()})
         if runner.files < 2:
             raise UsageError(f"DEVICE_RUNNER_FILES={runner.files}: the check brings back at "
                              "least device_check.log and results.json")

@@ -1,7 +1,9 @@
-"""nmt-backtranslate end to end on the tiny corpus: a tiny en-de model trained a few steps
-back-translates English into a tagged synthetic corpus, which a de-en run then trains on
-through data.corpora (its pairs counted, the <BT> tag in their source ids); the zero-shot
-pairs of a multilingual model (pivot=en), trained on through data.corpora; streaming in chunks; one-line errors."""
+"""nmt-backtranslate end to end on the tiny corpus.
+
+A tiny en-de model trained a few steps back-translates English into a tagged synthetic corpus, which
+a de-en run then trains on through data.corpora (its pairs counted, the <BT> tag in their source
+ids); the zero-shot pairs of a multilingual model (pivot=en), trained on through data.corpora;
+streaming in chunks; one-line errors."""
 
 from __future__ import annotations
 
@@ -107,7 +109,8 @@ def test_pivot_writes_the_zero_shot_pairs_of_a_multilingual_model(tmp_path, caps
     # data.corpora (format tsv), one cache with a group per (direction, corpus)
     run = tmp_path / "zr"
     train(compose_config(_base(tmp_path, corpus) + [
-        "data.pairs=[de-en,en-de,fr-en,en-fr,de-fr,fr-de]", "data.train_pairs=[de-en,en-de,fr-en,en-fr]",
+        "data.pairs=[de-en,en-de,fr-en,en-fr,de-fr,fr-de]",
+        "data.train_pairs=[de-en,en-de,fr-en,en-fr]",
         f"data.corpora=[{{split: train, root: {out}, format: tsv, pairs: [de-fr, fr-de]}}]",
         "data.tokenizer.bt_tag=true", "train.max_steps=1", f"run_dir={run}"]))
     splits = [pa.ipc.open_file(pa.memory_map(str(f))) for f in
@@ -155,7 +158,8 @@ def test_bad_input_is_one_line_and_writes_nothing(en_de, tmp_path, capsys):
             ([f"input={tmp_path / 'none.en'}"], "none.en: file not found."),
             ([f"input={tmp_path / 'empty.en'}"], "empty.en: the file is empty"),
             ([], "input is required"),
-            ([f"input={tmp_path / 'empty.en'}", "pivot=en"], "pivot=en reads the model's own corpus"),
+            ([f"input={tmp_path / 'empty.en'}", "pivot=en"],
+             "pivot=en reads the model's own corpus"),
             (["pivot=en", "format=text"], "drop format=text"),
             ([f"input={corpus / 'train.en'}", "n_best=2", "beam_size=2"], "n_best=2"),
             ([f"input={corpus / 'train.en'}", "pivot=en"], "pivot=en reads")):
@@ -183,9 +187,12 @@ def test_bt_tag_with_a_given_tokenizer_without_it_is_refused(en_de, tmp_path):
 
 def test_help_loads_no_torch():
     code = ("import contextlib, io, sys\nfrom nmt.cli.backtranslate import main\n"
-            "with contextlib.redirect_stdout(io.StringIO()) as out:\n    status = main(['--help'])\n"
-            "assert status == 0 and out.getvalue().startswith('nmt-backtranslate'), out.getvalue()\n"
-            "print(sorted(m for m in ('torch', 'sentencepiece', 'nmt.extras') if m in sys.modules))")
+            "with contextlib.redirect_stdout(io.StringIO()) as out:\n"
+            "    status = main(['--help'])\n"
+            "assert status == 0 and out.getvalue().startswith('nmt-backtranslate'), "
+            "out.getvalue()\n"
+            "print(sorted(m for m in ('torch', 'sentencepiece', 'nmt.extras') "
+            "if m in sys.modules))")
     proc = subprocess.run([sys.executable, "-c", code], cwd=REPO_ROOT, capture_output=True,
                           text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr

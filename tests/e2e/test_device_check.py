@@ -254,7 +254,8 @@ def _device_files(out) -> list[str]:
     assert len(files) <= 8, files
     for name in files:
         parts = name.split("/")
-        assert len(parts) <= 3 and all(re.fullmatch(r"[A-Za-z0-9._-]+", part) for part in parts), name
+        assert len(parts) <= 3, name
+        assert all(re.fullmatch(r"[A-Za-z0-9._-]+", part) for part in parts), name
     return files
 
 
@@ -419,7 +420,8 @@ def test_device_prep_copies_the_data_and_prints_the_device_call(tmp_path):
     the command; without the data, one error naming the missing file."""
     repo = tmp_path / "repo"
     (repo / "scripts").mkdir(parents=True)
-    (repo / "scripts" / "device_prep.sh").write_text((REPO_ROOT / "scripts" / "device_prep.sh").read_text())
+    prep = (REPO_ROOT / "scripts" / "device_prep.sh").read_text()
+    (repo / "scripts" / "device_prep.sh").write_text(prep)
     (repo / ".gitignore").write_text((REPO_ROOT / ".gitignore").read_text())
     (repo / "README.md").write_text("tracked\n")
     (repo / "device_wheels").mkdir()

@@ -45,7 +45,8 @@ def test_nmt_train_and_nmt_train_api_align_with_eflomal_then_train_a_guided_head
     links = _links_of(api_run)
     assert "/alignments/" in links and len(open(links).read().splitlines()) == 200
     assert " | alignment_loss " in log
-    assert load_checkpoint(api_run / "checkpoints" / "last.pt")["config"]["data"]["alignments"] is None
+    saved = load_checkpoint(api_run / "checkpoints" / "last.pt")["config"]
+    assert saved["data"]["alignments"] is None
     assert main(args + [f"run_dir={run}"]) == 0   # the CLI, the same config: the same links
     assert f"alignments: cache hit {links}" in (run / "train.log").read_text()
     assert main(args + [f"run_dir={run}"]) == 0   # the same command: finished
@@ -64,8 +65,9 @@ def test_sigkill_then_resume_equals_uninterrupted_run_with_the_alignment_loss(ov
     pairs = zip(*(open(f"{corpus}/train.{lang}").read().splitlines() for lang in ("de", "en")),
                 strict=True)
     links = tmp_path / "links.txt"
-    links.write_text("".join(" ".join(f"{i}-{i}" for i in range(min(len(s.split()), len(t.split()))))
-                             + "\n" for s, t in pairs))
+    links.write_text("".join(
+        " ".join(f"{i}-{i}" for i in range(min(len(s.split()), len(t.split())))) + "\n"
+        for s, t in pairs))
     base = overrides[:-1] + TINY_MODEL + TINY_TRAIN + GUIDED + [
         f"data.alignments={links}", "train.batch_tokens=1024", "train.max_steps=12",
         "train.eval_every_steps=4", "train.keep_last=1", "device=cpu"]
@@ -82,7 +84,8 @@ def test_sigkill_then_resume_equals_uninterrupted_run_with_the_alignment_loss(ov
     for name in full["model"]:
         torch.testing.assert_close(resumed["model"][name], full["model"][name], atol=1e-6, rtol=0)
     aligns = [[float(line.rsplit("| alignment_loss ", 1)[1].split()[0])
-               for line in (d / "train.log").read_text().splitlines() if "| alignment_loss " in line]
+               for line in (d / "train.log").read_text().splitlines()
+               if "| alignment_loss " in line]
               for d in (full_dir, killed_dir)]
     assert aligns[0] and aligns[1][-3:] == pytest.approx(aligns[0][-3:], rel=1e-5)
     assert json.loads((killed_dir / "summary.json").read_text())["steps"] == 12

@@ -16,7 +16,8 @@ TOOLS = ("train", "evaluate", "translate", "plot", "average", "align", "export",
 @pytest.mark.parametrize("tool", TOOLS)
 def test_help_loads_no_torch(tool):
     code = (f"import contextlib, io, sys\nfrom nmt.cli.{tool} import main\n"
-            "with contextlib.redirect_stdout(io.StringIO()) as out:\n    status = main(['--help'])\n"
+            "with contextlib.redirect_stdout(io.StringIO()) as out:\n"
+            "    status = main(['--help'])\n"
             "assert status == 0 and out.getvalue().startswith('nmt-'), out.getvalue()[:200]\n"
             "print(sorted(m for m in ('torch', 'matplotlib', 'sentencepiece', 'nmt.extras', "
             "'fastapi', 'uvicorn') if m in sys.modules))")

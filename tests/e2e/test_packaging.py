@@ -45,17 +45,20 @@ def venv(tmp_path_factory) -> Path:
     wheels = list((root / "dist").glob("nmt-*.whl"))
     assert len(wheels) == 1
     env_dir = root / "venv"
-    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(env_dir)], check=True, timeout=120)
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(env_dir)], check=True,
+                   timeout=120)
     python = str(env_dir / "bin" / "python")
-    purelib = subprocess.run([python, "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
-                             check=True, capture_output=True, text=True, timeout=60).stdout.strip()
-    outer = [*site.getsitepackages(), *([site.getusersitepackages()] if site.ENABLE_USER_SITE else [])]
+    purelib = subprocess.run(
+        [python, "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
+        check=True, capture_output=True, text=True, timeout=60).stdout.strip()
+    user_site = [site.getusersitepackages()] if site.ENABLE_USER_SITE else []
+    outer = [*site.getsitepackages(), *user_site]
     Path(purelib, "_outer_site.pth").write_text(
         "import site; " + "; ".join(f"site.addsitedir({d!r})" for d in outer) + "\n")
     # The venv's python runs pip from the outer site (it has none of its own): it installs
     # into the venv.
-    subprocess.run([python, "-m", "pip", "install", "-q", "--no-deps", "--no-index", str(wheels[0])],
-                   check=True, timeout=300)
+    subprocess.run([python, "-m", "pip", "install", "-q", "--no-deps", "--no-index",
+                    str(wheels[0])], check=True, timeout=300)
     return env_dir
 
 
@@ -68,7 +71,8 @@ def test_wheel_ships_configs_and_runs_outside_the_repository(venv, tmp_path):
     outside = tmp_path / "elsewhere"
     outside.mkdir()
     where = subprocess.run([str(venv / "bin" / "python"), "-c",
-                            "import nmt, nmt.configs; print(nmt.__file__); print(nmt.configs.__file__)"],
+                            "import nmt, nmt.configs; print(nmt.__file__); "
+                            "print(nmt.configs.__file__)"],
                            cwd=outside, env=_env(venv), capture_output=True, text=True, timeout=60)
     assert where.returncode == 0, where.stderr
     assert all(line.startswith(str(venv)) for line in where.stdout.split()), where.stdout

@@ -34,13 +34,15 @@ def test_plot_one_sentence_a_range_and_all(tmp_path, capsys):
         "align_0002.png", "align_0003.png", "align_0004.png"]
     small = _npz(tmp_path / "small.npz", 2)
     assert cli_plot.main([f"alignments={small}", "index=all", f"out={tmp_path / 'all'}"]) == 0
-    assert sorted(p.name for p in (tmp_path / "all").iterdir()) == ["align_0000.png", "align_0001.png"]
+    names = sorted(p.name for p in (tmp_path / "all").iterdir())
+    assert names == ["align_0000.png", "align_0001.png"]
 
 
 def test_plot_layer_head_grid_and_html_page(tmp_path):
     npz = _npz(tmp_path / "a.npz", 3, attention=True)
     for args in (["layer=all", "head=all"], ["layer=1", "head=0"], ["head=mean"]):
-        assert cli_plot.main([f"alignments={npz}", "index=1", f"out={tmp_path / 'g.png'}", *args]) == 0
+        assert cli_plot.main([f"alignments={npz}", "index=1", f"out={tmp_path / 'g.png'}",
+                              *args]) == 0
         assert (tmp_path / "g.png").read_bytes()[:8] == PNG
     page = tmp_path / "page.html"
     assert cli_plot.main([f"alignments={npz}", "index=all", "format=html", f"out={page}"]) == 0

@@ -44,7 +44,8 @@ def readme_commands() -> list[str]:
     text = (REPO_ROOT / "README.md").read_text(encoding="utf-8")
     block = re.search(r"## Quick start.*?```bash\n(.*?)```", text, re.S)
     assert block, "README.md has no bash block under '## Quick start'"
-    return [ln.strip() for ln in block.group(1).splitlines() if ln.strip() and not ln.startswith("#")]
+    return [ln.strip() for ln in block.group(1).splitlines()
+            if ln.strip() and not ln.startswith("#")]
 
 
 def readme_blocks() -> list[tuple[str, str, str]]:
@@ -73,7 +74,8 @@ def readme_block(heading: str, lang: str) -> str:
 
 # The README sections whose code blocks a test runs (any other block would be untested).
 RUN_BY = {("Quick start", "bash"): "test_readme.py", ("Usage", "bash"): "test_readme.py",
-          ("Usage", "python"): "test_readme.py", ("Serving with CTranslate2", "bash"): "test_ctranslate2.py",
+          ("Usage", "python"): "test_readme.py",
+          ("Serving with CTranslate2", "bash"): "test_ctranslate2.py",
           ("Alignments", "bash"): "test_readme.py", ("Multilingual", "bash"): "test_readme.py",
           ("Hugging Face Marian (OPUS-MT)", "bash"): "test_marian.py"}
 
@@ -93,12 +95,14 @@ def test_quick_start_has_install_main_job_and_tests():
     assert venv < ci.index("source") < ci.index(install) < ci.index(tests)
 
 
-def sliced_main_job(tmp_path: Path, corpus: Path, run_dir: Path, repo: Path = REPO_ROOT) -> list[str]:
+def sliced_main_job(tmp_path: Path, corpus: Path, run_dir: Path, repo: Path = REPO_ROOT
+                    ) -> list[str]:
     """The README's main-job command (its script under ``repo``), shrunk to seconds."""
     _, main_job, _ = readme_commands()
     script, *rest = shlex.split(main_job)[1:]
     return ["bash", str(repo / script), *rest, *TINY_TRANSFORMER,
-            f"data.root={corpus}", f"data.cache_dir={tmp_path / 'cache'}", "data.max_train_pairs=150",
+            f"data.root={corpus}", f"data.cache_dir={tmp_path / 'cache'}",
+            "data.max_train_pairs=150",
             "data.tokenizer.vocab_size=100", "train.max_steps=4", "train.batch_tokens=400",
             f"run_dir={run_dir}", "device=cpu"]
 
@@ -129,13 +133,15 @@ def test_main_job_runs_end_to_end_on_a_tiny_slice(tmp_path: Path):
              for p in sorted((run_dir / "eval" / "val_length_penalty").glob("*/scores.json"))]
     assert sorted(s["length_penalty"] for s in swept) == [0.6, 1.0, 1.4, 1.8, 2.2, 2.6, 3.0]
     assert {(s["split"], s["beam_size"]) for s in swept} == {("val", 5)}
+    # one directory per alpha
     assert sorted(p.name for p in (run_dir / "eval" / "val_length_penalty").iterdir()) == [
-        "0.6", "1.0", "1.4", "1.8", "2.2", "2.6", "3.0", "multirun.yaml"]   # one directory per alpha
+        "0.6", "1.0", "1.4", "1.8", "2.2", "2.6", "3.0", "multirun.yaml"]
     top = max(s["bleu"] for s in swept)
     alpha = min((s["length_penalty"] for s in swept if s["bleu"] >= top - 0.01),
                 key=lambda a: (round(abs(a - 1.0), 6), a))
     for split in ("val", "test_2016_flickr"):
-        assert json.loads((run_dir / "eval" / split / "scores.json").read_text())["length_penalty"] == alpha
+        scores = json.loads((run_dir / "eval" / split / "scores.json").read_text())
+        assert scores["length_penalty"] == alpha
     assert not list((run_dir / "eval").glob("test_2016_flickr_length_penalty*"))
     with np.load(run_dir / "eval" / "test_2016_flickr" / "alignments.npz") as npz:
         assert int(npz["count"]) == 12
@@ -152,7 +158,8 @@ def test_main_job_reads_a_hugging_face_dataset_saved_locally(tmp_path: Path):
 
     def split(n: int, seed: int) -> datasets.Dataset:
         pairs = make_pairs(n, seed)
-        return datasets.Dataset.from_dict({"de": [p[0] for p in pairs], "en": [p[1] for p in pairs]})
+        return datasets.Dataset.from_dict({"de": [p[0] for p in pairs],
+                                           "en": [p[1] for p in pairs]})
 
     local = tmp_path / "multi30k_hf"
     datasets.DatasetDict({"train": split(200, 0), "validation": split(10, 1),
@@ -189,8 +196,9 @@ def _run_in_process(words: list[str]) -> int:
     """Run ``nmt-<tool> ARGS [< in] [> out]`` through the tool's ``main`` in this process."""
     from nmt.cli import align, backtranslate, evaluate, plot, train, translate
 
-    tools = {"nmt-train": train.main, "nmt-evaluate": evaluate.main, "nmt-translate": translate.main,
-             "nmt-plot": plot.main, "nmt-align": align.main, "nmt-backtranslate": backtranslate.main}
+    tools = {"nmt-train": train.main, "nmt-evaluate": evaluate.main,
+             "nmt-translate": translate.main, "nmt-plot": plot.main, "nmt-align": align.main,
+             "nmt-backtranslate": backtranslate.main}
     args, redirect, rest = [], {}, iter(words[1:])
     for word in rest:
         if word in ("<", ">"):
@@ -201,7 +209,8 @@ def _run_in_process(words: list[str]) -> int:
         if "<" in redirect:
             patch.setattr(sys, "stdin", files.enter_context(open(redirect["<"], encoding="utf-8")))
         if ">" in redirect:
-            patch.setattr(sys, "stdout", files.enter_context(open(redirect[">"], "w", encoding="utf-8")))
+            out = files.enter_context(open(redirect[">"], "w", encoding="utf-8"))
+            patch.setattr(sys, "stdout", out)
         return tools[words[0]](args)
 
 
@@ -209,7 +218,8 @@ def _serve(words: list[str], cwd: Path) -> tuple[subprocess.Popen, int, list[str
     """Start the README's ``nmt-serve`` line on a port the OS picks (``serve.port=0``); returns
     the process, the port from its log line ``nmt-serve: listening on http://HOST:PORT/`` and
     its log (stderr lines, read on in a thread)."""
-    proc = subprocess.Popen([sys.executable, "-m", "nmt.cli.serve", *words[1:], "serve.port=0", "device=cpu"],
+    proc = subprocess.Popen([sys.executable, "-m", "nmt.cli.serve", *words[1:], "serve.port=0",
+                             "device=cpu"],
                             cwd=cwd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     log: list[str] = []
     for line in proc.stderr:
@@ -240,8 +250,9 @@ def test_usage_commands_run_one_after_the_other(tmp_path: Path, monkeypatch):
                                        encoding="utf-8")
     mono = [de for de, _ in make_pairs(6, seed=8)]
     (tmp_path / "mono.de").write_text("".join(de + "\n" for de in mono), encoding="utf-8")
-    shrink = [*TINY_MODEL, *TINY_TRAIN, f"data.root={corpus}", f"data.cache_dir={tmp_path / 'cache'}",
-              "data.tokenizer.vocab_size=120", "train.max_steps=40", "device=cpu"]
+    shrink = [*TINY_MODEL, *TINY_TRAIN, f"data.root={corpus}",
+              f"data.cache_dir={tmp_path / 'cache'}", "data.tokenizer.vocab_size=120",
+              "train.max_steps=40", "device=cpu"]
     monkeypatch.chdir(tmp_path)
     commands = usage_commands()
     assert [c[0] for c in commands] == ["nmt-train", "torchrun", "nmt-evaluate", "nmt-translate",
@@ -252,9 +263,10 @@ def test_usage_commands_run_one_after_the_other(tmp_path: Path, monkeypatch):
     try:
         for words in commands:
             if words[0] == "torchrun":    # the same program, on a free port of its own choosing
-                proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone",
-                                       *words[1:], *shrink, "train.max_steps=4"], cwd=tmp_path,
-                                      env=env, capture_output=True, text=True, timeout=300)
+                proc = subprocess.run([sys.executable, "-m", "torch.distributed.run",
+                                       "--standalone", *words[1:], *shrink, "train.max_steps=4"],
+                                      cwd=tmp_path, env=env, capture_output=True, text=True,
+                                      timeout=300)
                 assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
             elif words[0] == "nmt-serve":
                 server, port, log = _serve(words, tmp_path)
@@ -301,7 +313,8 @@ def test_alignments_recipe_trains_both_directions_and_writes_scored_links(tmp_pa
     for path in corpus.glob("*.de"):       # the generated German side stands in for French
         path.rename(path.with_suffix(".fr"))
     pairs = [(t, s) for s, t in make_pairs(12, 21)]                 # en ||| "fr"
-    (tmp_path / "pairs.txt").write_text("".join(f"{s} ||| {t}\n" for s, t in pairs), encoding="utf-8")
+    (tmp_path / "pairs.txt").write_text("".join(f"{s} ||| {t}\n" for s, t in pairs),
+                                        encoding="utf-8")
     gold = tmp_path / "gold.txt"                                    # the final dots, 1-based
     gold.write_text("".join(f"{len(s.split())}-{len(t.split())}\n" for s, t in pairs))
     block = readme_block("Alignments", "bash").replace("\\\n", " ")
@@ -337,11 +350,14 @@ def test_multilingual_commands_train_evaluate_and_translate(tmp_path: Path, monk
         (corpus / f"{split}.cs").write_text(text.upper(), encoding="utf-8")
     block = readme_block("Multilingual", "bash").replace("\\\n", " ")
     commands = [words for line in block.splitlines() if (words := shlex.split(line, comments=True))]
-    assert [c[:2] for c in commands] == [["nmt-train", "model=transformer"], ["nmt-evaluate", "checkpoint=runs/multi/checkpoints/best.pt"],
-                                         ["nmt-evaluate", "checkpoint=runs/multi/checkpoints/best.pt"], ["nmt-translate", "checkpoint=runs/multi/checkpoints/best.pt"]]
+    multi = "checkpoint=runs/multi/checkpoints/best.pt"
+    assert [c[:2] for c in commands] == [["nmt-train", "model=transformer"],
+                                         ["nmt-evaluate", multi], ["nmt-evaluate", multi],
+                                         ["nmt-translate", multi]]
     monkeypatch.chdir(tmp_path)
-    shrink = [*TINY_MODEL, *TINY_TRAIN, f"data.root={corpus}", f"data.cache_dir={tmp_path / 'cache'}",
-              "data.tokenizer.vocab_size=160", "train.max_steps=6", "device=cpu"]
+    shrink = [*TINY_MODEL, *TINY_TRAIN, f"data.root={corpus}",
+              f"data.cache_dir={tmp_path / 'cache'}", "data.tokenizer.vocab_size=160",
+              "train.max_steps=6", "device=cpu"]
     assert _run_in_process(commands[0] + shrink) == 0
     summary = json.loads((tmp_path / "runs/multi/summary.json").read_text())
     assert summary["steps"] == 6 and len(summary["best_bleu_directions"]) == 6

@@ -52,7 +52,8 @@ def test_bench_data_replicate_prints_first_preparation_figures_and_ratios(tmp_pa
 def test_missing_corpus_names_data_root_the_variable_and_the_download_script(tmp_path):
     proc = _script("bench_data.py", f"data.root={tmp_path / 'nowhere'}")
     err = _user_error(proc, "bench_data.py")
-    for words in (f"data.root={tmp_path / 'nowhere'}", "NMT_DATA_ROOT", "scripts/download_multi30k.sh"):
+    for words in (f"data.root={tmp_path / 'nowhere'}", "NMT_DATA_ROOT",
+                  "scripts/download_multi30k.sh"):
         assert words in err
 
 
@@ -89,8 +90,8 @@ def test_best_length_penalty_takes_the_best_bleu_and_breaks_ties_towards_1(tmp_p
         from best_length_penalty import best_length_penalty
     finally:
         sys.path.pop(0)
-    assert best_length_penalty([{"length_penalty": a, "bleu": b}
-                                for a, b in [(0.6, 40.0), (1.0, 40.5), (2.4, 41.2), (3.0, 41.1)]]) == 2.4
+    swept = [(0.6, 40.0), (1.0, 40.5), (2.4, 41.2), (3.0, 41.1)]
+    assert best_length_penalty([{"length_penalty": a, "bleu": b} for a, b in swept]) == 2.4
     # 1.4 and 2.2 tie with the top (within 0.01): the one closest to 1.0 wins, whatever the order
     tied = [(3.0, 41.0), (2.2, 41.195), (1.4, 41.2), (0.6, 39.0)]
     assert best_length_penalty([{"length_penalty": a, "bleu": b} for a, b in tied]) == 1.4
@@ -117,15 +118,19 @@ def test_best_length_penalty_user_errors(tmp_path):
 def test_results_table_pastes_val_and_test_scores_of_a_run(tmp_path):
     run = tmp_path / "run"
     (run / "config.yaml").parent.mkdir(parents=True)
-    (run / "config.yaml").write_text("model: {name: transformer}\ndata: {src_lang: de, tgt_lang: en, "
+    (run / "config.yaml").write_text("model: {name: transformer}\n"
+                                     "data: {src_lang: de, tgt_lang: en, "
                                      "valid_split: val, test_split: test_2016_flickr}\n")
     (run / "summary.json").write_text(json.dumps({
-        "params": 7_578_624, "wall_time_s": 3601.0, "train_tokens_per_s": 3210.4, "peak_rss_mb": 3432.0,
+        "params": 7_578_624, "wall_time_s": 3601.0, "train_tokens_per_s": 3210.4,
+        "peak_rss_mb": 3432.0,
         "machine": {"cores": 2, "cpu": "Xeon"}, "device": "cpu", "date": "2026-11-22"}))
     scores = {"val": {"bleu": 43.68, "chrf": 63.08, "bleu_lowercase": 45.04, "length_penalty": 2.4},
-              "test_2016_flickr": {"bleu": 41.96, "chrf": 61.5, "bleu_lowercase": 43.21, "length_penalty": 2.4,
-                                   "beam_size": 5, "decoding": "search", "ms_per_sentence": 21.34,
-                                   "bleu_signature": "nrefs:1|case:mixed", "chrf_signature": "nrefs:1|nc:6"},
+              "test_2016_flickr": {"bleu": 41.96, "chrf": 61.5, "bleu_lowercase": 43.21,
+                                   "length_penalty": 2.4, "beam_size": 5, "decoding": "search",
+                                   "ms_per_sentence": 21.34,
+                                   "bleu_signature": "nrefs:1|case:mixed",
+                                   "chrf_signature": "nrefs:1|nc:6"},
               "test_2016_flickr_greedy": {"bleu": 40.04}}
     for name, values in scores.items():
         (run / "eval" / name).mkdir(parents=True)
@@ -135,8 +140,9 @@ def test_results_table_pastes_val_and_test_scores_of_a_run(tmp_path):
     header, _, cells, signatures = proc.stdout.strip().splitlines()
     table = dict(zip(header.strip("| ").split(" | "), cells.strip("| ").split(" | "), strict=True))
     assert table == {
-        "model": "transformer", "data": "de->en", "params": "7.6M", "train min": "60", "train tok/s": "3210",
-        "peak RSS GiB": "3.4", "length penalty": "2.4", "val BLEU beam 5": "43.7", "val chrF beam 5": "63.1",
+        "model": "transformer", "data": "de->en", "params": "7.6M", "train min": "60",
+        "train tok/s": "3210", "peak RSS GiB": "3.4", "length penalty": "2.4",
+        "val BLEU beam 5": "43.7", "val chrF beam 5": "63.1",
         "val BLEU lc beam 5": "45.0", "test BLEU greedy": "40.0", "test BLEU beam 5": "42.0",
         "test chrF beam 5": "61.5", "test BLEU lc beam 5": "43.2", "decoding": "beam 5",
         "test s per 1k sentences": "21.3", "machine": "2 cores Xeon, cpu",

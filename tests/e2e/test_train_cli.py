@@ -54,7 +54,8 @@ def test_end_to_end_cli_writes_every_artefact(overrides, tmp_path):
     assert cfg.train.max_steps == 8 and cfg.model.d_model == 16 and cfg.run_dir == str(run)
     assert (run / "tokenizer" / "tokenizer.json").is_file()
     ckpts = run / "checkpoints"
-    assert sorted(p.name for p in ckpts.iterdir()) == ["best.pt", "last.pt", "step_6.pt", "step_8.pt"]
+    assert sorted(p.name for p in ckpts.iterdir()) == ["best.pt", "last.pt", "step_6.pt",
+                                                        "step_8.pt"]
     last = load_checkpoint(ckpts / "last.pt")
     assert (last["step"], last["scaler"]) == (8, None)
     for key in ("model", "optimizer", "scheduler", "rng", "config", "tokenizer", "trainer",
@@ -94,13 +95,13 @@ def test_end_to_end_cli_writes_every_artefact(overrides, tmp_path):
     ids=["plain", "ema_sampling_simcut", "multilingual"])
 def test_sigkill_between_checkpoints_then_resume_equals_uninterrupted_run(overrides, tmp_path,
                                                                           extra):
-    # 200 pairs at 1024 tokens make 7 batches per epoch (8 with sampled segmentations): the
-    # resumed part crosses epochs. SIGKILLed from outside after step 6 (paused there), two
-    # steps past the checkpoint of step 4: the resumed run redoes steps 5 and 6 from it. With a weight average and
-    # subword sampling, the average and the second epoch's segmentation are exact too, and so
-    # are SimCut's token cutoff and dropout masks (R-Drop's resume: test_torchrun.py). Two
-    # directions, en-fr a third the size of de-en (blank French lines): each epoch redraws the
-    # oversampled en-fr rows (temperature 2).
+    # 200 pairs at 1024 tokens make 7 batches per epoch (8 with sampled segmentations): the resumed
+    # part crosses epochs. SIGKILLed from outside after step 6 (paused there), two steps past the
+    # checkpoint of step 4: the resumed run redoes steps 5 and 6 from it. With a weight average and
+    # subword sampling, the average and the second epoch's segmentation are exact too, and so are
+    # SimCut's token cutoff and dropout masks (R-Drop's resume: test_torchrun.py). Two directions,
+    # en-fr a third the size of de-en (blank French lines): each epoch redraws the oversampled en-fr
+    # rows (temperature 2).
     if any(o.startswith("data.pairs=") for o in extra):
         corpus = next(o.split("=", 1)[1] for o in overrides if o.startswith("data.root="))
         write_multilingual_corpus(Path(corpus), fr_every=3)

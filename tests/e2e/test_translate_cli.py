@@ -28,14 +28,16 @@ def test_translate_matches_evaluate_and_n_best_format(ckpt, tmp_path):
     inp.write_text("\n".join(lines[:5] + [""] + lines[5:]) + "\n", encoding="utf-8")
     assert cli_translate.main([f"checkpoint={ckpt}", f"input={inp}", f"output={tmp_path / 'o'}",
                                "beam_size=3", "batch_sentences=4"]) == 0
-    assert cli_evaluate.main([f"checkpoint={ckpt}", "beam_size=3", f"out_dir={tmp_path / 'e'}"]) == 0
+    assert cli_evaluate.main([f"checkpoint={ckpt}", "beam_size=3",
+                              f"out_dir={tmp_path / 'e'}"]) == 0
     got = (tmp_path / "o").read_text(encoding="utf-8").split("\n")
     expected = (tmp_path / "e" / "hyps.txt").read_text(encoding="utf-8").split("\n")
     assert got == expected[:5] + [""] + expected[5:]          # same order, empty line kept
     assert cli_translate.main([f"checkpoint={ckpt}", f"input={inp}", f"output={tmp_path / 'n'}",
                                "beam_size=3", "n_best=2"]) == 0
     rows = [r.split(" ||| ") for r in (tmp_path / "n").read_text(encoding="utf-8").splitlines()]
-    assert [int(r[0]) for r in rows if r[0] != "5"] == [i for i in range(13) if i != 5 for _ in (0, 1)]
+    assert [int(r[0]) for r in rows if r[0] != "5"] == [i for i in range(13) if i != 5
+                                                        for _ in (0, 1)]
     assert all(len(r) == 3 and float(r[2]) <= 0 for r in rows)
     assert rows[0][1] == expected[0]
 
