@@ -1,10 +1,10 @@
 """The learner's path, measured: the nmt modules that one training step and one beam search
-run, each with its lines (whole files, as ``wc -l`` counts them), and their total.
+of each model (the Transformer, the Bahdanau RNN) run, each with its lines (whole files, as ``wc -l`` counts them), and their total.
 
     python scripts/learner_path.py          # the table; tests/test_learner_path.py checks it
 
-What counts (README "Reading order", docs/architecture.md): with the default Transformer
-config (a tiny model and a generated corpus: which modules run matters here, not how long),
+What counts (README "Reading order", docs/architecture.md): with each model's default config
+(a tiny model and a generated corpus: which modules run matters here, not how long),
 the harness is set up outside the trace: data pipeline and tokenizer, run directory, logging,
 the trainer's setup. The trace then covers ``Trainer.train_step`` on one group of batches
 (collate, the objective, forward and backward, clipping, the schedule, the optimizer step,
@@ -128,9 +128,16 @@ class PathTracer:
             threading.settrace(None)
 
 
+# Each model's default config, made tiny: which modules run matters here, not how long.
+MODELS = {"transformer": ["model.d_model=16", "model.heads=2", "model.ff_dim=32",
+                          "model.encoder_layers=2", "model.decoder_layers=2"],
+          "rnn": ["model=rnn", "model.emb_dim=16", "model.encoder_hidden=16",
+                  "model.decoder_hidden=16", "model.attention_dim=16"]}
+
+
 def trace_learner_path(workdir: str | Path) -> dict[str, int]:
-    """The learner's path (module docstring) of a run under ``workdir``: each module's path
-    relative to the repository (``nmt/...py``) and its line count, sorted by path."""
+    """The learner's path (module docstring) of both models, runs under ``workdir``: each
+    module's path relative to the repository (``nmt/...py``) and its line count, by path."""
     from nmt.config import compose_config
     from nmt.data.batching import make_src_batch
     from nmt.inference.search import beam_search
@@ -140,22 +147,22 @@ def trace_learner_path(workdir: str | Path) -> dict[str, int]:
 
     workdir = Path(workdir)
     corpus = write_corpus(workdir / "corpus")
-    cfg = compose_config([f"data.root={corpus}", f"data.cache_dir={workdir / 'cache'}",
-                          "data.test_split=test", "data.tokenizer.vocab_size=32",
-                          f"run_dir={workdir / 'run'}", "device=cpu", "train.log_figures=false",
-                          "model.d_model=16", "model.heads=2", "model.ff_dim=32",
-                          "model.encoder_layers=2", "model.decoder_layers=2"])
-    trainer = Trainer(cfg, DistInfo(), resolve_device("cpu"))
     tracer = PathTracer()
-    try:
-        trainer.setup()
-        split, batches = trainer.epoch_data(0)
-        src_ids = trainer.tokenizer.encode_src_batch(["ein hund läuft im park .", "katze ."])
-        tracer.run(trainer.train_step, batches[:1], split)
-        tracer.run(lambda: beam_search(trainer.model, *make_src_batch(src_ids), beam_size=3,
-                                       length_penalty=1.0, max_len_a=1.2, max_len_b=5))
-    finally:
-        trainer.close()
+    for name, model in MODELS.items():
+        cfg = compose_config([f"data.root={corpus}", f"data.cache_dir={workdir / 'cache'}",
+                              "data.test_split=test", "data.tokenizer.vocab_size=32",
+                              f"run_dir={workdir / name}", "device=cpu",
+                              "train.log_figures=false", *model])
+        trainer = Trainer(cfg, DistInfo(), resolve_device("cpu"))
+        try:
+            trainer.setup()
+            split, batches = trainer.epoch_data(0)
+            src_ids = trainer.tokenizer.encode_src_batch(["ein hund läuft im park .", "katze ."])
+            tracer.run(trainer.train_step, batches[:1], split)
+            tracer.run(lambda: beam_search(trainer.model, *make_src_batch(src_ids), beam_size=3,
+                                           length_penalty=1.0, max_len_a=1.2, max_len_b=5))
+        finally:
+            trainer.close()
     return {str(p.relative_to(PACKAGE.parent)): p.read_bytes().count(b"\n")   # as wc -l
             for p in sorted(tracer.files)}
 

@@ -105,10 +105,10 @@ def test_bf16_autocast_trains_on_cpu_and_fp16_needs_cuda(overrides, tmp_path, ca
 
     from nmt import runtime as runtime_module
     from nmt.runtime import autocast_dtype
-    from nmt.training import trainer as trainer_module
+    from nmt.training import harness as harness_module
 
-    assert isinstance(trainer_module.cpu_has_bf16(), bool)
-    for module in (trainer_module, runtime_module):                         # a CPU without it
+    assert isinstance(harness_module.cpu_has_bf16(), bool)
+    for module in (harness_module, runtime_module):                         # a CPU without it
         monkeypatch.setattr(module, "cpu_has_bf16", lambda: False)
 
     run = tmp_path / "bf16"
@@ -136,9 +136,9 @@ def test_fp16_loss_scaling_path_and_its_checkpointed_state(overrides, tmp_path, 
     """The fp16 path (GradScaler: scale, unscale before clipping, step, update) run on CPU by
     pretending fp16 is the autocast dtype here; its scaler state is checkpointed and a
     killed-and-resumed run equals an uninterrupted one."""
-    import nmt.training.trainer as trainer_mod
+    import nmt.training.harness as harness_mod
 
-    monkeypatch.setattr(trainer_mod, "autocast_dtype", lambda precision, device: torch.float16)
+    monkeypatch.setattr(harness_mod, "autocast_dtype", lambda precision, device: torch.float16)
     base = overrides[:-1] + TINY_MODEL + TINY_TRAIN + [
         "train.batch_tokens=1024", "train.max_steps=6", "train.eval_every_steps=3",
         "train.keep_last=1", "device=cpu"]
@@ -370,6 +370,8 @@ def test_cooldown_decays_the_lr_to_zero_at_the_end_of_the_step_or_time_budget(ov
     # used, so step s trains at progress (s - 1) / 10, and the budget ends after step 10.
     import types
 
+    import nmt.training.harness as harness_mod
+    import nmt.training.progress as progress_mod
     import nmt.training.trainer as trainer_mod
 
     clock = [0.0]
@@ -379,8 +381,9 @@ def test_cooldown_decays_the_lr_to_zero_at_the_end_of_the_step_or_time_budget(ov
         clock[0] += 6.0
         return real_step(self, *args, **kwargs)
 
-    monkeypatch.setattr(trainer_mod, "time", types.SimpleNamespace(
-        **{**vars(trainer_mod.time), "perf_counter": lambda: clock[0]}))
+    for module in (harness_mod, progress_mod, trainer_mod):
+        monkeypatch.setattr(module, "time", types.SimpleNamespace(
+            **{**vars(module.time), "perf_counter": lambda: clock[0]}))
     monkeypatch.setattr(trainer_mod.Trainer, "train_step", step_taking_6_s)
     run = tmp_path / "minutes"
     summary = train(compose_config(args + ["train.max_minutes=1", "train.cooldown=0.9",
@@ -406,7 +409,7 @@ def test_checkpoints_hold_plain_data_only(overrides, tmp_path):
 
 def test_cuda_graphs_only_for_one_rank_without_accumulation():
     """train.compile's mode: CUDA graphs need static shapes on CUDA, one rank, accum_steps 1."""
-    from nmt.training.trainer import compile_mode
+    from nmt.training.harness import compile_mode
 
     cuda, cpu = torch.device("cuda", 0), torch.device("cpu")
     t = SimpleNamespace(shape_buckets=8, accum_steps=1)

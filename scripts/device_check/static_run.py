@@ -35,7 +35,7 @@ from device_check.tasks import compile_counters  # noqa: E402
 def ready_calls(t, device, world_size: int) -> int:
     """Steps a batch shape takes before its steps run as all later ones will: 2 where
     torch.compile records CUDA graphs (``reduce-overhead``), else 1."""
-    from nmt.training.trainer import compile_mode
+    from nmt.training.harness import compile_mode
 
     return 2 if t.compile and compile_mode(t, device, world_size) == "reduce-overhead" else 1
 
@@ -102,7 +102,7 @@ class Watch:
         if self.start is not None and step > self.start["step"]:
             s0 = self.start
             secs = max(seconds - s0["seconds"], 1e-9)
-            speed = self.trainer.speed
+            speed = self.trainer.progress.speed
             figures = {speed.name: None, **speed.figures(flops - s0["flops"], secs)}
             out["steady"] = {
                 "from_step": s0["step"], "to_step": step, "steps": step - s0["step"],
@@ -126,13 +126,13 @@ def watched(base: type, stop_at: float) -> type:
         def _finish_setup(self) -> None:
             super()._finish_setup()
             self.watch = Watch(self, stop_at)
-            log_mark = self.speed.mark
+            log_mark = self.progress.speed.mark
 
             def mark(*counters) -> None:
                 log_mark(*counters)
                 self.watch.mark(*counters)
 
-            self.speed.mark = mark
+            self.progress.speed.mark = mark
 
         def train_step(self, group, split, collated=None):
             self.watch.saw(group, split)
