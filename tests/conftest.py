@@ -125,7 +125,8 @@ def tiny_transformer(root: Path, n_test: int):
                           "data.test_split=test", "data.tokenizer.vocab_size=100",
                           "model.d_model=16", "model.heads=2", "model.ff_dim=32",
                           "model.encoder_layers=1", "model.decoder_layers=1"])
-    tok = tokenizer_from_pairs(cfg.data.tokenizer, "de", "en", lambda: iter_parallel(cfg.data, "train"),
+    tok = tokenizer_from_pairs(cfg.data.tokenizer, "de", "en",
+                               lambda: iter_parallel(cfg.data, "train"),
                                cfg.data.cache_dir, split_fingerprint(cfg.data, "train"))
     return cfg, tok, build_model(cfg.model, tok.src_vocab_size, tok.tgt_vocab_size)
 

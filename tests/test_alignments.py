@@ -18,7 +18,8 @@ from nmt.evaluation.alignments import (
 
 # ------------------------------------------------------------------------------ npz
 def test_alignments_round_trip_without_pickle(tmp_path):
-    mats = [np.array([[0.25, 0.75], [1.0, 0.0], [0.5, 0.5]], np.float32), np.ones((1, 1), np.float32)]
+    mats = [np.array([[0.25, 0.75], [1.0, 0.0], [0.5, 0.5]], np.float32),
+            np.ones((1, 1), np.float32)]
     src = [["▁Größe", "</s>"], ["</s>"]]
     tgt = [["▁size", "▁ß", "</s>"], ["</s>"]]
     save_alignments(tmp_path / "a.npz", mats, src, tgt)

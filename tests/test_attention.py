@@ -73,7 +73,10 @@ def test_additive_attention_tiny_example():
 
 
 def test_multi_head_forward_is_the_papers_formula():
-    """MultiHead(Q,K,V) = Concat(head_1..head_h) W^O, head_i = Attention(Q W_i^Q, K W_i^K, V W_i^V)."""
+    """The paper's multi-head attention, computed head by head.
+
+    MultiHead(Q,K,V) = Concat(head_1..head_h) W^O, head_i = Attention(Q W_i^Q, K W_i^K, V W_i^V).
+    """
     torch.manual_seed(0)
     d, h = 12, 3
     mha = MultiHeadAttention(d, h, self_attention=False).eval()

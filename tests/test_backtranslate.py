@@ -71,4 +71,5 @@ def test_a_tab_in_a_tsv_sentence_becomes_a_space_the_tokenizer_reads_alike(tmp_p
         write([("Zwei\tMänner .", "Two men .")])
     assert (tmp_path / "bt.de").read_text(encoding="utf-8") == "Zwei\tMänner .\n"
     tok = train_tokenizer(TOK, make_pairs(200, 0), tmp_path)
-    assert tok.encode_src_batch(["Ein großer\tHund ."]) == tok.encode_src_batch(["Ein großer Hund ."])
+    assert (tok.encode_src_batch(["Ein großer\tHund ."])
+            == tok.encode_src_batch(["Ein großer Hund ."]))

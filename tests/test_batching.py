@@ -128,7 +128,8 @@ def test_static_lengths_pad_least_and_batches_take_their_fixed_shape(hand_split)
     assert (two.src_lengths, two.tgt_lengths) == ((3, 9), (2, 4))
     one = BatchShapes.fit(src, tgt, 1, 20, multiple=1)
     assert (one.src_lengths, one.tgt_lengths) == ((9,), (4,))
-    assert BatchShapes.fit(src, tgt, 9, 20, multiple=1).src_lengths == (1, 2, 3, 5, 9)   # each width
+    # each width
+    assert BatchShapes.fit(src, tgt, 9, 20, multiple=1).src_lengths == (1, 2, 3, 5, 9)
     rounded = BatchShapes.fit(src, tgt, 9, 20)                  # multiples of 8
     assert (rounded.src_lengths, rounded.tgt_lengths) == ((8, 16), (8,))
     shapes = BatchShapes((3, 9), (2, 4), 20)

@@ -82,13 +82,16 @@ def test_decode_settings_are_the_schema_fields_with_the_yaml_defaults():
 
     cfg = _evaluate_cfg("checkpoint=x.pt", "beam_size=3", "top_p=0.5")
     settings = decode_settings(cfg)
-    names = [f.name for schema in (SearchSchema, SamplingSchema) for f in dataclasses.fields(schema)]
-    assert list(settings) == names and cfg.decoding == "search"   # decoding=mbr: nmt.extras.decoding.mbr
+    names = [f.name for schema in (SearchSchema, SamplingSchema)
+             for f in dataclasses.fields(schema)]
+    # decoding=mbr: nmt.extras.decoding.mbr
+    assert list(settings) == names and cfg.decoding == "search"
     assert settings["beam_size"] == 3 and settings["top_p"] == 0.5
     defaults = search_settings()                    # the Python API's: the same YAML files
     assert {k: settings[k] for k in ("n_best", "seed", "temperature")} == \
         {k: defaults[k] for k in ("n_best", "seed", "temperature")}
-    assert list(decode_settings(cfg, (SearchSchema,))) == [f.name for f in dataclasses.fields(SearchSchema)]
+    search_names = [f.name for f in dataclasses.fields(SearchSchema)]
+    assert list(decode_settings(cfg, (SearchSchema,))) == search_names
 
 
 def test_checkpoint_paths_one_file_or_an_ensemble():

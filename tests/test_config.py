@@ -32,7 +32,8 @@ def test_every_multi30k_direction_composes(direction):
 def test_multilingual_presets(preset, pairs, run_dir):
     cfg = compose_config([f"data={preset}"])
     assert list(cfg.data.pairs) == pairs and (cfg.data.src_lang, cfg.data.tgt_lang) == ("de", "en")
-    assert (cfg.data.lang_tag, cfg.data.sampling_temperature, cfg.run_dir) == ("source", 5.0, run_dir)
+    assert (cfg.data.lang_tag, cfg.data.sampling_temperature, cfg.run_dir) == \
+        ("source", 5.0, run_dir)
     assert compose_config([]).data.pairs is None                 # bilingual by default
     assert compose_config(["data.pairs=[de-en]"]).run_dir == "runs/transformer_de_en"
 
@@ -73,8 +74,8 @@ def test_data_root_comes_from_the_environment(monkeypatch):
         (["data.pairs=[fr-en,cs-en]"], "data.pairs"),            # no default direction de-en
         (["data.pairs=[de-en,fr-en]", "data.tokenizer.joint=false", "model.tie_embeddings=false"],
          "data.tokenizer.joint"),
-        (["data.pairs=[de-en,fr-en]", "data.alignments=links.txt", "train.alignment_loss_weight=0.1",
-          "model.alignment_heads=1"], "guided alignment"),
+        (["data.pairs=[de-en,fr-en]", "data.alignments=links.txt",
+          "train.alignment_loss_weight=0.1", "model.alignment_heads=1"], "guided alignment"),
         (["data.pairs=[de-en,fr-en]", "data.tokenizer.sampling_alpha=0.1"],
          "data.tokenizer.sampling_alpha"),
         (["data.lang_tag=middle"], "data.lang_tag"),
@@ -102,7 +103,8 @@ def test_length_penalty_is_finite_and_not_negative(value, bound):
 @pytest.mark.parametrize("key, bound", [
     ("train.lr", "> 0"), ("train.max_minutes", "> 0"), ("train.clip_grad_norm", ">= 0"),
     ("data.max_len_ratio", "> 0"), ("data.sampling_temperature", "> 0"),
-    ("data.tokenizer.sampling_alpha", ">= 0"), ("data.tokenizer.character_coverage", "in [0.98, 1]")])
+    ("data.tokenizer.sampling_alpha", ">= 0"),
+    ("data.tokenizer.character_coverage", "in [0.98, 1]")])
 @pytest.mark.parametrize("value", ["nan", "inf", "-inf"])
 def test_nan_and_inf_are_refused_naming_the_key(key, bound, value):
     with pytest.raises(ConfigError) as err:

@@ -1,6 +1,8 @@
-"""R-Drop, SimCut and CrossConST (nmt.extras.training.consistency) against a hand computation, the authors'
-computations and the closed-form gradient of the fused version they replaced; then through the
-objective (one forward of the doubled batch) and the trainer (the KL logged apart)."""
+"""R-Drop, SimCut and CrossConST (nmt.extras.training.consistency) against hand computations.
+
+Checked against a hand computation, the authors' computations and the closed-form gradient of the
+fused version they replaced; then through the objective (one forward of the doubled batch) and the
+trainer (the KL logged apart)."""
 
 import contextlib
 import math
@@ -54,8 +56,8 @@ def _rdrop_two_pass_reference(z1, z2, target, eps, alpha, ignore_index=0):
     vocab = z1.size(-1)
     t = target.reshape(-1)
     lp1, lp2 = (F.log_softmax(z.reshape(-1, vocab), -1) for z in (z1, z2))
-    ce = sum(F.cross_entropy(z.reshape(-1, vocab), t, label_smoothing=eps, ignore_index=ignore_index,
-                             reduction="sum") for z in (z1, z2))
+    ce = sum(F.cross_entropy(z.reshape(-1, vocab), t, label_smoothing=eps,
+                             ignore_index=ignore_index, reduction="sum") for z in (z1, z2))
     keep = (t != ignore_index).unsqueeze(-1)
     kl = ((F.kl_div(lp1, lp2, log_target=True, reduction="none") * keep).sum()
           + (F.kl_div(lp2, lp1, log_target=True, reduction="none") * keep).sum()) / 2
@@ -91,7 +93,8 @@ def test_rdrop_padding_contributes_nothing_and_identical_passes_give_one_pass():
     assert torch.all(z.grad[0, 3:] == 0) and torch.all(z.grad[2, 3:] == 0)
     changed = z.detach().clone()
     changed[0, 3:], changed[2, 3:] = 100.0, -100.0
-    assert rdrop_loss(changed, target, 0.1, 5.0)[0].item() == pytest.approx(objective.item(), rel=1e-6)
+    assert rdrop_loss(changed, target, 0.1, 5.0)[0].item() == pytest.approx(objective.item(),
+                                                                            rel=1e-6)
     # No dropout: both halves equal, the KL is 0 and the objective is one pass's loss.
     same = torch.cat((z[:2], z[:2])).detach()
     objective, loss, nll, kl = rdrop_loss(same, target, 0.1, alpha=5.0)
@@ -264,7 +267,8 @@ def _tiny(model: str):
         "model.attention_dim=16", "model.output_dim=16", "model.dropout=0"]
     torch.manual_seed(0)
     net = build_model(compose_config(args).model, 50, 50).train()
-    x, y = [[40, 5, 9, 7], [40, 12], [40, 8, 8, 20, 21, 22, 23]], [[4, 6], [10, 11, 12, 13, 14], [13]]
+    x = [[40, 5, 9, 7], [40, 12], [40, 8, 8, 20, 21, 22, 23]]
+    y = [[4, 6], [10, 11, 12, 13, 14], [13]]
     src, src_mask = make_src_batch(x)
     tgt_in, tgt_out, _ = make_tgt_batch(y)
     return net, Batch(src, src_mask, tgt_in, tgt_out, 16, 11), y
@@ -331,8 +335,10 @@ def test_crossconst_with_weight_zero_is_plain_training(model, data):
 def test_crossconst_needs_a_joint_vocabulary(tiny_overrides):
     from nmt.config import ConfigError, compose_config
 
-    with pytest.raises(ConfigError, match="train.consistency=crossconst .* data.tokenizer.joint=true"):
-        compose_config(tiny_overrides + ["train.consistency=crossconst", "data.tokenizer.joint=false",
+    with pytest.raises(ConfigError,
+                       match="train.consistency=crossconst .* data.tokenizer.joint=true"):
+        compose_config(tiny_overrides + ["train.consistency=crossconst",
+                                         "data.tokenizer.joint=false",
                                          "model.tie_embeddings=false"])
 
 
@@ -357,7 +363,7 @@ def test_crossconst_trains_a_multilingual_model_through_the_hooks(tmp_path):
     assert "consistency_kl" in (tmp_path / "run" / "train.log").read_text()
 
 
-# ---------------------------------------------------------------- through the objective and the trainer
+# ------------------------------------------------------------ through the objective and the trainer
 RDROP = SimpleNamespace(consistency="rdrop", label_smoothing=0.1, consistency_alpha=5.0,
                         alignment_loss_weight=0.0, cutoff_p=0.05)
 

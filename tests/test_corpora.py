@@ -27,7 +27,8 @@ def _extra(root, n=30, seed=11):
     pairs = make_pairs(n, seed)
     root.mkdir(parents=True, exist_ok=True)
     for side, lang in enumerate(("de", "en")):
-        (root / f"extra.{lang}").write_text("".join(p[side] + "\n" for p in pairs), encoding="utf-8")
+        (root / f"extra.{lang}").write_text("".join(p[side] + "\n" for p in pairs),
+                                            encoding="utf-8")
     return pairs
 
 
@@ -59,7 +60,8 @@ def test_corpora_are_read_after_the_training_split_into_one_cache(tmp_path):
     cfg = compose_config(base + [f"data.corpora=[{{split: extra, root: {tmp_path / 'other'}, "
                                  "weight: 4}]"])
     corpora = training_corpora(cfg.data)
-    assert [(c.split, c.weight, c.limit) for c in corpora] == [("train", 1.0, 20), ("extra", 4.0, None)]
+    assert [(c.split, c.weight, c.limit) for c in corpora] == [("train", 1.0, 20),
+                                                               ("extra", 4.0, None)]
     pairs = list(iter_training(corpora))
     main = (corpus / "train.de").read_text(encoding="utf-8").splitlines()[:20]
     assert [p[0] for p in pairs] == main + [s for s, _ in extra]     # the cap: the main split's
@@ -74,7 +76,8 @@ def test_corpora_are_read_after_the_training_split_into_one_cache(tmp_path):
     assert alone == [(s, t, 0) for s, t in zip(main, (corpus / "train.en").read_text(
         encoding="utf-8").splitlines()[:20], strict=True)]
     plain = prepare_data(compose_config(base).data)
-    assert plain.train.groups is None and plain.weights is None and plain.train.path != data.train.path
+    assert plain.train.groups is None and plain.weights is None
+    assert plain.train.path != data.train.path
     # word links: a user's file has one line per pair of every corpus, in that order
     links = tmp_path / "links.txt"
     links.write_text("0-0\n" * 80)
@@ -93,7 +96,8 @@ def cfg_corpora(tmp_path):
 def test_a_links_file_with_corpora_and_a_capped_split_is_refused():
     """A user's links file has a line per pair of every corpus; with data.max_train_pairs the
     lines past the cap belong to the rest of the split, not to the corpora after it."""
-    with pytest.raises(ConfigError, match="data.alignments with data.corpora and data.max_train_pairs"):
+    with pytest.raises(ConfigError,
+                       match="data.alignments with data.corpora and data.max_train_pairs"):
         compose_config(["data.alignments=links.txt", "data.corpora=[{split: x}]",
                         "data.max_train_pairs=20", "train.alignment_loss_weight=0.05",
                         "model.alignment_heads=1"])
@@ -123,7 +127,8 @@ def test_corpus_settings_are_checked(override, words):
 def test_the_directions_of_corpora_are_checked(override, words):
     with pytest.raises(ConfigError, match=re.escape(words)):
         compose_config(["data.pairs=[de-en,en-de]", override])
-    with pytest.raises(ConfigError, match="data.train_pairs: en-de is not a direction of the model"):
+    with pytest.raises(ConfigError,
+                       match="data.train_pairs: en-de is not a direction of the model"):
         compose_config(["data.train_pairs=[en-de]"])                   # bilingual: de-en only
     compose_config(["data.train_pairs=[de-en]", "data.corpora=[{split: x, pairs: [de-en]}]"])
 
@@ -154,8 +159,8 @@ def test_zero_shot_pairs_from_a_tsv_corpus_and_a_validation_only_direction(tmp_p
     bt.mkdir()
     de = (root / "train.de").read_text(encoding="utf-8").splitlines()[:12]
     fr = (root / "train.fr").read_text(encoding="utf-8").splitlines()[:12]
-    (bt / "bt.de-fr.tsv").write_text("".join(f"<BT> {s}\t{t}\n" for s, t in zip(de, fr, strict=True)),
-                                     encoding="utf-8")
+    (bt / "bt.de-fr.tsv").write_text(
+        "".join(f"<BT> {s}\t{t}\n" for s, t in zip(de, fr, strict=True)), encoding="utf-8")
     cfg = compose_config([f"data.root={root}", f"data.cache_dir={tmp_path / 'cache'}",
                           "data.tokenizer.vocab_size=120", "data.tokenizer.bt_tag=true",
                           "data.pairs=[de-en,en-fr,de-fr,fr-de]", "data.train_pairs=[de-en,en-fr]",

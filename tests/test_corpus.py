@@ -98,7 +98,8 @@ def test_empty_pairs_dropped_with_count_logged(caplog):
 
 def test_tsv(tmp_path):
     (tmp_path / "train.tsv").write_text("Hund\tdog\nKäse\tcheese\n", encoding="utf-8")
-    assert _split_lists(_data_cfg(tmp_path, "tsv"), "train") == (["Hund", "Käse"], ["dog", "cheese"])
+    assert _split_lists(_data_cfg(tmp_path, "tsv"), "train") == (["Hund", "Käse"],
+                                                                 ["dog", "cheese"])
     (tmp_path / "val.tsv").write_text("Hund\tdog\nKäse cheese\n", encoding="utf-8")
     with pytest.raises(CorpusError, match=r"val\.tsv, line 2: expected 2 tab-separated fields"):
         _split_lists(_data_cfg(tmp_path, "tsv"), "val")
@@ -106,14 +107,16 @@ def test_tsv(tmp_path):
 
 def test_hf_dataset_saved_locally(tmp_path):
     datasets = pytest.importorskip("datasets")
-    rows = [{"de": "Ein Mädchen läuft .", "en": "A girl runs ."}, {"de": "Größer .", "en": "Bigger ."}]
+    rows = [{"de": "Ein Mädchen läuft .", "en": "A girl runs ."},
+            {"de": "Größer .", "en": "Bigger ."}]
     dd = datasets.DatasetDict({
         "train": datasets.Dataset.from_dict({"translation": rows}),
         "validation": datasets.Dataset.from_dict({"translation": rows[:1]}),
     })
     dd.save_to_disk(str(tmp_path / "ds"))
     cfg = _data_cfg(tmp_path / "ds", "hf")
-    assert _split_lists(cfg, "train") == (["Ein Mädchen läuft .", "Größer ."], ["A girl runs .", "Bigger ."])
+    assert _split_lists(cfg, "train") == (["Ein Mädchen läuft .", "Größer ."],
+                                          ["A girl runs .", "Bigger ."])
     assert _split_lists(cfg, "validation") == (["Ein Mädchen läuft ."], ["A girl runs ."])
     assert split_fingerprint(cfg, "train") != split_fingerprint(cfg, "validation")
     with pytest.raises(CorpusError, match="has no split 'val' .it has train, validation"):
@@ -140,7 +143,8 @@ def test_check_split_finds_a_missing_language_before_reading(tmp_path):
     translation = datasets.Features({"translation": datasets.Translation(languages=["de", "en"])})
     for name, split in (("struct", datasets.Dataset.from_dict(rows)),
                         ("feature", datasets.Dataset.from_dict(rows, features=translation)),
-                        ("columns", datasets.Dataset.from_dict({"de": ["Hallo"], "en": ["Hello"]}))):
+                        ("columns",
+                         datasets.Dataset.from_dict({"de": ["Hallo"], "en": ["Hello"]}))):
         datasets.DatasetDict({"train": split}).save_to_disk(str(tmp_path / name))
         cfg = _data_cfg(tmp_path / name, "hf")
         check_split(cfg, "train", ("en", "de"))
@@ -154,7 +158,8 @@ def test_check_split_finds_a_missing_language_before_reading(tmp_path):
 
 def test_hf_single_dataset_is_refused_not_used_for_every_split(tmp_path):
     datasets = pytest.importorskip("datasets")
-    datasets.Dataset.from_dict({"de": ["Hallo"], "en": ["Hello"]}).save_to_disk(str(tmp_path / "one"))
+    one = datasets.Dataset.from_dict({"de": ["Hallo"], "en": ["Hello"]})
+    one.save_to_disk(str(tmp_path / "one"))
     for split in ("train", "validation"):
         with pytest.raises(CorpusError, match="single Dataset, not a DatasetDict") as err:
             _split_lists(_data_cfg(tmp_path / "one", "hf"), split)
@@ -186,7 +191,8 @@ def test_directory_unreadable_file_and_bom(tmp_path, monkeypatch):
         raise PermissionError(13, "Permission denied", str(self))
 
     monkeypatch.setattr(type(locked), "open", denied)  # the readers stream through Path.open
-    with pytest.raises(CorpusError, match=r"locked\.de: cannot be read \(Permission denied\)") as err:
+    with pytest.raises(CorpusError,
+                       match=r"locked\.de: cannot be read \(Permission denied\)") as err:
         _lines(locked)
     _no_chained_traceback(err)
 
@@ -195,7 +201,8 @@ def test_hf_missing_dataset_is_one_sentence(monkeypatch):
     datasets = pytest.importorskip("datasets")
 
     def offline(name, *args, **kwargs):  # this machine is offline: fail the way the hub does
-        raise ConnectionError(f"Couldn't reach '{name}' on the Hub (LocalEntryNotFoundError)\ndetails")
+        raise ConnectionError(
+            f"Couldn't reach '{name}' on the Hub (LocalEntryNotFoundError)\ndetails")
 
     monkeypatch.setattr(datasets, "load_dataset", offline)
     with pytest.raises(CorpusError, match="cannot load the Hugging Face dataset") as err:

@@ -58,7 +58,8 @@ def _multi30k_val() -> tuple[list[str], list[str]]:
     root = Path(os.environ.get("NMT_DATA_ROOT", REPO_ROOT.parent / "shared" / "data" / "multi30k"))
     if not (root / "val.de").is_file():
         pytest.skip(f"Multi30k not found at {root} (set NMT_DATA_ROOT)")
-    read = [(root / f"val.{lang}").read_text(encoding="utf-8").splitlines()[:N] for lang in ("de", "en")]
+    read = [(root / f"val.{lang}").read_text(encoding="utf-8").splitlines()[:N]
+            for lang in ("de", "en")]
     return read[0], read[1]
 
 
@@ -200,7 +201,7 @@ def test_alignments_equal_ours(greedy, engines, corpus):
 
 def test_int8_bleu_stays_close(greedy, corpus):
     # 8-bit weights cost 0.5 BLEU of this tiny, half-trained model on a CPU with AVX-512
-    # (VNNI) and 2.9 on one without (AMD EPYC, 2026-11-25): CTranslate2 picks other int8
+    # (VNNI) and 2.9 on one without (AMD EPYC): CTranslate2 picks other int8
     # kernels there. A broken export scores near 0.
     assert abs(_bleu(greedy["int8"], corpus[1]) - _bleu(greedy["pytorch"], corpus[1])) <= 5.0
 
@@ -217,7 +218,8 @@ def test_beam_search_with_our_length_penalty(engines, corpus):
 
 def test_reference_scores_and_sampling(engines):
     src, ref = _generated()
-    ours, theirs = engines["pytorch"].score(src[:30], ref[:30]), engines["float32"].score(src[:30], ref[:30])
+    ours = engines["pytorch"].score(src[:30], ref[:30])
+    theirs = engines["float32"].score(src[:30], ref[:30])
     assert [f.tokens for f in theirs] == [f.tokens for f in ours]
     assert [f.logprob for f in theirs] == pytest.approx([f.logprob for f in ours], abs=1e-3)
     ct2 = engines["float32"]
@@ -231,7 +233,8 @@ def test_reference_scores_and_sampling(engines):
     assert len(same) >= 10 and [r.score for _, r in same] == pytest.approx(
         [f.logprob / ((5 + f.tokens) / 6) for f in forced], abs=1e-3)
     cold = ct2.translate(src[:20], sampling=True, temperature=0.0)
-    assert [r.text for r in cold] == [r.text for r in engines["pytorch"].translate(src[:20], beam_size=1)]
+    greedy = engines["pytorch"].translate(src[:20], beam_size=1)
+    assert [r.text for r in cold] == [r.text for r in greedy]
 
 
 def test_positions_beyond_the_export_and_all_attention_are_clear_errors(tmp_path, engines):
@@ -289,9 +292,11 @@ def test_readme_commands_round_trip_to_the_same_files(tmp_path, capsys):
     swap = {"runs/tf/checkpoints/best.pt": str(CKPT), "runs/tf/": f"{ct2_run}/",
             "split=test_2016_flickr": f"src_file={src} ref_file={ref}", "input.de": str(src),
             "output.en": str(ct2_run / "output.en")}
-    tools = {"nmt-export": export.main, "nmt-translate": translate.main, "nmt-evaluate": evaluate.main}
+    tools = {"nmt-export": export.main, "nmt-translate": translate.main,
+             "nmt-evaluate": evaluate.main}
     lines = readme_serving_commands()
-    assert [ln.split()[0] for ln in lines] == ["nmt-export", "nmt-export", "nmt-translate", "nmt-evaluate"]
+    assert [ln.split()[0] for ln in lines] == ["nmt-export", "nmt-export", "nmt-translate",
+                                               "nmt-evaluate"]
     pytorch_twins = []
     for line in lines:
         for old, new in swap.items():
@@ -313,25 +318,32 @@ def test_readme_commands_round_trip_to_the_same_files(tmp_path, capsys):
     assert sacrebleu.corpus_bleu(int8, [ours]).score >= 40
     ct2_dir, pt_dir = ct2_run / "eval_ct2", pt_run / "eval_ct2"
     for name in ("hyps.txt", "sentences.tsv"):
-        assert (ct2_dir / name).read_text(encoding="utf-8") == (pt_dir / name).read_text(encoding="utf-8")
-    a, b = json.loads((ct2_dir / "scores.json").read_text()), json.loads((pt_dir / "scores.json").read_text())
-    assert (a["engine"], a["quantization"], a["checkpoint"]) == ("ctranslate2", "float32", str(CKPT))
-    timing = {"seconds", "ms_per_sentence", "sents_per_s", "tgt_tokens_per_s", "engine", "model_dir", "quantization"}
+        assert ((ct2_dir / name).read_text(encoding="utf-8")
+                == (pt_dir / name).read_text(encoding="utf-8"))
+    a = json.loads((ct2_dir / "scores.json").read_text())
+    b = json.loads((pt_dir / "scores.json").read_text())
+    assert (a["engine"], a["quantization"], a["checkpoint"]) == ("ctranslate2", "float32",
+                                                                 str(CKPT))
+    timing = {"seconds", "ms_per_sentence", "sents_per_s", "tgt_tokens_per_s", "engine",
+              "model_dir", "quantization"}
     # pytest.approx takes no list inside a dict (pytest >= 9.2): the n-gram precisions apart.
     assert a.pop("bleu_precisions") == pytest.approx(b.pop("bleu_precisions"), abs=1e-3)
     assert {k: v for k, v in a.items() if k not in timing} == pytest.approx(
         {k: v for k, v in b.items() if k not in timing}, abs=1e-3)
-    ours, theirs = load_alignments(pt_dir / "alignments.npz"), load_alignments(ct2_dir / "alignments.npz")
+    ours = load_alignments(pt_dir / "alignments.npz")
+    theirs = load_alignments(ct2_dir / "alignments.npz")
     assert len(theirs) == len(ours) == 24
     for i in range(24):
         assert (theirs[i].src, theirs[i].tgt) == (ours[i].src, ours[i].tgt)
         np.testing.assert_allclose(theirs[i].matrix, ours[i].matrix, atol=1e-3)
     # n-best lists too
-    for engine, out in ((["engine=ctranslate2", f"model_dir={ct2_run / 'ct2'}"], tmp_path / "n_ct2"),
+    for engine, out in ((["engine=ctranslate2", f"model_dir={ct2_run / 'ct2'}"],
+                         tmp_path / "n_ct2"),
                         ([f"checkpoint={CKPT}"], tmp_path / "n_pt")):
         assert evaluate.main([*engine, f"src_file={src}", f"ref_file={ref}", "beam_size=4",
                               "n_best=3", f"out_dir={out}"]) == 0
-    assert (tmp_path / "n_ct2" / "nbest.txt").read_text() == (tmp_path / "n_pt" / "nbest.txt").read_text()
+    assert ((tmp_path / "n_ct2" / "nbest.txt").read_text()
+            == (tmp_path / "n_pt" / "nbest.txt").read_text())
 
 
 @pytest.mark.parametrize("args, key", [
@@ -367,7 +379,8 @@ def test_export_setting_errors(args, key, tmp_path, capsys):
 def test_bench_decode_adds_ctranslate2_columns(tmp_path, capsys):
     import importlib.util
 
-    spec = importlib.util.spec_from_file_location("bench_decode", REPO_ROOT / "scripts" / "bench_decode.py")
+    spec = importlib.util.spec_from_file_location("bench_decode",
+                                                  REPO_ROOT / "scripts" / "bench_decode.py")
     bench = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(bench)
     src, ref = _generated()

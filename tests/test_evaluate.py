@@ -31,7 +31,8 @@ def tokenizer(tmp_path_factory):
 
 def test_evaluate_split_and_write_outputs(tokenizer, tmp_path):
     cfg = compose_config(["model=rnn", "model.emb_dim=8", "model.encoder_hidden=8",
-                          "model.decoder_hidden=16", "model.attention_dim=16", "model.output_dim=16"])
+                          "model.decoder_hidden=16", "model.attention_dim=16",
+                          "model.output_dim=16"])
     torch.manual_seed(0)
     model = build_model(cfg.model, tokenizer.src_vocab_size, tokenizer.tgt_vocab_size).eval()
     translator = Translator(model, tokenizer, cfg)
@@ -69,7 +70,8 @@ def test_evaluate_split_and_write_outputs(tokenizer, tmp_path):
     assert [r.split("\t")[7] for r in rows[1:]] == src      # as given: no pieces, tags or <unk>
     assert [float(r.split("\t")[3]) for r in rows[1:]] == pytest.approx(
         [r.score for r in results], abs=1e-4)
-    nbest = [r.split("\t") for r in (out / "nbest.txt").read_text(encoding="utf-8").splitlines()[1:]]
+    nbest = [r.split("\t")
+             for r in (out / "nbest.txt").read_text(encoding="utf-8").splitlines()[1:]]
     assert [(int(r[0]), int(r[1])) for r in nbest[:4]] == [(0, 0), (0, 1), (1, 0), (1, 1)]
     assert nbest[0][3] == hyps[0]
     with pytest.raises(ValueError):
@@ -134,7 +136,8 @@ def test_evaluate_split_checks_its_settings_once(tokenizer, monkeypatch):
     monkeypatch.setattr(translator_module, "validate_decoding",
                         lambda settings: calls.append(1) or check(settings))
     cfg = compose_config(["model=rnn", "model.emb_dim=8", "model.encoder_hidden=8",
-                          "model.decoder_hidden=16", "model.attention_dim=16", "model.output_dim=16"])
+                          "model.decoder_hidden=16", "model.attention_dim=16",
+                          "model.output_dim=16"])
     torch.manual_seed(0)
     model = build_model(cfg.model, tokenizer.src_vocab_size, tokenizer.tgt_vocab_size).eval()
     search = {"beam_size": 2, "max_len_a": 0.0, "max_len_b": 4, "batch_sentences": 1,

@@ -1,6 +1,8 @@
-"""Guided alignment (issue 36): the loss on a hand-computed case, word links read beside the
-corpus and mapped to subwords in batches, the supervised heads as the model's alignment, the
-unaligned threshold, the eflomal step on a toy corpus, the checks of the settings."""
+"""Guided alignment: the loss, the word links, the supervised heads, the teacher, the checks.
+
+The loss on a hand-computed case, word links read beside the corpus and mapped to subwords in
+batches, the supervised heads as the model's alignment, the unaligned threshold, the eflomal step on
+a toy corpus, the checks of the settings."""
 
 from __future__ import annotations
 
@@ -56,7 +58,8 @@ def test_word_links_map_to_every_subword_pair_of_the_linked_words():
         [0, 0], [1, 1], [1, 2], [1, 3], [2, 1], [2, 2], [2, 3], [3, 4], [3, 5], [3, 6]]
     assert subword_links(set(), word_ids(src), word_ids(tgt)).shape == (0, 2)
     # the pieces must hold the text's words, else the pair gets no links (None)
-    assert piece_links({(0, 0)}, src, tgt, "Ein Fahrradfahrer (x )", "A cyclist (x)").shape == (1, 2)
+    assert piece_links({(0, 0)}, src, tgt, "Ein Fahrradfahrer (x )",
+                       "A cyclist (x)").shape == (1, 2)
     assert piece_links({(0, 0)}, src, tgt, "Ein Fahrradfahrer", "A cyclist (x)") is None
 
 
@@ -111,8 +114,9 @@ def test_batches_carry_the_subword_links_of_their_rows(tiny_overrides, tiny_corp
 
 # ------------------------------------------------------------------ the model's alignment
 def test_the_supervised_heads_are_the_models_alignment():
-    cfg = compose_config(TINY_MODEL + ["model.heads=4", "model.d_model=16", "model.decoder_layers=2",
-                                       "model.alignment_layer=-2", "model.alignment_heads=1"],
+    cfg = compose_config(TINY_MODEL + ["model.heads=4", "model.d_model=16",
+                                       "model.decoder_layers=2", "model.alignment_layer=-2",
+                                       "model.alignment_heads=1"],
                          validate_fn=None)
     from nmt.models import validate_model
 
@@ -203,13 +207,15 @@ def test_eflomal_step_on_a_toy_corpus(tiny_overrides, monkeypatch):
     links = [set(x) for _, _, x in with_links(pairs, path)]      # one valid line per pair
     # eflomal samples (unseeded): robust facts only. The generated pairs end with " ." on both
     # sides, and word-for-word captions get about a link per word.
-    last = [(len(s.split()) - 1, len(t.split()) - 1) in x for (s, t), x in zip(pairs, links, strict=True)]
+    last = [(len(s.split()) - 1, len(t.split()) - 1) in x
+            for (s, t), x in zip(pairs, links, strict=True)]
     assert sum(last) / len(pairs) > 0.9
     assert 0.7 < sum(map(len, links)) / sum(len(t.split()) for _, t in pairs) < 1.5
     monkeypatch.setattr(teacher, "align_pairs", lambda *a, **k: 1 / 0)
     assert teacher.prepare_links(cfg.data) == path           # cached: eflomal not run
     # the teacher's symmetrization is a setting, and part of the key
-    other = compose_config(tiny_overrides + ["data.teacher_symmetrize=intersection"], validate_fn=None)
+    other = compose_config(tiny_overrides + ["data.teacher_symmetrize=intersection"],
+                           validate_fn=None)
     assert teacher.links_path(other.data) != path
     # another eflomal version: another cache file (its links may differ)
     monkeypatch.setattr(teacher.importlib.metadata, "version", lambda name: "0.0.1")
@@ -250,7 +256,8 @@ def test_ctranslate2_export_carries_the_supervised_head(tmp_path, caplog):
     torch.manual_seed(5)
     model = build_model(cfg.model, tok.src_vocab_size, tok.tgt_vocab_size).eval()
     spec = build_spec(model, tok, cfg.model, 64)
-    assert (int(spec.decoder.alignment_layer.numpy()), int(spec.decoder.alignment_heads.numpy())) == (1, 1)
+    assert (int(spec.decoder.alignment_layer.numpy()),
+            int(spec.decoder.alignment_heads.numpy())) == (1, 1)
     out = export(nmt.Translator(model, tok, cfg), tmp_path / "ct2")
     assert json.loads((out / "nmt_export.json").read_text())["alignment"] == \
         {"layer": 1, "heads": 1, "num_heads": 4, "full_context": False}
@@ -276,11 +283,12 @@ def test_full_context_alignment_sees_the_whole_target_and_only_it():
 
     torch.manual_seed(0)
     layer = DecoderLayer(16, 2, 32, 0.0, 0.0, 0.0, "relu", False).eval()
-    x, memory, src_mask = torch.randn(2, 5, 16), torch.randn(2, 7, 16), torch.ones(2, 1, 1, 7, dtype=torch.bool)
+    x, memory = torch.randn(2, 5, 16), torch.randn(2, 7, 16)
+    src_mask = torch.ones(2, 1, 1, 7, dtype=torch.bool)
     # the causal mask given as tgt_mask is the reference pass: the future mask all true
     future = torch.ones(5, 5, dtype=torch.bool).tril()[None, None]
-    for a, b in zip(layer(x, memory, src_mask, True), layer(x, memory, src_mask, True, tgt_mask=future),
-                    strict=True):
+    for a, b in zip(layer(x, memory, src_mask, True),
+                    layer(x, memory, src_mask, True, tgt_mask=future), strict=True):
         if a is not None:
             torch.testing.assert_close(a, b, rtol=0, atol=1e-6)
     cfg = compose_config(TINY_MODEL + GUIDED + ["model.decoder_layers=2", "model.alignment_layer=0",
@@ -295,7 +303,8 @@ def test_full_context_alignment_sees_the_whole_target_and_only_it():
     torch.testing.assert_close(logits, logits_full, rtol=0, atol=1e-5)
     assert not torch.allclose(full[:, :-1], causal[:, :-1], atol=1e-4)  # rows see the future
     # one token (no future) or the pass itself: the causal alignment
-    torch.testing.assert_close(model(src, src_mask, tgt[:, :1])[1], causal[:, :1], rtol=0, atol=1e-6)
+    torch.testing.assert_close(model(src, src_mask, tgt[:, :1])[1], causal[:, :1], rtol=0,
+                               atol=1e-6)
     # padding is no context: a sentence's rows equal its unpadded pass
     padded = torch.cat([tgt, torch.zeros(2, 3, dtype=torch.long)], 1)
     torch.testing.assert_close(model(src, src_mask, padded)[1][:, :5], full, rtol=0, atol=1e-6)

@@ -48,7 +48,8 @@ def test_padding_positions_do_not_matter():
     assert torch.all(logits.grad[0, 3:] == 0)
     changed = logits.detach().clone()
     changed[0, 3:] = 100.0
-    assert label_smoothed_nll(changed, target, 0.1)[0].item() == pytest.approx(loss.item(), rel=1e-6)
+    assert label_smoothed_nll(changed, target, 0.1)[0].item() == pytest.approx(loss.item(),
+                                                                               rel=1e-6)
 
 
 @pytest.mark.parametrize("eps", [0.0, 0.1, 0.2])

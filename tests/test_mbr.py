@@ -1,8 +1,9 @@
-"""Minimum-Bayes-risk decoding, a room of its own (nmt/extras/decoding/mbr.py): the selection (utilities
-computed by hand on three candidates, fastchrf against sacreBLEU, duplicates counted with
-their multiplicity), the decoding around it (candidates from the beam or from samples, the
-cost per sentence, the settings checked where they enter), evaluate_mbr, and nmt-evaluate /
-nmt-translate with decoding=mbr."""
+"""Minimum-Bayes-risk decoding, a room of its own (nmt/extras/decoding/mbr.py).
+
+The selection (utilities computed by hand on three candidates, fastchrf against sacreBLEU,
+duplicates counted with their multiplicity), the decoding around it (candidates from the beam or
+from samples, the cost per sentence, the settings checked where they enter), evaluate_mbr, and
+nmt-evaluate / nmt-translate with decoding=mbr."""
 
 from __future__ import annotations
 
@@ -290,8 +291,9 @@ def test_evaluate_cli_reports_the_cost_and_on_request_the_search_it_replaces(tmp
     from nmt.cli import evaluate as cli_evaluate
 
     corpus = write_corpus(tmp_path / "corpus", {"test": 4})
-    args = [f"checkpoint={CKPT}", f"src_file={corpus / 'test.de'}", f"ref_file={corpus / 'test.en'}",
-            "max_len_a=0", "max_len_b=8", "save_alignments=false", "beam_size=2"]
+    args = [f"checkpoint={CKPT}", f"src_file={corpus / 'test.de'}",
+            f"ref_file={corpus / 'test.en'}", "max_len_a=0", "max_len_b=8",
+            "save_alignments=false", "beam_size=2"]
     mbr_args = [*args, "decoding=mbr", "mbr.candidates=sample", "mbr.num=3"]
     assert cli_evaluate.main([*mbr_args, f"out_dir={tmp_path / 'e'}"]) == 0
     printed = capsys.readouterr().out
@@ -317,7 +319,8 @@ def test_evaluate_cli_reports_the_cost_and_on_request_the_search_it_replaces(tmp
     assert {k: base[k] for k in ("beam_size", "bleu", "chrf", "bleu_lowercase")} == \
         {k: plain[k] for k in ("beam_size", "bleu", "chrf", "bleu_lowercase")}
     missing = tmp_path / "missing.pt"             # never read: the checks come first
-    for bad, message in (("mbr.num=0", "mbr.num=0 must be > 0."), ("mbr.epsilon=1", "mbr.epsilon=1"),
+    for bad, message in (("mbr.num=0", "mbr.num=0 must be > 0."),
+                         ("mbr.epsilon=1", "mbr.epsilon=1"),
                          ("sampling=true", "drop sampling=true"),
                          ("mbr.utility=ter", "expected one of [chrf, bleu]")):   # Hydra's
         assert cli_evaluate.main([f"checkpoint={missing}", *mbr_args[1:], bad]) == 2
@@ -330,8 +333,8 @@ def test_translate_cli_writes_the_apis_choice(translator, tmp_path):
 
     inp, out = tmp_path / "in.de", tmp_path / "out.en"
     inp.write_text("\n".join(SOURCES) + "\n", encoding="utf-8")
-    assert cli_translate.main([f"checkpoint={CKPT}", f"input={inp}", f"output={out}", "decoding=mbr",
-                               "mbr.candidates=beam", "mbr.num=3", "mbr.utility=bleu",
-                               "max_len_a=0", "max_len_b=8"]) == 0
+    assert cli_translate.main([f"checkpoint={CKPT}", f"input={inp}", f"output={out}",
+                               "decoding=mbr", "mbr.candidates=beam", "mbr.num=3",
+                               "mbr.utility=bleu", "max_len_a=0", "max_len_b=8"]) == 0
     api = mbr_translate(translator, SOURCES, candidates="beam", num=3, utility="bleu", **SHORT)
     assert out.read_text(encoding="utf-8") == "".join(r.text + "\n" for r in api)

@@ -150,7 +150,8 @@ def test_capture_refusals():
     with pytest.raises(ValueError, match="'all'"):
         model(src, src_mask, tgt_in, need_alignment="every")
     with pytest.raises(ValueError, match="one member"):
-        Ensemble([model, make_model("transformer", {})])(src, src_mask, tgt_in, need_alignment="all")
+        Ensemble([model, make_model("transformer", {})])(src, src_mask, tgt_in,
+                                                         need_alignment="all")
 
 
 @pytest.mark.parametrize("name,overrides", VARIANTS, ids=IDS)

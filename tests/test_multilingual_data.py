@@ -52,7 +52,8 @@ def test_directions_languages_and_targets():
         with pytest.raises(ConfigError, match=words):
             check_target(data, src, tgt)
     # Bilingual: null pairs, or a config from before the key (a checkpoint's plain dict).
-    for old in ({"src_lang": "de", "tgt_lang": "en", "pairs": None}, {"src_lang": "de", "tgt_lang": "en"}):
+    for old in ({"src_lang": "de", "tgt_lang": "en", "pairs": None},
+                {"src_lang": "de", "tgt_lang": "en"}):
         assert directions(old) == [("de", "en")] and not is_multilingual(old)
         check_target(old, "de", "en")
         for src, tgt in (("en", "de"), ("fr", "en")):
@@ -114,7 +115,8 @@ def test_tags_at_the_id_level_on_either_side(tmp_path, side):
     tok = data.tokenizer
     en, fr = tok.tag_id("en"), tok.tag_id("fr")
     assert tok.src_pieces([en, fr]) == ["<2en>", "<2fr>"] and en != fr
-    assert tok.settings["tags"] == ["<2en>", "<2fr>"] and tok.settings["languages"] == ["de", "en", "fr"]
+    assert tok.settings["tags"] == ["<2en>", "<2fr>"]
+    assert tok.settings["languages"] == ["de", "en", "fr"]
     with pytest.raises(ConfigError, match="no <2cs> tag; it has <2en>, <2fr>"):
         tok.tag_id("cs")
     assert tag_ids(cfg.data, tok) == ([(en, None), (fr, None)] if side == "source" else
@@ -177,7 +179,8 @@ def test_hf_translation_dict_gives_every_direction(tmp_path):
     root = write_multilingual_corpus(tmp_path / "text", {"train": 60, "val": 5})
     splits = {}
     for split in ("train", "val"):
-        sides = {lang: (root / f"{split}.{lang}").read_text().splitlines() for lang in ("de", "en", "fr")}
+        sides = {lang: (root / f"{split}.{lang}").read_text().splitlines()
+                 for lang in ("de", "en", "fr")}
         splits[split] = datasets.Dataset.from_dict({"translation": [
             dict(zip(sides, row, strict=True)) for row in zip(*sides.values(), strict=True)]})
     datasets.DatasetDict(splits).save_to_disk(str(tmp_path / "hf"))

@@ -63,7 +63,8 @@ def test_cooldown_decays_linearly_to_zero_over_the_last_fraction_of_the_budget()
     from nmt.training.optim import cooldown_factor
 
     # c = 0.5 of a 10-step budget (progress p = s / 10): factor min(1, (1 - p) / 0.5)
-    assert [cooldown_factor(s / 10, 0.5) for s in (0, 5, 6, 8, 10)] == pytest.approx([1, 1, 0.8, 0.4, 0])
+    assert [cooldown_factor(s / 10, 0.5) for s in (0, 5, 6, 8, 10)] == pytest.approx(
+        [1, 1, 0.8, 0.4, 0])
     assert cooldown_factor(1.3, 0.5) == 0.0 and cooldown_factor(0.99, 0.0) == 1.0
     # on top of inverse_sqrt (lr 1e-3, warmup 4): step 6 -> 1e-3 * sqrt(4/6) * 0.8
     sched = LRSchedule(_opt(), "inverse_sqrt", lr=1e-3, warmup_steps=4, cooldown=0.5)
@@ -73,4 +74,5 @@ def test_cooldown_decays_linearly_to_zero_over_the_last_fraction_of_the_budget()
     # on top of constant (no warmup): 0.5 * (1 - 0.9) / 0.2
     assert LRSchedule(_opt(), "constant", lr=0.5, cooldown=0.2).lr_at(7, 0.9) == pytest.approx(0.25)
     # cooldown 0 leaves every schedule as it was, whatever the progress
-    assert LRSchedule(_opt(), "inverse_sqrt", lr=1e-3, warmup_steps=4).lr_at(16, 0.99) == pytest.approx(0.5e-3)
+    schedule = LRSchedule(_opt(), "inverse_sqrt", lr=1e-3, warmup_steps=4)
+    assert schedule.lr_at(16, 0.99) == pytest.approx(0.5e-3)

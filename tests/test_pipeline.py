@@ -27,7 +27,8 @@ def test_write_pairs_filters(tmp_path):
     assert split.src_texts() == ["a b", "a"] and split.tgt_texts() == ["x y", "x"]
 
 
-def test_prepare_data_cache_hit_and_invalidation(tiny_cfg, tiny_corpus, tmp_path, monkeypatch, caplog):
+def test_prepare_data_cache_hit_and_invalidation(tiny_cfg, tiny_corpus, tmp_path, monkeypatch,
+                                                 caplog):
     data_cfg = tiny_cfg.data
     with caplog.at_level(logging.INFO, logger="nmt.data"):
         first = prepare_data(data_cfg)
@@ -76,8 +77,8 @@ def test_prepare_data_filters_train_only(tiny_overrides, tiny_corpus):
 
 # ------------------------------------------------------------------ streamed preparation
 def _split_contents(split):
-    return ([split.src_ids(i) for i in range(len(split))], [split.tgt_ids(i) for i in range(len(split))],
-            split.src_texts(), split.tgt_texts())
+    return ([split.src_ids(i) for i in range(len(split))],
+            [split.tgt_ids(i) for i in range(len(split))], split.src_texts(), split.tgt_texts())
 
 
 def test_chunked_stream_writes_the_same_split_as_one_chunk(tmp_path, monkeypatch):

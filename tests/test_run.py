@@ -45,7 +45,8 @@ def base(tiny_corpus, cache) -> list[str]:
 
 def _files(run: Path) -> dict[str, tuple[float, str]]:
     """Every file under ``run`` with its mtime and sha256."""
-    return {str(p.relative_to(run)): (p.stat().st_mtime_ns, hashlib.sha256(p.read_bytes()).hexdigest())
+    return {str(p.relative_to(run)): (p.stat().st_mtime_ns,
+                                      hashlib.sha256(p.read_bytes()).hexdigest())
             for p in sorted(run.rglob("*")) if p.is_file()}
 
 
@@ -124,7 +125,8 @@ def test_sweep_table(tmp_path):
         sweep_table(tmp_path)
     for name, lr in (("b", "0.002"), ("a", "0.001")):
         (tmp_path / name / ".hydra").mkdir(parents=True)
-        (tmp_path / name / ".hydra" / "overrides.yaml").write_text(f"- train.lr={lr}\n- model=rnn\n")
+        (tmp_path / name / ".hydra" / "overrides.yaml").write_text(
+            f"- train.lr={lr}\n- model=rnn\n")
     (tmp_path / "a" / "summary.json").write_text(json.dumps(
         {"steps": 3, "best_bleu": 2.0, "best_step": 3, "train_tokens_per_s": 10.0,
          "train_time_s": 30.0, "stop_reason": "done"}))
@@ -252,7 +254,8 @@ def test_tokenizer_model_reuses_a_trained_tokenizer(base, tmp_path, capsys):
     first_tok = load_checkpoint(first / "checkpoints" / "last.pt")["tokenizer"]
     for given in (first / "tokenizer", first / "tokenizer" / "spm.model"):
         run = tmp_path / f"reuse_{given.name}"
-        assert main([*base, "train.max_steps=1", f"data.tokenizer.model={given}", f"run_dir={run}"]) == 0
+        assert main([*base, "train.max_steps=1", f"data.tokenizer.model={given}",
+                     f"run_dir={run}"]) == 0
         tok = load_checkpoint(run / "checkpoints" / "last.pt")["tokenizer"]
         assert tok["src_model"] == first_tok["src_model"]
     assert main([*base, "train.max_steps=1", f"data.tokenizer.model={tmp_path / 'none.model'}",

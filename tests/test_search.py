@@ -128,7 +128,8 @@ def test_toy_alignment_rows_follow_backpointers_without_padding_columns():
             for h in per_sentence:
                 assert h.alignment.dtype == np.float32
                 assert h.alignment.shape == (len(h.tokens) + 1, real)
-                expect = np.eye(real, dtype=np.float32)[np.minimum(np.arange(len(h.tokens) + 1), real - 1)]
+                rows = np.minimum(np.arange(len(h.tokens) + 1), real - 1)
+                expect = np.eye(real, dtype=np.float32)[rows]
                 np.testing.assert_array_equal(h.alignment, expect)
 
 
@@ -209,7 +210,8 @@ def test_scores_match_teacher_forcing_and_alignments_are_distributions(model):
         for h in hyps:
             assert BOS_ID not in h.tokens and EOS_ID not in h.tokens and 0 not in h.tokens
             raw = forced_log_prob(model, sources[i], h.tokens)
-            assert h.score == pytest.approx(raw / length_penalty_factor(len(h.tokens) + 1, alpha), abs=1e-4)
+            factor = length_penalty_factor(len(h.tokens) + 1, alpha)
+            assert h.score == pytest.approx(raw / factor, abs=1e-4)
             assert h.alignment.shape == (len(h.tokens) + 1, len(sources[i]) + 1)
             np.testing.assert_allclose(h.alignment.sum(1), 1.0, atol=1e-5)
             assert len(h.tokens) <= math.floor(1.5 * (len(sources[i]) + 1) + 5)
@@ -300,8 +302,9 @@ PAIRS = [([19, 9], [23]),
 def learnt(request):
     """A tiny model (no dropout) that has learnt PAIRS by heart (training loss < 0.01)."""
     name = request.param
-    no_dropout = ["model.dropout=0.0"] + (["model.attention_dropout=0.0", "model.activation_dropout=0.0"]
-                                          if name == "transformer" else [])
+    no_dropout = ["model.dropout=0.0"] + (
+        ["model.attention_dropout=0.0", "model.activation_dropout=0.0"]
+        if name == "transformer" else [])
     torch.manual_seed(0)
     m = build_model(compose_config([f"model={name}"] + TINY[name] + no_dropout).model, VOCAB, VOCAB)
     loss = fit_pairs(m, PAIRS)
@@ -491,7 +494,8 @@ def test_toy_first_token_frequencies_follow_the_filtered_distribution():
     assert freqs(top_k=2)[2] == 0.0
     # scores are the unfiltered model's: "a EOS" = log(.5 * .4) whatever the filter
     (h,), = sample_search(toy, src[:1], mask[:1], 2.0, 3, top_k=1, length_penalty=1.0)
-    assert h.tokens == [A] and h.score == pytest.approx(math.log(0.2) / length_penalty_factor(2, 1.0))
+    assert h.tokens == [A]
+    assert h.score == pytest.approx(math.log(0.2) / length_penalty_factor(2, 1.0))
 
 
 def test_filter_logits_hand_case():

@@ -1,7 +1,8 @@
-"""Subword sampling (nmt/extras/training/subword_sampling.py): sampled segmentations that repeat with
-the seed, epoch splits with a fallback and a cache, and the trainer's hook. The epochs of a
-training run: tests/test_trainer.py; the exact resume: tests/e2e/test_train_cli.py; rank 0's
-draw sent to the other ranks: tests/e2e/test_torchrun.py."""
+"""Subword sampling (nmt/extras/training/subword_sampling.py).
+
+Sampled segmentations that repeat with the seed, epoch splits with a fallback and a cache, and the
+trainer's hook. The epochs of a training run: tests/test_trainer.py; the exact resume:
+tests/e2e/test_train_cli.py; rank 0's draw sent to the other ranks: tests/e2e/test_torchrun.py."""
 
 from __future__ import annotations
 
@@ -126,6 +127,7 @@ def test_sampling_trains_with_static_shapes_per_side(tiny_overrides):
     import nmt
 
     summary = nmt.train(tiny_overrides + ["data.tokenizer.sampling_alpha=0.1",
-                                          "train.shape_buckets=2", "train.shape_multiple=1", "train.max_epochs=2",
-                                          "train.max_steps=null", "train.eval_every_steps=null"])
+                                          "train.shape_buckets=2", "train.shape_multiple=1",
+                                          "train.max_epochs=2", "train.max_steps=null",
+                                          "train.eval_every_steps=null"])
     assert summary["epochs_done"] == 2 and summary["steps"] > 0

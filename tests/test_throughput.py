@@ -67,7 +67,8 @@ def test_attention_flops_by_hand():
     enc, dec = model.flop_params()
     kv = sum(p.numel() for layer in model.decoder for p in layer.cross_attn.kv_proj.parameters())
     assert kv == ld * (2 * d * d + 2 * d)
-    assert enc == sum(p.numel() for m in (model.encoder, model.encoder_norm) for p in m.parameters()) + kv
+    assert enc == sum(p.numel() for m in (model.encoder, model.encoder_norm)
+                      for p in m.parameters()) + kv
 
 
 def _log_lines(run_dir, kind: str) -> list[str]:

@@ -26,14 +26,16 @@ from nmt.models.transformer import ResidualFree, _Residual, sinusoidal_positions
     ({"encoder_drop_residual": 3}, ["model.encoder_drop_residual=3", "0..2"]),
 ])
 def test_impossible_settings_name_the_key(overrides, keys):
-    section = OmegaConf.merge(compose_config(["model=transformer"], validate_fn=None).model, overrides)
+    base = compose_config(["model=transformer"], validate_fn=None).model
+    section = OmegaConf.merge(base, overrides)
     with pytest.raises(ConfigError) as err:
         validate_model(section)
     assert all(key in str(err.value) for key in keys) and "\n" not in str(err.value)
 
 
 def test_valid_settings_come_back_typed():
-    section = compose_config(["model=transformer", "model.alignment_layer=-3"], validate_fn=None).model
+    section = compose_config(["model=transformer", "model.alignment_layer=-3"],
+                             validate_fn=None).model
     typed = validate_model(section)
     assert typed.alignment_layer == -3 and OmegaConf.get_type(typed).__name__ == "TransformerConfig"
 
@@ -54,7 +56,8 @@ def test_only_the_named_encoder_layer_drops_its_attention_residual():
     """Same seed, same weights: the models differ only in layer 1's first connection."""
     plain, liu = (make_model("transformer", {"encoder_drop_residual": k}) for k in (None, 1))
     assert [type(layer.res1) for layer in liu.encoder] == [_Residual, ResidualFree]
-    assert all(torch.equal(a, b) for a, b in zip(plain.state_dict().values(), liu.state_dict().values(), strict=True))
+    assert all(torch.equal(a, b) for a, b in zip(plain.state_dict().values(),
+                                                 liu.state_dict().values(), strict=True))
     x, mask = torch.randn(2, 5, 16), torch.ones(2, 1, 1, 5, dtype=torch.bool)
     layer = plain.encoder[1]
     h, _ = layer.self_attn(layer.res1.norm(x), layer.res1.norm(x), mask)
@@ -64,12 +67,16 @@ def test_only_the_named_encoder_layer_drops_its_attention_residual():
 
 def test_untied_initialisation_depends_on_the_seed_only():
     """Source and target embeddings are drawn in a fixed order (a set once made it random)."""
-    weights = [make_model("transformer", {"tie_embeddings": False}).src_embed.weight for _ in range(6)]
+    weights = [make_model("transformer", {"tie_embeddings": False}).src_embed.weight
+               for _ in range(6)]
     assert all(torch.equal(w, weights[0]) for w in weights)
 
 
 def test_sinusoidal_positions_match_hand_computed_values():
-    """Vaswani et al. (2017), 3.5: PE[pos, 2i] = sin(pos / 10000^(2i/d)), PE[pos, 2i+1] = cos(...)."""
+    """Vaswani et al. (2017), 3.5, by hand.
+
+    PE[pos, 2i] = sin(pos / 10000^(2i/d)), PE[pos, 2i+1] = cos(pos / 10000^(2i/d)).
+    """
     pe = sinusoidal_positions(50, 8)
     assert pe.shape == (50, 8)
     assert pe[0].tolist() == [0.0, 1.0] * 4                        # sin 0, cos 0

@@ -114,7 +114,8 @@ def test_ensemble_of_a_model_with_itself_equals_the_model(translator, tmp_path):
     twice = ensemble_translator([CKPT, CKPT])
     assert isinstance(twice.model, Ensemble)
     assert not isinstance(ensemble_translator([CKPT]).model, Ensemble)   # one: the model alone
-    single, double = translator.translate(SOURCES, beam_size=3), twice.translate(SOURCES, beam_size=3)
+    single = translator.translate(SOURCES, beam_size=3)
+    double = twice.translate(SOURCES, beam_size=3)
     assert [r.text for r in double] == [r.text for r in single]
     assert [r.score for r in double] == pytest.approx([r.score for r in single], abs=1e-4)
 
@@ -162,7 +163,8 @@ def test_train_from_python_returns_the_summary(tiny_overrides):
     again = nmt.train([*tiny_overrides, "model.d_model=16", "model.heads=2", "model.ff_dim=32",
                        "model.encoder_layers=1", "model.decoder_layers=1", "train.max_steps=2",
                        "train.batch_tokens=256", "search.max_len_b=3", "device=cpu"])
-    assert again == json.loads((Path(tiny_overrides[-1].split("=", 1)[1]) / "summary.json").read_text())
+    run_dir = Path(tiny_overrides[-1].split("=", 1)[1])
+    assert again == json.loads((run_dir / "summary.json").read_text())
 
 
 # ------------------------------------------------------- capture_attention

@@ -59,7 +59,8 @@ def test_alignment_scores_two_sentences_with_sure_and_possible():
     assert s["precision"] == pytest.approx(3 / 4)
     assert s["recall"] == pytest.approx(2 / 3)
     assert s["aer"] == pytest.approx(2 / 7)
-    assert (s["links"], s["sure"], s["possible"], s["sure_hits"], s["possible_hits"]) == (4, 3, 5, 2, 3)
+    assert (s["links"], s["sure"], s["possible"], s["sure_hits"],
+            s["possible_hits"]) == (4, 3, 5, 2, 3)
     with pytest.raises(ValueError):
         alignment_scores(predicted, sure[:1], possible)
 
@@ -125,7 +126,8 @@ def test_write_links_round_trip(tmp_path):
 # -------------------------------------------------------------------- subwords -> words
 def test_word_ids_sentencepiece_boundaries():
     # ▁Ein | ▁Fahr rad fahrer | ▁ ( x | ▁)   (a lone ▁ joins the following word)
-    assert word_ids(["▁Ein", "▁Fahr", "rad", "fahrer", "▁", "(", "x", "▁)"]) == [0, 1, 1, 1, 2, 2, 2, 3]
+    pieces = ["▁Ein", "▁Fahr", "rad", "fahrer", "▁", "(", "x", "▁)"]
+    assert word_ids(pieces) == [0, 1, 1, 1, 2, 2, 2, 3]
     assert word_ids(["Hallo", "▁Welt"]) == [0, 1]  # first piece starts word 0 without ▁
     assert word_ids(["▁", "(", "▁a"]) == [0, 0, 1]
     assert word_ids(["▁a", "▁", "▁b"]) == [0, 1, 1]  # lone ▁ before a ▁-piece: same word
