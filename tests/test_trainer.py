@@ -1,6 +1,7 @@
 """Trainer, in process: stop conditions, the plateau schedule, AdamW, precisions, compile, the
 weight average, subword sampling, kept checkpoints, cooldown, and what a checkpoint holds.
-The CLI runs (every artefact, SIGKILL and resume, user errors) are in tests/e2e/test_train_cli.py."""
+The CLI runs (every artefact, SIGKILL and resume, user errors) are in
+tests/e2e/test_train_cli.py."""
 
 from __future__ import annotations
 
@@ -24,17 +25,20 @@ from nmt.inference.translator import load_for_inference
 def test_early_stopping_and_time_budget_end_the_run(overrides, tmp_path):
     args = overrides[:-1] + TINY_MODEL + TINY_TRAIN
     # BLEU cannot improve on 0 after one step; patience 1 stops at the second validation.
-    summary = train(compose_config(args + ["train.eval_every_steps=1", "train.early_stopping_patience=1",
+    summary = train(compose_config(args + ["train.eval_every_steps=1",
+                                           "train.early_stopping_patience=1",
                                            f"run_dir={tmp_path / 'early'}"]))
     assert summary["stop_reason"].startswith("early stopping") and summary["steps"] == 2
-    summary = train(compose_config(args + ["train.max_minutes=1e-6", f"run_dir={tmp_path / 'time'}"]))
+    summary = train(compose_config(args + ["train.max_minutes=1e-6",
+                                           f"run_dir={tmp_path / 'time'}"]))
     assert summary["stop_reason"] == "max_minutes=1e-06 reached" and summary["steps"] == 1
     assert load_checkpoint(tmp_path / "time" / "checkpoints" / "last.pt")["step"] == 1
 
 
 # The RNN of the schedule and optimizer tests (a step takes milliseconds).
 
-def test_rnn_plateau_schedule_halves_lr_after_patience_validations_without_gain(overrides, tmp_path):
+def test_rnn_plateau_schedule_halves_lr_after_patience_validations_without_gain(overrides,
+                                                                                 tmp_path):
     # Outputs of length 0 (search.max_len_*=0) score BLEU 0 at every validation: the first
     # sets the best, every later one is "no gain". Patience 2: the lr halves after the
     # validations of steps 3 and 5 (2 and 4 without gain), from the next step on.
@@ -83,7 +87,8 @@ def test_adamw_decays_weights_decoupled_from_the_gradient(overrides, tmp_path):
     assert group["weight_decay"] == 0.5 and group["decoupled_weight_decay"] is True
     assert group["lr"] == pytest.approx(0.01)
     assert len(wd["optimizer"]["state"]) == len(group["params"]) == len(wd["model"])
-    assert all(set(s) == {"step", "exp_avg", "exp_avg_sq"} for s in wd["optimizer"]["state"].values())
+    assert all(set(s) == {"step", "exp_avg", "exp_avg_sq"}
+               for s in wd["optimizer"]["state"].values())
 
     from nmt.models import build_model
 
@@ -112,7 +117,8 @@ def test_bf16_autocast_trains_on_cpu_and_fp16_needs_cuda(overrides, tmp_path, ca
         monkeypatch.setattr(module, "cpu_has_bf16", lambda: False)
 
     run = tmp_path / "bf16"
-    args = overrides[:-1] + TINY_MODEL + TINY_TRAIN + ["train.max_steps=4", "train.eval_every_steps=2",
+    args = overrides[:-1] + TINY_MODEL + TINY_TRAIN + ["train.max_steps=4",
+                                                       "train.eval_every_steps=2",
                                                        "train.precision=bf16", f"run_dir={run}"]
     summary = train(compose_config(args))
     assert summary["steps"] == 4 and math.isfinite(summary["last"]["loss"])
@@ -128,7 +134,8 @@ def test_bf16_autocast_trains_on_cpu_and_fp16_needs_cuda(overrides, tmp_path, ca
     monkeypatch.setattr(runtime_module, "cpu_has_bf16", lambda: True)      # AMX / AVX-512 BF16
     assert autocast_dtype("auto", cpu) == torch.bfloat16 and autocast_dtype("fp32", cpu) is None
     assert main(overrides[:-1] + TINY_MODEL + TINY_TRAIN + [
-        "train.max_steps=1", "train.precision=fp16", "device=cpu", f"run_dir={tmp_path / 'fp16'}"]) == 2
+        "train.max_steps=1", "train.precision=fp16", "device=cpu",
+        f"run_dir={tmp_path / 'fp16'}"]) == 2
     assert "train.precision=fp16 needs a CUDA device" in " ".join(capsys.readouterr().err.split())
 
 
@@ -355,9 +362,11 @@ def test_cooldown_decays_the_lr_to_zero_at_the_end_of_the_step_or_time_budget(ov
     def base(s):                                  # inverse_sqrt, lr 0.01, warmup 2
         return 0.01 * min(s / 2, math.sqrt(2 / s))
 
-    args = overrides[:-1] + TINY_MODEL + TINY_TRAIN + ["train.warmup_steps=2", "train.log_every_steps=1"]
+    args = overrides[:-1] + TINY_MODEL + TINY_TRAIN + ["train.warmup_steps=2",
+                                                       "train.log_every_steps=1"]
     run = tmp_path / "steps"
-    summary = train(compose_config(args + ["train.max_steps=8", "train.cooldown=0.5", f"run_dir={run}"]))
+    summary = train(compose_config(args + ["train.max_steps=8", "train.cooldown=0.5",
+                                           f"run_dir={run}"]))
     assert summary["steps"] == 8
     expected = [base(s) * min(1.0, (1 - s / 8) / 0.5) for s in range(1, 9)]
     assert expected[:4] == pytest.approx([base(s) for s in range(1, 5)]) and expected[-1] == 0.0
@@ -433,7 +442,8 @@ def test_compiled_accumulation_gives_the_eager_gradients():
     batches = [first, Batch(src, src_mask, tgt_in, tgt_out, 9, 7)]
     t = SimpleNamespace(label_smoothing=0.1, alignment_loss_weight=0.0)
     grads = []
-    for model, loss in ((net, label_smoothed_nll), (net.compiled(None), compiled_label_smoothed_nll())):
+    for model, loss in ((net, label_smoothed_nll),
+                        (net.compiled(None), compiled_label_smoothed_nll())):
         net.zero_grad()
         for batch in batches:
             objective(model, batch, t, contextlib.nullcontext(), None, loss,
