@@ -253,6 +253,12 @@ def _check_sampling(tok: DictConfig) -> None:
         raise ConfigError(f"data.tokenizer.nbest_size={nbest} samples nothing: use -1 or >= 2.")
 
 
+def has_consistency(train: Any) -> bool:
+    """A consistency regulariser is on (``consistency``: R-Drop, SimCut, CrossConST) in a
+    ``train`` section (a DictConfig or the trainer's plain namespace). The one test of it."""
+    return train.consistency != "none"
+
+
 def is_guided(train: Any) -> bool:
     """Guided alignment is on (Garg et al. 2019): ``alignment_loss_weight`` > 0 in a
     ``train`` section (a DictConfig or the trainer's plain namespace). The one test of it."""

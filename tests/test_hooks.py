@@ -51,3 +51,19 @@ def test_each_mismatch_is_one_config_error(overrides, given, message, tiny_overr
         TrainingHooks(**given).check(cfg)
     assert str(err.value).startswith(message)
     assert not Path(cfg.run_dir).exists() and not Path(cfg.data.cache_dir).exists()
+
+
+def test_a_run_checks_its_hooks_once(tiny_overrides, tmp_path, monkeypatch):
+    """nmt.train() builds its Trainer before it opens the run directory: the Trainer's check is
+    the run's only one."""
+    from conftest import TINY_MODEL, TINY_TRAIN
+
+    from nmt.training.trainer import train
+
+    calls = []
+    check = TrainingHooks.check
+    monkeypatch.setattr(TrainingHooks, "check", lambda self, cfg: calls.append(check(self, cfg)))
+    cfg = compose_config([o for o in tiny_overrides if not o.startswith("run_dir=")]
+                         + TINY_MODEL + TINY_TRAIN + ["train.max_steps=1",
+                                                      f"run_dir={tmp_path / 'run'}"])
+    assert train(cfg)["steps"] == 1 and len(calls) == 1

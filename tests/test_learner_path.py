@@ -1,6 +1,7 @@
 """The learner's path (scripts/learner_path.py): every nmt module that one training step and
-one beam search run is in the reading order of README.md and of docs/architecture.md, and the
-path, whole files, stays within 2,100 lines."""
+one beam search of each model run is in the reading order of README.md and of
+docs/architecture.md, both pages give the trace's total, and the path, whole files, stays
+within 2,100 lines."""
 
 from __future__ import annotations
 
@@ -41,7 +42,7 @@ def test_every_module_of_a_step_and_a_search_is_in_the_reading_order(tmp_path):
     counts = _learner_path().trace_learner_path(tmp_path)
     # what the step and the search certainly run: the trace is not empty
     for module in ("nmt/training/trainer.py", "nmt/training/loss.py", "nmt/training/optim.py",
-                   "nmt/models/transformer.py", "nmt/models/attention.py",
+                   "nmt/models/transformer.py", "nmt/models/rnn.py", "nmt/models/attention.py",
                    "nmt/inference/search.py", "nmt/data/batching.py", "nmt/data/vocab.py"):
         assert module in counts, module
     assert all(n == (REPO_ROOT / m).read_bytes().count(b"\n") for m, n in counts.items())
@@ -52,6 +53,10 @@ def test_every_module_of_a_step_and_a_search_is_in_the_reading_order(tmp_path):
         assert not missing, f"{doc.name}'s reading order lacks {missing}, which the path runs"
     total = sum(counts.values())
     assert total <= BUDGET, f"the learner's path is {total} lines, over {BUDGET}: {counts}"
+    for doc in (REPO_ROOT / "README.md", REPO_ROOT / "docs" / "architecture.md"):
+        figure = re.search(r"From attention to a trained model in ([\d,]+) lines",
+                           doc.read_text(encoding="utf-8"))
+        assert figure and int(figure[1].replace(",", "")) == total, (doc.name, total)
 
 
 SOURCE = '''\

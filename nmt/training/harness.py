@@ -95,7 +95,7 @@ class Harness:
     def __init__(self, cfg: DictConfig, info: dist.DistInfo, device: torch.device,
                  plan: run.RunPlan | None = None, record: run.RunRecord | None = None,
                  hooks: TrainingHooks = NO_HOOKS):
-        hooks.check(cfg)
+        hooks.check(cfg)   # once per run: train() builds the Trainer first
         self.cfg, self.info, self.device, self.record = cfg, info, device, record
         self.hooks = hooks
         self.plan = plan or run.RunPlan("fresh")
@@ -222,7 +222,7 @@ class Harness:
             self.writer = SummaryWriter(str(self.run_dir / "tensorboard"), purge_step=purge)
         self.n_params = self.model.num_parameters()
         speed = Throughput(self.model, self.device, self.amp_dtype, t.peak_tflops,
-                           info.world_size, 1 + (t.consistency != "none"))
+                           info.world_size, 1 + (self.hooks.regulariser is not None))
         total = t.max_steps if t.max_steps is not None else steps_per_epoch * (t.max_epochs or 1)
         self.progress = Progress(t, self.state, info, self.device, speed, self.writer,
                                  self._started, total)

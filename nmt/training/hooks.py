@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from omegaconf import DictConfig
 
-from nmt.config import ConfigError, is_guided
+from nmt.config import ConfigError, has_consistency, is_guided
 from nmt.training.loss import Regulariser
 
 if TYPE_CHECKING:   # annotations only
@@ -65,7 +65,7 @@ class TrainingHooks:
         """ConfigError, naming the setting, unless each hook is given exactly when ``cfg``
         (the whole config) asks for it; before any data is read or file written."""
         train, data = cfg.train, cfg.data
-        wanted = {"regulariser": (train.consistency != "none",
+        wanted = {"regulariser": (has_consistency(train),
                                   f"train.consistency={train.consistency}"),
                   "resampler": (bool(data.tokenizer.sampling_alpha),
                                 f"data.tokenizer.sampling_alpha={data.tokenizer.sampling_alpha}"),

@@ -219,7 +219,6 @@ def train(cfg: DictConfig, record: run.RunRecord | None = None,
     summary (``summary.json``). ``record``: how ``nmt-train`` was launched; ``hooks``: what
     :func:`nmt.extras.training.hooks` builds for ``cfg`` (``nmt-train`` and ``nmt.train()``
     pass it), ConfigError if one disagrees (:meth:`~nmt.training.hooks.TrainingHooks.check`)."""
-    hooks.check(cfg)   # first, before any data is read or file written (the Trainer's own)
     model_cfg = validate_model(to_plain(cfg.model))
     cfg = cfg.copy()
     with read_write(cfg), open_dict(cfg):
@@ -231,11 +230,12 @@ def train(cfg: DictConfig, record: run.RunRecord | None = None,
     if device.type == "cuda":
         tune_cuda()
     try:
-        plan = run.open_run(cfg, info)
-        if plan.kind == "finished":
-            return plan.summary
+        # The Trainer checks the hooks: before the run directory is opened or data read.
+        trainer = Trainer(cfg, info, device, None, record, hooks)
+        trainer.plan = run.open_run(cfg, info)
+        if trainer.plan.kind == "finished":
+            return trainer.plan.summary
         with run.logging_to(Path(cfg.run_dir), info):
-            trainer = Trainer(cfg, info, device, plan, record, hooks)
             try:
                 trainer.setup()
                 summary = trainer.fit()

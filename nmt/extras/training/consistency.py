@@ -15,7 +15,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from nmt.config import is_multilingual
+from nmt.config import has_consistency, is_multilingual
 from nmt.data.vocab import EOS_ID, PAD_ID
 from nmt.training.loss import label_smoothed_nll
 
@@ -185,4 +185,4 @@ class Consistency:
 def regulariser(t, data=None) -> Consistency | None:
     """The trainer's regulariser for the ``train`` section ``t`` and the ``data`` section (its
     language tags; None: none) (None: ``consistency=none``)."""
-    return None if t.consistency == "none" else Consistency(t, data)
+    return Consistency(t, data) if has_consistency(t) else None
