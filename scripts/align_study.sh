@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Guided alignment study (issue 36): en->fr and fr->en, Transformer and RNN, each trained with
+# Guided alignment study: en->fr and fr->en, Transformer and RNN, each trained with
 # and without the guided alignment loss at equal steps; then AER on the Hansards gold set
 # (scripts/align_hansards.py: each direction and the symmetrisations) and validation BLEU.
 #
