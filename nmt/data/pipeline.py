@@ -268,6 +268,7 @@ class PreparedData:
     valids: dict[str, TokenizedSplit]   # per direction "src-tgt", in data.pairs order
     weights: list[float] | None = None  # per group (train.groups), its corpus's; None: one corpus
     directions: list[int] | None = None  # per group, its direction; None: a group is one of them
+    links: dict | None = None   # guided alignment's word links: {"path", "sha256"}; None: none
 
     @property
     def valid(self) -> TokenizedSplit:   # the first direction's (a bilingual run's only one)
@@ -410,4 +411,5 @@ def prepare_data(data_cfg: Any, tokenizer: Tokenizer | None = None) -> PreparedD
     return PreparedData(tokenizer, TokenizedSplit(path, target_tag=tags is not None and
                                                   tags[0][1] is not None), valids,
                         None if len(corpora) == 1 else [c.weight for _, c in groups],
-                        [pairs.index(p) for p, _ in groups] if group == "group" else None)
+                        [pairs.index(p) for p, _ in groups] if group == "group" else None,
+                        None if links is None else {"path": str(links), "sha256": linked[0]})

@@ -80,6 +80,7 @@ class TrainState:
     train_flops: float = 0.0         # model FLOPs of those steps (nmt.training.throughput)
     train_tokens: int = 0            # target tokens trained on, all segments, all ranks
     peak_rss_mb: float = 0.0         # largest peak RSS of rank 0 over all segments
+    links: dict | None = None        # the word links guided alignment trains on (path, sha256)
     segments: list = field(default_factory=list)  # one dict per run of the command
 
 
@@ -142,6 +143,7 @@ class Harness:
                 self._restore(ckpt)
             elif init_ckpt is not None:
                 run.load_init_weights(self.model, init_ckpt, self.t.init_from)
+            self.state.links = data.links   # a teacher's file is named nowhere else
             self._finish_setup()
 
     def _build(self, data) -> None:

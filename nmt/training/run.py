@@ -219,6 +219,8 @@ def write_summary(run_dir: Path, st, stop_reason: str, n_params: int, device: to
     best = next((h for h in st.history if h["step"] == st.best_step), {})
     if "bleu_directions" in best:   # several directions: the best validation's BLEU of each
         summary["best_bleu_directions"] = best["bleu_directions"]
+    if st.links is not None:   # guided alignment: data.alignments, or the teacher's file
+        summary["links"] = st.links
     if device.type == "cuda":
         summary["peak_cuda_mb"] = round(torch.cuda.max_memory_allocated(device) / 2**20, 1)
     if compiled:  # this segment's process: graphs built and seconds compiling

@@ -4,6 +4,7 @@ outside resumes to the uninterrupted weights with the loss on."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import signal
@@ -45,8 +46,11 @@ def test_nmt_train_and_nmt_train_api_align_with_eflomal_then_train_a_guided_head
     links = _links_of(api_run)
     assert "/alignments/" in links and len(open(links).read().splitlines()) == 200
     assert " | alignment_loss " in log
-    saved = load_checkpoint(api_run / "checkpoints" / "last.pt")["config"]
-    assert saved["data"]["alignments"] is None
+    saved = load_checkpoint(api_run / "checkpoints" / "last.pt")
+    assert saved["config"]["data"]["alignments"] is None     # the teacher's: recorded apart
+    record = {"path": links, "sha256": hashlib.sha256(open(links, "rb").read()).hexdigest()}
+    assert saved["trainer"]["links"] == record
+    assert json.loads((api_run / "summary.json").read_text())["links"] == record
     assert main(args + [f"run_dir={run}"]) == 0   # the CLI, the same config: the same links
     assert f"alignments: cache hit {links}" in (run / "train.log").read_text()
     assert main(args + [f"run_dir={run}"]) == 0   # the same command: finished
