@@ -110,13 +110,13 @@ from nmt.runtime import (  # noqa: E402
     tune_cuda,
 )
 from nmt.training.ema import WeightAverage  # noqa: E402
+from nmt.training.harness import compile_mode  # noqa: E402
 from nmt.training.loss import (  # noqa: E402
     compiled_label_smoothed_nll,
     label_smoothed_nll,
     objective,
 )
 from nmt.training.optim import build_optimizer  # noqa: E402
-from nmt.training.harness import compile_mode  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> dict:

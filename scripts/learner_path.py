@@ -1,5 +1,6 @@
 """The learner's path, measured: the nmt modules that one training step and one beam search
-of each model (the Transformer, the Bahdanau RNN) run, each with its lines (whole files, as ``wc -l`` counts them), and their total.
+of each model (the Transformer, the Bahdanau RNN) run, each with its lines (whole files, as
+``wc -l`` counts them), and their total.
 
     python scripts/learner_path.py          # the table; tests/test_learner_path.py checks it
 
@@ -159,8 +160,8 @@ def trace_learner_path(workdir: str | Path) -> dict[str, int]:
             split, batches = trainer.epoch_data(0)
             src_ids = trainer.tokenizer.encode_src_batch(["ein hund läuft im park .", "katze ."])
             tracer.run(trainer.train_step, batches[:1], split)
-            tracer.run(lambda: beam_search(trainer.model, *make_src_batch(src_ids), beam_size=3,
-                                           length_penalty=1.0, max_len_a=1.2, max_len_b=5))
+            tracer.run(beam_search, trainer.model, *make_src_batch(src_ids), beam_size=3,
+                       length_penalty=1.0, max_len_a=1.2, max_len_b=5)
         finally:
             trainer.close()
     return {str(p.relative_to(PACKAGE.parent)): p.read_bytes().count(b"\n")   # as wc -l

@@ -48,7 +48,8 @@ def scaled_dot_product_attention(query: Tensor, key: Tensor, value: Tensor,
 class AdditiveAttention(nn.Module):
     """Additive attention (Bahdanau et al. 2015, appendix A.1.2)::
 
-        e_ij = v_a^T tanh(W_a s_{i-1} + U_a h_j),  alpha_ij = softmax_j(e_ij),  c_i = sum_j alpha_ij h_j
+        e_ij = v_a^T tanh(W_a s_{i-1} + U_a h_j),  alpha_ij = softmax_j(e_ij),
+        c_i = sum_j alpha_ij h_j
 
     over the real source positions j. ``U_a h_j`` does not depend on the step i, so
     :meth:`project_keys` computes it once per sentence. :meth:`forward` is the reference;
@@ -59,7 +60,8 @@ class AdditiveAttention(nn.Module):
 
     def __init__(self, query_dim: int, key_dim: int, attention_dim: int, query_proj: bool = True):
         super().__init__()
-        self.query_proj = nn.Linear(query_dim, attention_dim, bias=False) if query_proj else None  # W_a
+        self.query_proj = nn.Linear(query_dim, attention_dim, bias=False) \
+            if query_proj else None                                               # W_a
         self.key_proj = nn.Linear(key_dim, attention_dim)  # U_a (its bias shared by all steps)
         self.energy = nn.Linear(attention_dim, 1, bias=False)  # v_a
 
@@ -91,13 +93,15 @@ class AdditiveAttention(nn.Module):
 
 def mask_bias(mask: Tensor, dtype: torch.dtype = torch.float32) -> Tensor:
     """bool mask (True = real) -> additive bias: 0.0 where True, -inf where False."""
-    return torch.zeros(mask.shape, dtype=dtype, device=mask.device).masked_fill_(~mask, float("-inf"))
+    zeros = torch.zeros(mask.shape, dtype=dtype, device=mask.device)
+    return zeros.masked_fill_(~mask, float("-inf"))
 
 
 class MultiHeadAttention(nn.Module):
     """Multi-head attention (Vaswani et al. 2017, section 3.2.2)::
 
-        MultiHead(Q, K, V) = Concat(head_1..head_h) W^O,  head_i = Attention(Q W_i^Q, K W_i^K, V W_i^V)
+        MultiHead(Q, K, V) = Concat(head_1..head_h) W^O,
+        head_i = Attention(Q W_i^Q, K W_i^K, V W_i^V)
 
     with h = ``heads`` heads of d_model / h. Self-attention projects Q, K, V with one fused
     [d, 3d] matrix; cross-attention Q with [d, d] and K, V with one [d, 2d], so that decoding

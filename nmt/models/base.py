@@ -111,7 +111,8 @@ class Seq2Seq(nn.Module):
                 need_alignment: bool | str = True) -> tuple[Tensor, Tensor | Attention | None]:
         """``decode(tgt_in, encode(src, src_mask))`` -> (logits, alignment or Attention)."""
         everything = check_need_alignment(need_alignment)
-        enc = self.encode(src, src_mask, need_weights=True) if everything else self.encode(src, src_mask)
+        enc = self.encode(src, src_mask, need_weights=True) if everything else \
+            self.encode(src, src_mask)
         logits, alignment, _ = self.decode(tgt_in, enc, None, need_alignment)
         if everything:
             alignment = replace(alignment, encoder=enc.attention)
@@ -126,7 +127,8 @@ class Seq2Seq(nn.Module):
 
     def attention_flops(self, src_lens: np.ndarray, tgt_lens: np.ndarray) -> float:
         """FLOPs of the attention scores and weighted sums, forward and backward, of a step over
-        pairs of ``src_lens``, ``tgt_lens`` [N] real tokens (PaLM, Chowdhery et al. 2022, app. B)."""
+        pairs of ``src_lens``, ``tgt_lens`` [N] real tokens (PaLM, Chowdhery et al. 2022,
+        app. B)."""
         raise NotImplementedError
 
     def compiled(self, mode: str | None = None) -> nn.Module:
@@ -149,7 +151,8 @@ def reorder_tensors(tensors, index: Tensor):
     return type(tensors)(reorder_tensors(t, index) for t in tensors)
 
 
-def regroup_rows(rows: Tensor, index: Tensor, n_src: int) -> tuple[Tensor | None, Tensor, int | None]:
+def regroup_rows(rows: Tensor, index: Tensor, n_src: int
+                 ) -> tuple[Tensor | None, Tensor, int | None]:
     """Beam bookkeeping: beams point into their sentence's encoder tensors instead of copies.
     ``rows`` [B] maps decoder to encoder rows, ``index`` [B'] keeps decoder rows -> (encoder rows
     still used or None for all, new ``rows`` [B'], g if rows = ``arange(n).repeat_interleave(g)``

@@ -70,7 +70,8 @@ class RNNState(DecoderState):
 
     def __init__(self, hidden: Tensor, keys: Tensor, memory: Tensor, bias: Tensor, steps: int,
                  rows: Tensor | None = None, group: int | None = 1):
-        self.hidden, self.keys, self.memory, self.bias, self.steps = hidden, keys, memory, bias, steps
+        self.hidden, self.keys, self.memory = hidden, keys, memory
+        self.bias, self.steps = bias, steps
         self.rows = torch.arange(keys.size(0), device=keys.device) if rows is None else rows
         self.group = group
 
@@ -140,7 +141,8 @@ class BahdanauRNN(Seq2Seq):
                 nn.init.zeros_(p)
 
     def flop_params(self) -> tuple[int, int]:  # U_a h_j per source token; W_s (once) as decoder
-        enc = sum(p.numel() for m in (self.encoder, self.attention.key_proj) for p in m.parameters())
+        enc = sum(p.numel() for m in (self.encoder, self.attention.key_proj)
+                  for p in m.parameters())
         embeds = {id(p) for p in (self.src_embed.weight, self.tgt_embed.weight)}
         total = sum(p.numel() for p in self.parameters() if id(p) not in embeds)
         return enc, total - enc
@@ -148,7 +150,8 @@ class BahdanauRNN(Seq2Seq):
     def attention_flops(self, src_lens: np.ndarray, tgt_lens: np.ndarray) -> float:
         # per (i, j): v_a^T tanh(.) and alpha_ij h_j, 2 FLOPs per dimension, x3 with the backward
         t_s = float((np.asarray(tgt_lens, np.float64) * np.asarray(src_lens, np.float64)).sum())
-        return 6.0 * (self.attention.key_proj.out_features + self.attention.key_proj.in_features) * t_s
+        key_proj = self.attention.key_proj
+        return 6.0 * (key_proj.out_features + key_proj.in_features) * t_s
 
     def _drop(self, x: Tensor) -> Tensor:
         return F.dropout(x, self.dropout, True) if self.dropout > 0.0 and self.training else x

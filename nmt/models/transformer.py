@@ -5,8 +5,9 @@ whose sub-layers (self-attention, the decoder's cross-attention, a feed-forward 
 each sit in a residual connection with dropout (5.4), post-norm (the paper) or pre-norm (Wang
 et al. 2019; a final LayerNorm ends each stack). Decoding projects the encoder memory into
 each layer's cross-attention keys/values once (``init_state``) and caches the self-attention
-keys/values of past positions, so step t costs O(t). Weights are computed explicitly only
-where asked for (the alignment layer, or all); everything else runs fused kernels.
+keys/values of past positions (:mod:`nmt.models.transformer_cache`), so step t costs O(t).
+Weights are computed explicitly only where asked for (the alignment layer, or all); everything
+else runs fused kernels.
 """
 
 from __future__ import annotations
@@ -24,14 +25,13 @@ from nmt.config import Choice
 from nmt.models.attention import MultiHeadAttention
 from nmt.models.base import (
     Attention,
-    DecoderState,
     Encoded,
     Seq2Seq,
     check_need_alignment,
-    regroup_rows,
     reorder_tensors,
     require,
 )
+from nmt.models.transformer_cache import TransformerState, layer_step
 
 Norm = Choice("Norm", {"pre": "pre", "post": "post"}, module=__name__)
 Activation = Choice("Activation", {"relu": "relu", "gelu": "gelu", "silu": "silu"}, module=__name__)
@@ -68,7 +68,8 @@ class TransformerConfig:
         for key in ("dropout", "attention_dropout", "activation_dropout"):
             require(0.0 <= cfg[key] < 1.0, cfg, key, "must lie in [0, 1)")
         require(cfg.d_model % cfg.heads == 0, cfg, "d_model",
-                f"is not divisible by model.heads={cfg.heads} (heads of d_model / heads, section 3.2.2)")
+                f"is not divisible by model.heads={cfg.heads} (heads of d_model / heads, "
+                "section 3.2.2)")
         n = cfg.decoder_layers
         require(-n <= cfg.alignment_layer < n, cfg, "alignment_layer",
                 f"names none of the {n} decoder layers: use {-n}..{n - 1}")
@@ -82,7 +83,8 @@ class TransformerConfig:
 def sinusoidal_positions(length: int, d_model: int) -> Tensor:
     """PE[pos, 2i] = sin(pos / 10000^(2i/d)), PE[pos, 2i+1] = cos(...) -> [length, d_model]."""
     pos = torch.arange(length, dtype=torch.float32).unsqueeze(1)
-    inv_freq = torch.exp(torch.arange(0, d_model, 2, dtype=torch.float32) * (-math.log(10000.0) / d_model))
+    inv_freq = torch.exp(torch.arange(0, d_model, 2, dtype=torch.float32)
+                         * (-math.log(10000.0) / d_model))
     pe = torch.zeros(length, d_model)
     pe[:, 0::2] = torch.sin(pos * inv_freq)
     pe[:, 1::2] = torch.cos(pos * inv_freq)[:, : d_model // 2]
@@ -96,7 +98,8 @@ class FeedForward(nn.Module):
         super().__init__()
         self.linear1 = nn.Linear(d_model, ff_dim)
         self.linear2 = nn.Linear(ff_dim, d_model)
-        self.act, self.dropout = {"relu": F.relu, "gelu": F.gelu, "silu": F.silu}[activation], dropout
+        self.act = {"relu": F.relu, "gelu": F.gelu, "silu": F.silu}[activation]
+        self.dropout = dropout
 
     def forward(self, x: Tensor) -> Tensor:
         h = self.act(self.linear1(x))
@@ -139,7 +142,8 @@ class EncoderLayer(nn.Module):
         self.res1 = _Residual(d_model, dropout, pre_norm)
         self.res2 = _Residual(d_model, dropout, pre_norm)
 
-    def forward(self, x: Tensor, mask: Tensor, need_weights: bool = False) -> tuple[Tensor, Tensor | None]:
+    def forward(self, x: Tensor, mask: Tensor, need_weights: bool = False
+                ) -> tuple[Tensor, Tensor | None]:
         """x [B,S,d], ``mask`` [B,1,1,S] (True at real positions) -> x [B,S,d] and, with
         ``need_weights``, the self-attention [B,h,S,S]."""
         h = self.res1.inp(x)
@@ -155,7 +159,8 @@ class DecoderLayer(nn.Module):
                  activation, pre_norm):
         super().__init__()
         self.self_attn = MultiHeadAttention(d_model, heads, attention_dropout, self_attention=True)
-        self.cross_attn = MultiHeadAttention(d_model, heads, attention_dropout, self_attention=False)
+        self.cross_attn = MultiHeadAttention(d_model, heads, attention_dropout,
+                                             self_attention=False)
         self.ff = FeedForward(d_model, ff_dim, activation, activation_dropout)
         self.res1 = _Residual(d_model, dropout, pre_norm)
         self.res2 = _Residual(d_model, dropout, pre_norm)
@@ -175,33 +180,6 @@ class DecoderLayer(nn.Module):
         x = self.res2.out(x, y)
         return self.res3(x, self.ff), weights, self_weights
 
-    def step(self, x: Tensor, cross_kv: tuple[Tensor, Tensor], src_mask: Tensor,
-             self_kv: tuple[Tensor, Tensor] | None, order: Tensor | None, need_weights: bool,
-             need_self_weights: bool, group: int
-             ) -> tuple[Tensor, Tensor | None, Tensor | None, tuple[Tensor, Tensor]]:
-        """:meth:`forward` of T new positions from :class:`TransformerState`'s caches: ``self_kv``
-        2 x [B0,h,t0,d_head] or None, of which rows ``order`` [B] (None: all); ``cross_kv`` 2 x
-        [B/g,h,S,d_head] and ``src_mask`` serve g = ``group`` rows each (a sentence's beams,
-        folded into one call). Adds the t0+T keys/values. The same equations as
-        :meth:`forward`; skip on a first reading (cached decoding and the beam fold)."""
-        q, k, v = self.self_attn.project_qkv(self.res1.inp(x))        # [B,h,T,dh] each
-        if self_kv is not None:                                      # -> [B,h,t0+T,dh]
-            k, v = _append(self_kv[0], k, order), _append(self_kv[1], v, order)
-        y, self_weights = self.self_attn.attend(q, k, v, causal=True, need_weights=need_self_weights)
-        x = self.res1.out(x, y)
-        q = self.cross_attn.project_q(self.res2.inp(x))               # [B,h,T,dh]
-        b, h, t, dh = q.shape
-        if group > 1:   # a sentence's g beams as g*T queries of one row: [B/g,h,g*T,dh]
-            q = q.view(b // group, group, h, t, dh).transpose(1, 2).reshape(b // group, h, group * t, dh)
-        y, weights = self.cross_attn.attend(q, cross_kv[0], cross_kv[1], src_mask,
-                                            need_weights=need_weights)  # [B/g,g*T,d], [B/g,h,g*T,S]
-        if group > 1:   # unfold: [B,T,d] and [B,h,T,S]
-            y = y.reshape(b, t, -1)
-            if weights is not None:
-                weights = weights.view(b // group, h, group, t, -1).transpose(1, 2).reshape(b, h, t, -1)
-        x = self.res2.out(x, y)
-        return self.res3(x, self.ff), weights, self_weights, (k, v)
-
 
 class ResidualFree(_Residual):
     """A sub-layer connection without the residual, LN(drop(f(x))) or drop(f(LN(x))), around
@@ -212,42 +190,6 @@ class ResidualFree(_Residual):
         if self.dropout > 0.0 and self.training:
             y = F.dropout(y, self.dropout, True)
         return y if self.pre_norm else self.norm(y)
-
-
-def _append(past: Tensor, new: Tensor, order: Tensor | None) -> Tensor:
-    """Cached keys or values ``past`` [B0,h,t0,d] (its rows ``order`` [B]; None: all) followed
-    by ``new`` [B,h,T,d] -> [B,h,t0+T,d]: one copy, beam search's reorder fused into the append."""
-    if order is None:
-        return torch.cat([past, new], dim=2)
-    out = new.new_empty(new.size(0), new.size(1), past.size(2) + new.size(2), new.size(3))
-    torch.index_select(past, 0, order, out=out[:, :, :past.size(2)])
-    out[:, :, past.size(2):] = new
-    return out
-
-
-class TransformerState(DecoderState):
-    """Per decoder layer: encoder keys/values ``cross_kv`` 2 x [n_src,h,S,d_head] (with
-    ``src_attn_mask`` [n_src,1,1,S]) and self-attention keys/values ``self_kv`` 2 x
-    [B0,h,steps,d_head] (None before the first call), of which the rows ``order`` [B] (None: all)
-    are the state's: a reorder only records them, the next step copies. Beams share their
-    sentence's encoder side: ``rows`` and ``group`` as returned by
-    :func:`~nmt.models.base.regroup_rows`."""
-
-    def __init__(self, cross_kv, src_attn_mask, self_kv, steps: int, rows: Tensor | None = None,
-                 group: int | None = 1, order: Tensor | None = None):
-        self.cross_kv, self.src_attn_mask, self.self_kv, self.steps = cross_kv, src_attn_mask, self_kv, steps
-        self.rows = torch.arange(src_attn_mask.size(0), device=src_attn_mask.device) if rows is None else rows
-        self.group, self.order = group, order
-
-    def reorder(self, index: Tensor) -> TransformerState:
-        """Rows ``index`` [B'] of the self-attention cache; the encoder side stays shared."""
-        used, rows, group = regroup_rows(self.rows, index, self.src_attn_mask.size(0))
-        cross_kv, mask = self.cross_kv, self.src_attn_mask
-        if used is not None:  # some sentences left: drop their encoder side
-            cross_kv, mask = reorder_tensors(cross_kv, used), mask.index_select(0, used)
-        order = None if self.self_kv is None else (
-            index if self.order is None else self.order.index_select(0, index))
-        return TransformerState(cross_kv, mask, self.self_kv, self.steps, rows, group, order)
 
 
 class Transformer(Seq2Seq):
@@ -280,7 +222,8 @@ class Transformer(Seq2Seq):
         self.decoder = nn.ModuleList(DecoderLayer(*args) for _ in range(decoder_layers))
         self.encoder_norm = nn.LayerNorm(d_model) if pre_norm else nn.Identity()
         self.decoder_norm = nn.LayerNorm(d_model) if pre_norm else nn.Identity()
-        self.output_proj = None if tie_embeddings else nn.Linear(d_model, tgt_vocab_size, bias=False)
+        self.output_proj = None if tie_embeddings else \
+            nn.Linear(d_model, tgt_vocab_size, bias=False)
         self.register_buffer("positions", sinusoidal_positions(self.max_cached_positions, d_model),
                              persistent=False)
         self.emb_scale = math.sqrt(d_model) if scale_embedding else 1.0
@@ -350,9 +293,11 @@ class Transformer(Seq2Seq):
         target ``tgt_in`` [B,T], the self-attention of layers 0..``alignment_layer`` unmasked
         (but padding), so row t also sees the target tokens from t on. Guided training
         supervises it and forced alignment reads it; search, which has no future, does not."""
-        x, tgt_mask = self._embed(self.tgt_embed, tgt_in, 0), (tgt_in != self.pad_id)[:, None, None, :]
+        x = self._embed(self.tgt_embed, tgt_in, 0)
+        tgt_mask = (tgt_in != self.pad_id)[:, None, None, :]
         for layer in self.decoder[: self.alignment_layer + 1]:
-            x, weights, _ = layer(x, enc.memory, enc.mask[:, None, None, :], True, tgt_mask=tgt_mask)
+            x, weights, _ = layer(x, enc.memory, enc.mask[:, None, None, :], True,
+                                  tgt_mask=tgt_mask)
         return weights[:, : self.alignment_heads].mean(dim=1)
 
     def init_state(self, enc: Encoded) -> TransformerState:
@@ -382,10 +327,12 @@ class Transformer(Seq2Seq):
         for i, layer in enumerate(self.decoder):   # fused kernels where no weight is read
             want = bool(everything or (need_alignment and not full and i == self.alignment_layer))
             if state is None:
-                x, weights, self_weights = layer(x, enc.memory, enc.mask[:, None, None, :], want, everything)
+                x, weights, self_weights = layer(x, enc.memory, enc.mask[:, None, None, :],
+                                                 want, everything)
             else:
-                x, weights, self_weights, kv = layer.step(
-                    x, cross_kv[i], src_mask, None if state.self_kv is None else state.self_kv[i],
+                x, weights, self_weights, kv = layer_step(
+                    layer, x, cross_kv[i], src_mask,
+                    None if state.self_kv is None else state.self_kv[i],
                     state.order, want, everything, group)
                 new_kv.append(kv)
             cross.append(weights)
@@ -402,5 +349,6 @@ class Transformer(Seq2Seq):
         logits = F.linear(x, w, self.final_logits_bias)   # a fixed bias [V] (Marian's) or None
         if state is None:
             return logits, alignment, None
-        return logits, alignment, TransformerState(state.cross_kv, state.src_attn_mask, new_kv,
-                                                   state.steps + tgt_in.size(1), state.rows, state.group)
+        return logits, alignment, TransformerState(
+            state.cross_kv, state.src_attn_mask, new_kv, state.steps + tgt_in.size(1),
+            state.rows, state.group)

@@ -149,7 +149,8 @@ class Harness:
     def _build(self, data) -> None:
         """Sampler, seeded model (the same on every rank), optimizer and schedule."""
         t, info = self.t, self.info
-        self.tokenizer, self.train_split, self.valid_splits = data.tokenizer, data.train, data.valids
+        self.tokenizer = data.tokenizer
+        self.train_split, self.valid_splits = data.train, data.valids
         if info.is_main:
             run.write_record(self.run_dir, self.record)
             self.tokenizer.save(self.run_dir / "tokenizer")

@@ -6,8 +6,8 @@ both call it)::
     from nmt.extras.training import hooks
     summary = train(cfg, record, hooks(cfg))          # nmt.training.trainer.train
 
-- ``regulariser`` (``train.consistency``: R-Drop, SimCut, CrossConST): replaces the objective's plain
-  forward and cross-entropy (:class:`~nmt.training.loss.Regulariser`);
+- ``regulariser`` (``train.consistency``: R-Drop, SimCut, CrossConST): replaces the objective's
+  plain forward and cross-entropy (:class:`~nmt.training.loss.Regulariser`);
 - ``resampler`` (``data.tokenizer.sampling_alpha``: subword regularisation, BPE-dropout): each
   epoch's training split, resegmented (:class:`Resampler`);
 - ``teacher`` (guided alignment without ``data.alignments``): the word links of the training
@@ -70,14 +70,16 @@ class TrainingHooks:
                   "resampler": (bool(data.tokenizer.sampling_alpha),
                                 f"data.tokenizer.sampling_alpha={data.tokenizer.sampling_alpha}"),
                   "teacher": (needs_teacher(cfg), f"train.alignment_loss_weight="
-                              f"{train.alignment_loss_weight} with data.alignments={data.alignments}")}
+                              f"{train.alignment_loss_weight} with "
+                              f"data.alignments={data.alignments}")}
         for name, (on, setting) in wanted.items():
             if on != (getattr(self, name) is not None):
                 what = (f"needs a {name} hook, which the TrainingHooks given lack" if on else
                         f"takes no {name} hook, but the TrainingHooks given have one")
                 links = "give data.alignments=FILE, or " if name == "teacher" and on else ""
                 raise ConfigError(f"{setting} {what}: {links}build them with "
-                                  "nmt.extras.training.hooks(cfg), as nmt-train and nmt.train() do.")
+                                  "nmt.extras.training.hooks(cfg), as nmt-train and nmt.train() "
+                                  "do.")
 
 
 NO_HOOKS = TrainingHooks()   # a plain run's (frozen: one shared default)

@@ -13,7 +13,8 @@ instead spreads it over the V - 1 others). The per-token loss is the cross-entro
 Padding (``ignore_index``) contributes nothing. The functions return *sums* over tokens; the
 trainer divides by the target tokens of the whole (accumulated, distributed) batch.
 
-:func:`objective` is one step's loss: this cross-entropy, then the add-ons (guided alignment; R-Drop or SimCut).
+:func:`objective` is one step's loss: this cross-entropy, then the add-ons (guided alignment;
+R-Drop or SimCut).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The training loop: batches -> label-smoothed loss -> Adam + schedule -> validation -> checkpoints.
+"""The training loop: batches -> label-smoothed loss -> Adam + schedule -> validation, checkpoints.
 
     summary = train(compose_config(["model=rnn", "run_dir=runs/rnn"]))
 
@@ -81,7 +81,8 @@ class Trainer(Harness):
 
     # ------------------------------------------------------------------ one step
     def train_step(self, group: list[np.ndarray], split: TokenizedSplit,
-                   collated: list | None = None) -> tuple[dict[str, torch.Tensor], torch.Tensor, int]:
+                   collated: list | None = None
+                   ) -> tuple[dict[str, torch.Tensor], torch.Tensor, int]:
         """One optimizer step over the global ``group`` of batches (rows of ``split``;
         ``collated``: this rank's share, from the prefetcher). Returns ``(sums, grad_norm,
         target tokens of the whole group)``: ``sums`` the objective's named parts summed over

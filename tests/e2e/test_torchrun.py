@@ -232,7 +232,8 @@ def test_no_gloo_thread_outlives_the_process_group(root, tmp_path):
     script.write_text(
         "import os, sys, nmt\n"
         "nmt.train(sys.argv[1:])\n"
-        "tasks = [open(f'/proc/self/task/{t}/comm').read() for t in os.listdir('/proc/self/task')]\n"
+        "tasks = [open(f'/proc/self/task/{t}/comm').read()\n"
+        "         for t in os.listdir('/proc/self/task')]\n"
         "print(f'gloo threads: {sum(\"gloo\" in t for t in tasks)}.', flush=True)\n")
     args = [*_overrides(root), "train.max_steps=2", f"run_dir={tmp_path / 'run'}"]
     proc = subprocess.run(_torchrun_cmd(str(script), *args), cwd=REPO, env=ENV,
