@@ -9,6 +9,8 @@ they want to know where a batch list or a checkpoint comes from.
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import logging
 import random
 import time
@@ -40,10 +42,7 @@ from nmt.training import distributed as dist
 from nmt.training import run
 from nmt.training.ema import WeightAverage
 from nmt.training.hooks import NO_HOOKS, TrainingHooks
-from nmt.training.loss import (
-    compiled_label_smoothed_nll,
-    label_smoothed_nll,
-)
+from nmt.training.loss import compiled_label_smoothed_nll, label_smoothed_nll
 from nmt.training.optim import build_optimizer, build_schedule
 from nmt.training.progress import Progress
 from nmt.training.throughput import Throughput
@@ -108,6 +107,8 @@ class Harness:
                                          self.t.keep_best)
         self.state = TrainState()
         self.amp_dtype = autocast_dtype(self.t.precision, device)
+        self.autocast = contextlib.nullcontext if self.amp_dtype is None else \
+            functools.partial(torch.autocast, device.type, dtype=self.amp_dtype)
         if self.amp_dtype is not None and device.type == "cpu":
             bound_onednn_cache()  # nmt.train() from Python: the CLIs have set it already
         # fp16 needs loss scaling (Micikevicius et al. 2018); bf16 has fp32's exponent range.
@@ -266,7 +267,7 @@ class Harness:
         if self.info.is_main:
             result, hyps = validate(self.eval_model, self.valid_sets, self.tokenizer,
                                     to_plain(self.cfg.search), self.t.label_smoothing,
-                                    self.device, self._autocast)
+                                    self.device, self.autocast)
             if self.writer is not None and self.t.log_figures:
                 for tag, fig in tensorboard_figures(self.eval_model, self.valid_sets[0].src_ids,
                                                     hyps, self.tokenizer, self.device,
@@ -285,7 +286,7 @@ class Harness:
         if self.schedule.on_validation(st.bad_validations):
             log.info("validation BLEU did not improve for %d validations: lr -> %.3g",
                      self.t.plateau_patience,
-                     self.schedule.lr_at(st.step + 1, self._progress(st.step + 1)))
+                     self.schedule.lr_at(st.step + 1, self.progress.time_used))
         st.last_validated_step = st.step
         self.progress.valid_line(scores, epoch_end, improved)
         return improved

@@ -62,20 +62,24 @@ def cooldown_factor(progress: float, cooldown: float) -> float:
 class LRSchedule:
     """Sets the lr of ``optimizer``: :meth:`set_step` with the 1-based number of the step about
     to be taken, :meth:`on_validation` after each validation. The arguments are the ``train``
-    keys of the same names (``kind``: ``train.schedule``)."""
+    keys of the same names (``kind``: ``train.schedule``; ``max_steps`` the step budget of
+    ``train.cooldown``, None: none)."""
 
     def __init__(self, optimizer: torch.optim.Optimizer, kind: str, lr: float,
                  warmup_steps: int = 0, plateau_factor: float = 0.5, plateau_patience: int = 2,
-                 min_lr: float = 0.0, cooldown: float = 0.0) -> None:
+                 min_lr: float = 0.0, cooldown: float = 0.0,
+                 max_steps: int | None = None) -> None:
         self.optimizer = optimizer
         self.kind, self.lr, self.warmup_steps, self.cooldown = kind, lr, warmup_steps, cooldown
+        self.max_steps = max_steps
         self.plateau_factor, self.plateau_patience = plateau_factor, plateau_patience
         self.min_lr = min_lr
         self.scale = 1.0              # plateau reductions so far (product of factors)
         self.last_lr = self.lr_at(1)
 
-    def lr_at(self, step: int, progress: float = 0.0) -> float:
-        """The lr of optimizer step ``step`` (1-based) at ``progress`` (budget used, [0, 1])."""
+    def lr_at(self, step: int, time_used: float = 0.0) -> float:
+        """The lr of optimizer step ``step`` (1-based) with ``time_used`` of ``max_minutes``
+        (the fraction at the last time check; 0 without a time budget)."""
         if self.kind == "inverse_sqrt":
             lr = self.lr * inverse_sqrt_factor(step, self.warmup_steps)
         else:
@@ -85,11 +89,12 @@ class LRSchedule:
                 lr = lr * self.scale
                 if self.scale < 1.0:
                     lr = max(lr, self.min_lr)
+        progress = max(time_used, step / self.max_steps) if self.max_steps else time_used
         return lr * cooldown_factor(progress, self.cooldown)
 
-    def set_step(self, step: int, progress: float = 0.0) -> float:
-        """Write the lr of step ``step`` (at budget ``progress``) into the optimizer; returns it."""
-        lr = self.lr_at(step, progress)
+    def set_step(self, step: int, time_used: float = 0.0) -> float:
+        """Write the lr of step ``step`` (:meth:`lr_at`) into the optimizer; returns it."""
+        lr = self.lr_at(step, time_used)
         for group in self.optimizer.param_groups:
             group["lr"] = lr
         self.last_lr = lr
@@ -114,4 +119,4 @@ class LRSchedule:
 def build_schedule(optimizer: torch.optim.Optimizer, train_cfg) -> LRSchedule:
     return LRSchedule(optimizer, train_cfg.schedule, train_cfg.lr, train_cfg.warmup_steps,
                       train_cfg.plateau_factor, train_cfg.plateau_patience, train_cfg.min_lr,
-                      train_cfg.cooldown)
+                      train_cfg.cooldown, train_cfg.max_steps)

@@ -38,20 +38,14 @@ from nmt.config import to_plain
 from nmt.data.batching import collate, target_tokens
 from nmt.data.pipeline import TokenizedSplit
 from nmt.models import validate_model
-from nmt.runtime import (
-    resolve_device,
-    tune_cuda,
-)
+from nmt.runtime import resolve_device, tune_cuda
 from nmt.training import distributed as dist
 from nmt.training import run
 from nmt.training.harness import Harness
 from nmt.training.hooks import NO_HOOKS, TrainingHooks
-from nmt.training.loss import (
-    objective,
-)
+from nmt.training.loss import objective
 
 log = logging.getLogger("nmt")
-
 
 
 class Trainer(Harness):
@@ -74,11 +68,6 @@ class Trainer(Harness):
                    for idx in group[self.info.rank::self.info.world_size]]
         return [b.pin_memory() for b in batches] if self.device.type == "cuda" else batches
 
-    def _autocast(self):
-        if self.amp_dtype is None:
-            return contextlib.nullcontext()
-        return torch.autocast(device_type=self.device.type, dtype=self.amp_dtype)
-
     # ------------------------------------------------------------------ one step
     def train_step(self, group: list[np.ndarray], split: TokenizedSplit,
                    collated: list | None = None
@@ -98,7 +87,7 @@ class Trainer(Harness):
             sync = self.train_model.no_sync() if ddp and i < len(mine) - 1 else \
                 contextlib.nullcontext()
             with sync:
-                total, parts = objective(self.train_model, batch, self.t, self._autocast(),
+                total, parts = objective(self.train_model, batch, self.t, self.autocast(),
                                          self.hooks.regulariser, self.cross_entropy,
                                          guided=self.guided)
                 loss = total * scale
@@ -112,7 +101,7 @@ class Trainer(Harness):
         else:
             grad_norm = torch.nn.utils.get_total_norm([p.grad for p in self.params
                                                        if p.grad is not None], foreach=True)
-        self.schedule.set_step(self.state.step + 1, self._progress(self.state.step + 1))
+        self.schedule.set_step(self.state.step + 1, self.progress.time_used)
         if self.scaler is None:
             self.optimizer.step()
         else:   # skips the step on inf/nan gradients (fp16 only: a CPU-GPU sync point)
@@ -151,14 +140,6 @@ class Trainer(Harness):
         if check_time and t.max_minutes is not None and self.progress.over_budget():   # syncs
             return f"max_minutes={t.max_minutes} reached"
         return ""
-
-    def _progress(self, step: int) -> float:
-        """The fraction of the budget used at ``step`` (``train.cooldown``): the larger of
-        ``step / max_steps`` and the time used (last check) over ``max_minutes``."""
-        progress = self.progress.time_used if self.t.max_minutes is not None else 0.0
-        if self.t.max_steps is not None:
-            progress = max(progress, step / self.t.max_steps)
-        return min(progress, 1.0)
 
     def fit(self) -> dict[str, Any]:
         """Train until a stop condition (the last checkpoint records it); returns the summary."""
