@@ -125,9 +125,9 @@ def train_flops(flop_params: tuple[int, int], src_tokens: int, tgt_tokens: int,
     ``tgt_tokens`` real (non-padding) tokens, by the 6N rule (Kaplan et al. 2020, section 2.1:
     2N per token forward, 4N backward) plus the attention scores (PaLM, appendix B):
     ``copies * (6 * (N_src * src_tokens + N_tgt * tgt_tokens) + attention)``, ``flop_params`` =
-    (N_src, N_tgt) of ``Seq2Seq.flop_params`` (the output projection counted, lookups not),
-    ``attention`` = ``Seq2Seq.attention_flops`` of the step's pairs; ``copies``: 2 when every
-    pair runs twice (``train.consistency``)."""
+    (N_src, N_tgt) of ``nmt.training.throughput.flop_params`` (the output projection counted,
+    lookups not), ``attention`` = ``throughput.attention_flops`` of the step's pairs;
+    ``copies``: 2 when every pair runs twice (``train.consistency``)."""
     n_src, n_tgt = flop_params
     return copies * (6.0 * (n_src * src_tokens + n_tgt * tgt_tokens) + attention)
 

@@ -67,9 +67,10 @@ Reported (last line, ``key=value``; with an A/B option also ``eager_``/``compile
     RNN's U_a), N_tgt: the other decoder parameters and the output projection (V x d, also
     when tied), src/tgt_tokens: real (non-padding) tokens of the batch (twice with
     ``train.consistency`` rdrop or simcut; ``tgt_tokens_per_s`` counts them once), attention:
-    ``Seq2Seq.attention_flops`` (PaLM's 12 d per query-key pair and layer, forward and
-    backward). Embedding lookups are not counted. On a CPU without ``train.peak_tflops`` the
-    divisor is a measured matmul rate, not a peak: the figure is a matmul utilisation.
+    ``nmt.training.throughput.attention_flops`` (PaLM's 12 d per query-key pair and layer,
+    forward and backward). Embedding lookups are not counted. On a CPU without
+    ``train.peak_tflops`` the divisor is a measured matmul rate, not a peak: the figure is a
+    matmul utilisation.
   * ``params`` (distinct trainable parameters), ``step_ms`` (median), ``peak_gflops``,
     ``model_gflops`` (achieved), ``pad_share`` (padding among the timed batches' positions,
     both sides), ``batch_shapes`` (distinct shapes among them), ``batches``, ``device``,
@@ -117,6 +118,7 @@ from nmt.training.loss import (  # noqa: E402
     objective,
 )
 from nmt.training.optim import build_optimizer  # noqa: E402
+from nmt.training.throughput import attention_flops, flop_params  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -225,8 +227,8 @@ def main(argv: list[str] | None = None) -> dict:
             eager_times.append(time.perf_counter() - t0)
         def step_flops(b) -> float:   # as the timed pairs below count them (a sync: untimed)
             lens = b.src_mask.sum(1).cpu().numpy(), (b.tgt_in != PAD_ID).sum(1).cpu().numpy()
-            return train_flops(model.flop_params(), b.n_src_tokens, b.n_tgt_tokens,
-                               1 if t.consistency == "none" else 2, model.attention_flops(*lens))
+            return train_flops(flop_params(model), b.n_src_tokens, b.n_tgt_tokens,
+                               1 if t.consistency == "none" else 2, attention_flops(model, *lens))
 
         eager_flops = sum(step_flops(b) for b in timed)
         eager_peak = peak_for(bf16)
@@ -274,8 +276,8 @@ def main(argv: list[str] | None = None) -> dict:
             line.append(f"{name} {1e3 * times[name][-1]:.0f} ms")
         tgt_tokens += b.n_tgt_tokens
         lens = b.src_mask.sum(1).cpu().numpy(), (b.tgt_in != PAD_ID).sum(1).cpu().numpy()
-        flops += train_flops(model.flop_params(), b.n_src_tokens, b.n_tgt_tokens, copies,
-                             model.attention_flops(*lens))
+        flops += train_flops(flop_params(model), b.n_src_tokens, b.n_tgt_tokens, copies,
+                             attention_flops(model, *lens))
         print(f"  step {i + 1}: {', '.join(line)}  B={len(b)} S={b.src.shape[1]} "
               f"T={b.tgt_in.shape[1]} tgt_tokens={b.n_tgt_tokens} loss={loss:.3f}", flush=True)
     wall = sum(times[main_name])

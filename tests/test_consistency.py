@@ -4,7 +4,6 @@ Checked against a hand computation, the authors' computations and the closed-for
 fused version they replaced; then through the objective (one forward of the doubled batch) and the
 trainer (the KL logged apart)."""
 
-import contextlib
 import math
 from types import SimpleNamespace
 
@@ -278,7 +277,7 @@ def _crossconst_objective(net, batch, t, data=None):
     from nmt.extras.training.consistency import regulariser
     from nmt.training.loss import objective
 
-    return objective(net, batch, t, contextlib.nullcontext(), regulariser(t, data), guided=False)
+    return objective(net, batch, t, regulariser=regulariser(t, data))
 
 
 @pytest.mark.parametrize("model", ["transformer", "rnn"])
@@ -374,7 +373,7 @@ def _objective(net, batch, t):
     from nmt.extras.training.consistency import regulariser
     from nmt.training.loss import objective
 
-    return objective(net, batch, t, contextlib.nullcontext(), regulariser(t), guided=is_guided(t))
+    return objective(net, batch, t, guided=is_guided(t), regulariser=regulariser(t))
 
 
 @pytest.mark.parametrize("model", ["transformer", "rnn"])

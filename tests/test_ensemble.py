@@ -90,13 +90,11 @@ def test_search_scores_are_the_ensembles_log_likelihood(mixed):
                 assert h.alignment.shape == (len(h.tokens) + 1, len(ids) + 1)
 
 
-def test_members_switch_mode_together_and_flops_add_up(mixed):
+def test_members_switch_mode_together(mixed):
     mixed.train()
     assert all(m.training for m in mixed.members)
     mixed.eval()
     assert not any(m.training for m in mixed.members)
-    counts = [m.flop_params() for m in mixed.members]
-    assert mixed.flop_params() == (counts[0][0] + counts[1][0], counts[0][1] + counts[1][1])
     assert mixed.tgt_vocab_size == VOCAB
 
 

@@ -8,6 +8,7 @@ from omegaconf import OmegaConf
 
 from nmt.config import ConfigError, compose_config
 from nmt.models import MODELS, BahdanauRNN, Transformer, build_model, validate_model
+from nmt.training.throughput import flop_params
 
 V_SRC, V_TGT = 23, 23
 PAD, BOS, EOS = 0, 2, 3
@@ -236,9 +237,9 @@ def test_build_model_types_and_param_split():
     r = make_model("rnn", {})
     assert isinstance(t, Transformer) and isinstance(r, BahdanauRNN)
     assert t.src_embed is t.tgt_embed  # tied (transformer.yaml default)
-    enc, dec = t.flop_params()
+    enc, dec = flop_params(t)
     assert enc > 0 and dec > V_TGT * 16
-    enc, dec = r.flop_params()     # U_a h_j: once per source token
+    enc, dec = flop_params(r)      # U_a h_j: once per source token
     assert enc == sum(p.numel() for m in (r.encoder, r.attention.key_proj) for p in m.parameters())
 
 

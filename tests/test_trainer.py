@@ -5,7 +5,6 @@ tests/e2e/test_train_cli.py."""
 
 from __future__ import annotations
 
-import contextlib
 from types import SimpleNamespace
 
 import numpy as np
@@ -446,8 +445,7 @@ def test_compiled_accumulation_gives_the_eager_gradients():
                         (net.compiled(None), compiled_label_smoothed_nll())):
         net.zero_grad()
         for batch in batches:
-            objective(model, batch, t, contextlib.nullcontext(), None, loss,
-                      guided=False)[0].backward()
+            objective(model, batch, t, cross_entropy=loss)[0].backward()
         grads.append({n: p.grad.clone() for n, p in net.named_parameters()})
     for name in grads[0]:
         torch.testing.assert_close(grads[1][name], grads[0][name], atol=1e-6, rtol=1e-5, msg=name)

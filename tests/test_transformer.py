@@ -9,7 +9,7 @@ from test_models import make_model
 
 from nmt.config import ConfigError, compose_config
 from nmt.models import validate_model
-from nmt.models.transformer import ResidualFree, _Residual, sinusoidal_positions
+from nmt.models.transformer import Residual, sinusoidal_positions
 
 
 @pytest.mark.parametrize(("overrides", "keys"), [
@@ -47,7 +47,8 @@ def test_valid_settings_come_back_typed():
     (False, False, [-1.0, 1.0]),  # LN(f(x)) = LN(2x)
 ])
 def test_sublayer_connection_with_and_without_the_residual(pre_norm, residual, expected):
-    connection = (_Residual if residual else ResidualFree)(2, 0.0, pre_norm).eval()
+    connection = Residual(2, 0.0, pre_norm).eval()
+    connection.residual = residual
     out = connection(torch.tensor([[1.0, 3.0]]), lambda h: 2 * h)
     assert torch.allclose(out, torch.tensor([expected]), atol=1e-4)
 
@@ -55,7 +56,7 @@ def test_sublayer_connection_with_and_without_the_residual(pre_norm, residual, e
 def test_only_the_named_encoder_layer_drops_its_attention_residual():
     """Same seed, same weights: the models differ only in layer 1's first connection."""
     plain, liu = (make_model("transformer", {"encoder_drop_residual": k}) for k in (None, 1))
-    assert [type(layer.res1) for layer in liu.encoder] == [_Residual, ResidualFree]
+    assert [layer.res1.residual for layer in liu.encoder] == [True, False]
     assert all(torch.equal(a, b) for a, b in zip(plain.state_dict().values(),
                                                  liu.state_dict().values(), strict=True))
     x, mask = torch.randn(2, 5, 16), torch.ones(2, 1, 1, 5, dtype=torch.bool)
@@ -99,12 +100,12 @@ def test_transformer_adds_positions_to_scaled_embeddings():
     ids = torch.tensor([[5, 6, 5, 7]])
     pe = sinusoidal_positions(10, 16)
     torch.testing.assert_close(model.positions[:10], pe)
-    x = model._embed(model.src_embed, ids, 0)
+    x = model.embed(model.src_embed, ids, 0)
     torch.testing.assert_close(x, model.src_embed(ids) * 4.0 + pe[:4])     # sqrt(16) = 4
     # The same word at two positions differs by exactly PE[2] - PE[0].
     torch.testing.assert_close(x[0, 2] - x[0, 0], pe[2] - pe[0], atol=1e-5, rtol=0)
     # Incremental decoding at step 6 adds PE[6].
-    step = model._embed(model.tgt_embed, ids[:, :1], 6)
+    step = model.embed(model.tgt_embed, ids[:, :1], 6)
     torch.testing.assert_close(step[0, 0], model.tgt_embed(ids[0, :1])[0] * 4.0 + pe[6])
 
 
@@ -115,10 +116,10 @@ def test_transformer_positions_beyond_table_leave_buffer_untouched():
     before = buffer.clone()
     n = model.max_cached_positions + 40
     ids = torch.full((1, n), 5)
-    model._embed(model.src_embed, ids, 0)            # past the table: no error
+    model.embed(model.src_embed, ids, 0)            # past the table: no error
     assert model.positions is buffer and torch.equal(model.positions, before)
     # the first step past the table, in incremental decoding, gets the exact sinusoid
-    x = model._embed(model.tgt_embed, ids[:, :1], n - 1)
+    x = model.embed(model.tgt_embed, ids[:, :1], n - 1)
     expected = model.tgt_embed(ids[:, :1]) * model.emb_scale + sinusoidal_positions(n, 16)[n - 1]
     assert torch.allclose(x, expected, atol=1e-5)
     assert model.positions is buffer and buffer.size(0) == model.max_cached_positions

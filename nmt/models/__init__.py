@@ -40,8 +40,8 @@ def validate_model(section) -> DictConfig:
 def build_model(model_cfg, src_vocab_size: int, tgt_vocab_size: int) -> Seq2Seq:
     """An untrained model (fp32, CPU) for a ``model`` section that :func:`validate_model`
     accepted (``tie_embeddings`` needs one vocabulary: ``config.validate`` checks that)."""
-    settings = {key: value for key, value in model_cfg.items() if key != "name"}
-    return MODELS[model_cfg["name"]][1](src_vocab_size, tgt_vocab_size, pad_id=PAD_ID, **settings)
+    config, model = MODELS[model_cfg["name"]]
+    return model(src_vocab_size, tgt_vocab_size, config(**model_cfg), pad_id=PAD_ID)
 
 
 __all__ = ["MODELS", "BahdanauRNN", "Seq2Seq", "Transformer", "build_model", "validate_model"]

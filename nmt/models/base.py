@@ -19,7 +19,6 @@ import contextlib
 from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
 
-import numpy as np
 import torch
 from torch import Tensor, nn
 
@@ -117,19 +116,6 @@ class Seq2Seq(nn.Module):
         if everything:
             alignment = replace(alignment, encoder=enc.attention)
         return logits, alignment
-
-    def flop_params(self) -> tuple[int, int]:
-        """Parameters applied per source and per target token (output projection included even
-        when tied, lookups not; projections of the encoder memory per source token): a training
-        step costs about ``6 * (n_src * src_tokens + n_tgt * tgt_tokens)`` FLOPs (Kaplan et al.
-        2020) plus :meth:`attention_flops` (:func:`nmt.runtime.train_flops`)."""
-        raise NotImplementedError
-
-    def attention_flops(self, src_lens: np.ndarray, tgt_lens: np.ndarray) -> float:
-        """FLOPs of the attention scores and weighted sums, forward and backward, of a step over
-        pairs of ``src_lens``, ``tgt_lens`` [N] real tokens (PaLM, Chowdhery et al. 2022,
-        app. B)."""
-        raise NotImplementedError
 
     def compiled(self, mode: str | None = None) -> nn.Module:
         """What ``train.compile=true`` trains: ``torch.compile(self, dynamic=True, mode=mode)``,

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import numpy as np
 import torch
 import torch.nn.functional as F
 from omegaconf import MISSING
@@ -86,38 +85,36 @@ class RNNState(DecoderState):
 
 
 class BahdanauRNN(Seq2Seq):
-    """The RNNsearch model; the settings after the vocabulary sizes are :class:`RNNConfig`'s
-    fields, keyword-only and required (build with :func:`nmt.models.build_model`). Sizes in
-    the paper's names: ``emb_dim`` m, ``encoder_hidden`` n per direction, ``attention_dim``
-    n', ``output_dim`` 2l (t~_i before maxout); dropout acts on embeddings and on t_i."""
+    """The RNNsearch model of ``cfg`` (:class:`RNNConfig`; build with
+    :func:`nmt.models.build_model`). Sizes in the paper's names: ``emb_dim`` m,
+    ``encoder_hidden`` n per direction, ``attention_dim`` n', ``output_dim`` 2l (t~_i before
+    maxout); dropout acts on embeddings and on t_i."""
 
-    def __init__(self, src_vocab_size: int, tgt_vocab_size: int, *, emb_dim: int,
-                 encoder_hidden: int, encoder_layers: int, decoder_hidden: int,
-                 attention_dim: int, output_dim: int, maxout: bool, dropout: float,
-                 tie_embeddings: bool, pad_id: int):
+    def __init__(self, src_vocab_size: int, tgt_vocab_size: int, cfg: RNNConfig, pad_id: int):
         super().__init__()
         self.src_vocab_size, self.tgt_vocab_size = src_vocab_size, tgt_vocab_size
-        self.dropout, self.maxout, self.pad_id = dropout, maxout, pad_id
-        self.decoder_hidden = decoder_hidden
-        mem = 2 * encoder_hidden
-        self.src_embed = nn.Embedding(src_vocab_size, emb_dim, padding_idx=pad_id)
-        self.tgt_embed = self.src_embed if tie_embeddings else nn.Embedding(
-            tgt_vocab_size, emb_dim, padding_idx=pad_id)
-        self.encoder = nn.GRU(emb_dim, encoder_hidden, encoder_layers, batch_first=True,
-                              bidirectional=True, dropout=dropout if encoder_layers > 1 else 0.0)
-        self.init_proj = nn.Linear(encoder_hidden, decoder_hidden)  # W_s
+        self.dropout, self.maxout, self.pad_id = cfg.dropout, cfg.maxout, pad_id
+        emb, dec, att, out = cfg.emb_dim, cfg.decoder_hidden, cfg.attention_dim, cfg.output_dim
+        self.decoder_hidden, mem = dec, 2 * cfg.encoder_hidden
+        self.src_embed = nn.Embedding(src_vocab_size, emb, padding_idx=pad_id)
+        self.tgt_embed = self.src_embed if cfg.tie_embeddings else nn.Embedding(
+            tgt_vocab_size, emb, padding_idx=pad_id)
+        self.encoder = nn.GRU(emb, cfg.encoder_hidden, cfg.encoder_layers, batch_first=True,
+                              bidirectional=True,
+                              dropout=cfg.dropout if cfg.encoder_layers > 1 else 0.0)
+        self.init_proj = nn.Linear(cfg.encoder_hidden, dec)  # W_s
         # U_a h_j + v_a; W_a s_{i-1} is part of `recurrent` below
-        self.attention = AdditiveAttention(decoder_hidden, mem, attention_dim, query_proj=False)
+        self.attention = AdditiveAttention(dec, mem, att, query_proj=False)
         # GRU decoder, gates ordered (r, z, n) as in nn.GRUCell; input [E y_{i-1}; c_i].
-        self.gru_in_emb = nn.Linear(emb_dim, 3 * decoder_hidden)  # W E y (+ b_ih): outside loop
-        self.gru_in_ctx = nn.Linear(mem, 3 * decoder_hidden, bias=False)  # C c_i
+        self.gru_in_emb = nn.Linear(emb, 3 * dec)  # W E y (+ b_ih): outside the loop
+        self.gru_in_ctx = nn.Linear(mem, 3 * dec, bias=False)  # C c_i
         # rows [0, 3n): GRU recurrent gates U s_{i-1} (+ b_hh); rows [3n, 3n+a): W_a s_{i-1}
-        self.recurrent = nn.Linear(decoder_hidden, 3 * decoder_hidden + attention_dim)
+        self.recurrent = nn.Linear(dec, 3 * dec + att)
         # deep output t~_i = U_o s_i + V_o E y_{i-1} + C_o c_i
-        self.out_state = nn.Linear(decoder_hidden, output_dim)
-        self.out_emb = nn.Linear(emb_dim, output_dim, bias=False)
-        self.out_ctx = nn.Linear(mem, output_dim, bias=False)
-        self.output_proj = nn.Linear(output_dim // 2 if maxout else output_dim, tgt_vocab_size)
+        self.out_state = nn.Linear(dec, out)
+        self.out_emb = nn.Linear(emb, out, bias=False)
+        self.out_ctx = nn.Linear(mem, out, bias=False)
+        self.output_proj = nn.Linear(out // 2 if cfg.maxout else out, tgt_vocab_size)
         self._reset_parameters()
         self._compiled_step = None
 
@@ -139,19 +136,6 @@ class BahdanauRNN(Seq2Seq):
                 nn.init.xavier_uniform_(p)
             else:
                 nn.init.zeros_(p)
-
-    def flop_params(self) -> tuple[int, int]:  # U_a h_j per source token; W_s (once) as decoder
-        enc = sum(p.numel() for m in (self.encoder, self.attention.key_proj)
-                  for p in m.parameters())
-        embeds = {id(p) for p in (self.src_embed.weight, self.tgt_embed.weight)}
-        total = sum(p.numel() for p in self.parameters() if id(p) not in embeds)
-        return enc, total - enc
-
-    def attention_flops(self, src_lens: np.ndarray, tgt_lens: np.ndarray) -> float:
-        # per (i, j): v_a^T tanh(.) and alpha_ij h_j, 2 FLOPs per dimension, x3 with the backward
-        t_s = float((np.asarray(tgt_lens, np.float64) * np.asarray(src_lens, np.float64)).sum())
-        key_proj = self.attention.key_proj
-        return 6.0 * (key_proj.out_features + key_proj.in_features) * t_s
 
     def _drop(self, x: Tensor) -> Tensor:
         return F.dropout(x, self.dropout, True) if self.dropout > 0.0 and self.training else x

@@ -15,7 +15,6 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-import numpy as np
 import torch
 import torch.nn.functional as F
 from omegaconf import MISSING
@@ -23,14 +22,8 @@ from torch import Tensor, nn
 
 from nmt.config import Choice
 from nmt.models.attention import MultiHeadAttention
-from nmt.models.base import (
-    Attention,
-    Encoded,
-    Seq2Seq,
-    check_need_alignment,
-    reorder_tensors,
-    require,
-)
+from nmt.models.base import Attention, Encoded, Seq2Seq, check_need_alignment, require
+from nmt.models.full_context import full_context_pass
 from nmt.models.transformer_cache import TransformerState, layer_step
 
 Norm = Choice("Norm", {"pre": "pre", "post": "post"}, module=__name__)
@@ -108,16 +101,17 @@ class FeedForward(nn.Module):
         return self.linear2(h)
 
 
-class _Residual(nn.Module):
+class Residual(nn.Module):
     """Sub-layer connection (section 5.4; the Annotated Transformer's SublayerConnection):
     post-norm LN(x + drop(f(x))) (the paper) or pre-norm x + drop(f(LN(x))) (Wang et al. 2019),
     x [B,T,d]. The attention sub-layers, which also return weights, call ``inp`` and ``out``
-    around their call."""
+    around their call. ``residual=False`` leaves x out (Liu et al. 2021, section 3.1: encoder
+    states keep less of their position; ``model.encoder_drop_residual``)."""
 
     def __init__(self, d_model: int, dropout: float, pre_norm: bool):
         super().__init__()
         self.norm = nn.LayerNorm(d_model)
-        self.dropout, self.pre_norm = dropout, pre_norm
+        self.dropout, self.pre_norm, self.residual = dropout, pre_norm, True
 
     def forward(self, x: Tensor, sublayer) -> Tensor:
         return self.out(x, sublayer(self.inp(x)))
@@ -128,7 +122,8 @@ class _Residual(nn.Module):
     def out(self, x: Tensor, y: Tensor) -> Tensor:   # around f's output y [B,T,d]
         if self.dropout > 0.0 and self.training:     # residual dropout
             y = F.dropout(y, self.dropout, True)
-        return x + y if self.pre_norm else self.norm(x + y)
+        y = x + y if self.residual else y
+        return y if self.pre_norm else self.norm(y)
 
 
 class EncoderLayer(nn.Module):
@@ -139,8 +134,8 @@ class EncoderLayer(nn.Module):
         super().__init__()
         self.self_attn = MultiHeadAttention(d_model, heads, attention_dropout, self_attention=True)
         self.ff = FeedForward(d_model, ff_dim, activation, activation_dropout)
-        self.res1 = _Residual(d_model, dropout, pre_norm)
-        self.res2 = _Residual(d_model, dropout, pre_norm)
+        self.res1 = Residual(d_model, dropout, pre_norm)
+        self.res2 = Residual(d_model, dropout, pre_norm)
 
     def forward(self, x: Tensor, mask: Tensor, need_weights: bool = False
                 ) -> tuple[Tensor, Tensor | None]:
@@ -162,16 +157,16 @@ class DecoderLayer(nn.Module):
         self.cross_attn = MultiHeadAttention(d_model, heads, attention_dropout,
                                              self_attention=False)
         self.ff = FeedForward(d_model, ff_dim, activation, activation_dropout)
-        self.res1 = _Residual(d_model, dropout, pre_norm)
-        self.res2 = _Residual(d_model, dropout, pre_norm)
-        self.res3 = _Residual(d_model, dropout, pre_norm)
+        self.res1 = Residual(d_model, dropout, pre_norm)
+        self.res2 = Residual(d_model, dropout, pre_norm)
+        self.res3 = Residual(d_model, dropout, pre_norm)
 
     def forward(self, x: Tensor, memory: Tensor, src_mask: Tensor, need_weights: bool = False,
                 need_self_weights: bool = False, tgt_mask: Tensor | None = None
                 ) -> tuple[Tensor, Tensor | None, Tensor | None]:
         """Teacher forcing: x [B,T,d], ``memory`` [B,S,d], ``src_mask`` [B,1,1,S] -> (x [B,T,d],
         cross-attention [B,h,T,S] or None, self-attention [B,h,T,T] or None). ``tgt_mask``
-        [B,1,1,T] replaces the causal mask (:meth:`Transformer.full_context_pass`)."""
+        [B,1,1,T] replaces the causal mask (:mod:`nmt.models.full_context`)."""
         h = self.res1.inp(x)
         y, self_weights = self.self_attn(h, h, tgt_mask, causal=tgt_mask is None,
                                          need_weights=need_self_weights)
@@ -181,63 +176,43 @@ class DecoderLayer(nn.Module):
         return self.res3(x, self.ff), weights, self_weights
 
 
-class ResidualFree(_Residual):
-    """A sub-layer connection without the residual, LN(drop(f(x))) or drop(f(LN(x))), around
-    one encoder layer's self-attention (Liu et al. 2021, section 3.1: encoder states keep less
-    of their position; ``model.encoder_drop_residual``, off by default)."""
-
-    def out(self, x: Tensor, y: Tensor) -> Tensor:
-        if self.dropout > 0.0 and self.training:
-            y = F.dropout(y, self.dropout, True)
-        return y if self.pre_norm else self.norm(y)
-
-
 class Transformer(Seq2Seq):
-    """The settings after the vocabulary sizes are :class:`TransformerConfig`'s fields,
-    keyword-only and required (build with :func:`nmt.models.build_model`); ``pad_id``'s
-    embedding row is zero and gets no gradient."""
+    """The Transformer of ``cfg`` (:class:`TransformerConfig`; build with
+    :func:`nmt.models.build_model`); ``pad_id``'s embedding row is zero and gets no gradient.
+    Options beyond the paper: ``scale_embedding=false`` and ``final_logits_bias`` (a fixed
+    bias [V] of the output layer) for imported Marian models, ``encoder_drop_residual``."""
 
-    max_cached_positions = 512  # rows of the sinusoid buffer; _embed computes longer tables
+    max_cached_positions = 512  # rows of the sinusoid buffer; embed computes longer tables
 
-    def __init__(self, src_vocab_size: int, tgt_vocab_size: int, *, d_model: int, heads: int,
-                 ff_dim: int, encoder_layers: int, decoder_layers: int, norm: str,
-                 dropout: float, attention_dropout: float, activation_dropout: float,
-                 activation: str, tie_embeddings: bool, alignment_layer: int,
-                 alignment_heads: int, alignment_full_context: bool,
-                 encoder_drop_residual: int | None, scale_embedding: bool,
-                 final_logits_bias: bool, pad_id: int):
+    def __init__(self, src_vocab_size: int, tgt_vocab_size: int, cfg: TransformerConfig,
+                 pad_id: int):
         super().__init__()
         self.src_vocab_size, self.tgt_vocab_size = src_vocab_size, tgt_vocab_size
-        self.d_model, self.pad_id, self.dropout = d_model, pad_id, dropout
-        pre_norm = norm == "pre"
-        self.alignment_layer = alignment_layer % decoder_layers
-        self.alignment_heads = alignment_heads or heads  # the first k heads make the alignment
-        self.alignment_full_context = alignment_full_context
-        self.src_embed = nn.Embedding(src_vocab_size, d_model, padding_idx=pad_id)
-        self.tgt_embed = self.src_embed if tie_embeddings else nn.Embedding(
-            tgt_vocab_size, d_model, padding_idx=pad_id)
-        args = (d_model, heads, ff_dim, dropout, attention_dropout, activation_dropout, activation,
-                pre_norm)
-        self.encoder = nn.ModuleList(EncoderLayer(*args) for _ in range(encoder_layers))
-        self.decoder = nn.ModuleList(DecoderLayer(*args) for _ in range(decoder_layers))
-        self.encoder_norm = nn.LayerNorm(d_model) if pre_norm else nn.Identity()
-        self.decoder_norm = nn.LayerNorm(d_model) if pre_norm else nn.Identity()
-        self.output_proj = None if tie_embeddings else \
-            nn.Linear(d_model, tgt_vocab_size, bias=False)
-        self.register_buffer("positions", sinusoidal_positions(self.max_cached_positions, d_model),
+        d = self.d_model = cfg.d_model
+        self.pad_id, self.dropout = pad_id, cfg.dropout
+        self.alignment_layer = cfg.alignment_layer % cfg.decoder_layers
+        self.alignment_heads = cfg.alignment_heads or cfg.heads  # the first k heads align
+        self.alignment_full_context = cfg.alignment_full_context
+        self.src_embed = nn.Embedding(src_vocab_size, d, padding_idx=pad_id)
+        self.tgt_embed = self.src_embed if cfg.tie_embeddings else nn.Embedding(
+            tgt_vocab_size, d, padding_idx=pad_id)
+        pre_norm = cfg.norm == "pre"
+        args = (d, cfg.heads, cfg.ff_dim, cfg.dropout, cfg.attention_dropout,
+                cfg.activation_dropout, cfg.activation, pre_norm)
+        self.encoder = nn.ModuleList(EncoderLayer(*args) for _ in range(cfg.encoder_layers))
+        self.decoder = nn.ModuleList(DecoderLayer(*args) for _ in range(cfg.decoder_layers))
+        self.encoder_norm = nn.LayerNorm(d) if pre_norm else nn.Identity()
+        self.decoder_norm = nn.LayerNorm(d) if pre_norm else nn.Identity()
+        self.output_proj = None if cfg.tie_embeddings else \
+            nn.Linear(d, tgt_vocab_size, bias=False)
+        self.register_buffer("positions", sinusoidal_positions(self.max_cached_positions, d),
                              persistent=False)
-        self.emb_scale = math.sqrt(d_model) if scale_embedding else 1.0
+        self.emb_scale = math.sqrt(d) if cfg.scale_embedding else 1.0
         self.register_buffer("final_logits_bias",   # [V], not trained; None: no bias
-                             torch.zeros(tgt_vocab_size) if final_logits_bias else None)
+                             torch.zeros(tgt_vocab_size) if cfg.final_logits_bias else None)
         self._reset_parameters()
-        if encoder_drop_residual is not None:
-            self.drop_encoder_residual(encoder_drop_residual)
-
-    def drop_encoder_residual(self, layer: int) -> None:
-        """``model.encoder_drop_residual``: a :class:`ResidualFree` connection for layer
-        ``layer``'s self-attention (a fresh LayerNorm is the same: 1 and 0)."""
-        old = self.encoder[layer].res1
-        self.encoder[layer].res1 = ResidualFree(self.d_model, old.dropout, old.pre_norm)
+        if cfg.encoder_drop_residual is not None:
+            self.encoder[cfg.encoder_drop_residual].res1.residual = False
 
     def _reset_parameters(self) -> None:
         for p in self.parameters():
@@ -250,19 +225,7 @@ class Transformer(Seq2Seq):
         if self.output_proj is not None:
             nn.init.normal_(self.output_proj.weight, 0.0, self.d_model ** -0.5)
 
-    def flop_params(self) -> tuple[int, int]:
-        enc = sum(p.numel() for m in (self.encoder, self.encoder_norm) for p in m.parameters())
-        dec = sum(p.numel() for m in (self.decoder, self.decoder_norm) for p in m.parameters())
-        kv = sum(p.numel() for layer in self.decoder for p in layer.cross_attn.kv_proj.parameters())
-        return enc + kv, dec - kv + self.tgt_vocab_size * self.d_model   # K, V per source token
-
-    def attention_flops(self, src_lens: np.ndarray, tgt_lens: np.ndarray) -> float:
-        # QK^T and AV: 2 matmuls x 2 FLOPs x d per query-key pair, x3 with the backward
-        s, t = np.asarray(src_lens, np.float64), np.asarray(tgt_lens, np.float64)
-        pairs = len(self.encoder) * (s * s).sum() + len(self.decoder) * (t * t + t * s).sum()
-        return 12.0 * self.d_model * float(pairs)
-
-    def _embed(self, emb: nn.Embedding, ids: Tensor, start: int) -> Tensor:
+    def embed(self, emb: nn.Embedding, ids: Tensor, start: int) -> Tensor:
         """sqrt(d) * E[ids] (E[ids] without ``scale_embedding``) + PE[start:start+T], then
         dropout: [B,T] -> [B,T,d]. Positions past the cached table get a local one (a resized
         buffer would differ between DDP ranks)."""
@@ -279,26 +242,13 @@ class Transformer(Seq2Seq):
         """``src`` [B,S], ``src_mask`` [B,S] -> Encoded(memory [B,S,d], mask); ``need_weights``:
         ``attention`` [B,L,H,S,S] of every layer and head (padded query rows see the real keys)."""
         attn_mask = src_mask[:, None, None, :]
-        x = self._embed(self.src_embed, src, 0)
+        x = self.embed(self.src_embed, src, 0)
         weights = []
         for layer in self.encoder:
             x, w = layer(x, attn_mask, need_weights)
             weights.append(w)
         return Encoded(self.encoder_norm(x), src_mask,
                        attention=torch.stack(weights, 1) if need_weights else None)
-
-    def full_context_pass(self, tgt_in: Tensor, enc: Encoded) -> Tensor:
-        """``model.alignment_full_context``'s pass (Garg et al. 2019, sec. 4; fairseq's
-        ``full_context_alignment``): the alignment [B,T,S] of an extra pass over the whole
-        target ``tgt_in`` [B,T], the self-attention of layers 0..``alignment_layer`` unmasked
-        (but padding), so row t also sees the target tokens from t on. Guided training
-        supervises it and forced alignment reads it; search, which has no future, does not."""
-        x = self._embed(self.tgt_embed, tgt_in, 0)
-        tgt_mask = (tgt_in != self.pad_id)[:, None, None, :]
-        for layer in self.decoder[: self.alignment_layer + 1]:
-            x, weights, _ = layer(x, enc.memory, enc.mask[:, None, None, :], True,
-                                  tgt_mask=tgt_mask)
-        return weights[:, : self.alignment_heads].mean(dim=1)
 
     def init_state(self, enc: Encoded) -> TransformerState:
         """Incremental decoding: every decoder layer's cross-attention K, V of the memory, once."""
@@ -313,16 +263,14 @@ class Transformer(Seq2Seq):
         guided model's supervised heads (Garg et al. 2019, multi-task learning: one head of the
         penultimate layer, row t the step that predicts target token t), which search, the
         evaluator, nmt-align and serving then read as the model's alignment; with
-        ``alignment_full_context``, teacher forcing's is :meth:`full_context_pass`'s (the main
-        pass then keeps its fused kernels), which the translator reads instead of search's."""
+        ``alignment_full_context``, teacher forcing's is the full-context pass's
+        (:mod:`nmt.models.full_context`; the main pass then keeps its fused kernels), which the
+        translator reads instead of search's."""
         everything = check_need_alignment(need_alignment)
-        if state is not None:
-            cross_kv, src_mask, group = state.cross_kv, state.src_attn_mask, state.group
-            if group is None:  # rows in no beam layout: gather the encoder side per row
-                cross_kv = reorder_tensors(cross_kv, state.rows)
-                src_mask, group = src_mask.index_select(0, state.rows), 1
+        if state is not None:   # search: T new positions from the caches
+            cross_kv, src_mask, group = state.encoder_side()
         full = bool(need_alignment) and state is None and self.alignment_full_context
-        x = self._embed(self.tgt_embed, tgt_in, 0 if state is None else state.steps)
+        x = self.embed(self.tgt_embed, tgt_in, 0 if state is None else state.steps)
         cross, selfs, new_kv = [], [], []
         for i, layer in enumerate(self.decoder):   # fused kernels where no weight is read
             want = bool(everything or (need_alignment and not full and i == self.alignment_layer))
@@ -339,7 +287,7 @@ class Transformer(Seq2Seq):
             selfs.append(self_weights)
         alignment = None
         if full:   # the pass above: teacher forcing reads the whole target
-            alignment = self.full_context_pass(tgt_in, enc)
+            alignment = full_context_pass(self, tgt_in, enc)
         elif need_alignment:
             alignment = cross[self.alignment_layer][:, :self.alignment_heads].mean(dim=1)
         if everything:
@@ -347,8 +295,4 @@ class Transformer(Seq2Seq):
         x = self.decoder_norm(x)
         w = self.tgt_embed.weight if self.output_proj is None else self.output_proj.weight
         logits = F.linear(x, w, self.final_logits_bias)   # a fixed bias [V] (Marian's) or None
-        if state is None:
-            return logits, alignment, None
-        return logits, alignment, TransformerState(
-            state.cross_kv, state.src_attn_mask, new_kv, state.steps + tgt_in.size(1),
-            state.rows, state.group)
+        return logits, alignment, None if state is None else state.advanced(new_kv, tgt_in.size(1))

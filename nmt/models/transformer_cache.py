@@ -83,3 +83,17 @@ class TransformerState(DecoderState):
         order = None if self.self_kv is None else (
             index if self.order is None else self.order.index_select(0, index))
         return TransformerState(cross_kv, mask, self.self_kv, self.steps, rows, group, order)
+
+    def encoder_side(self) -> tuple[list, Tensor, int]:
+        """``(cross_kv, src_attn_mask, g)`` as the decoder rows read them: shared by g beams each,
+        or, rows in no beam layout, gathered per row (g = 1)."""
+        if self.group is None:
+            return (reorder_tensors(self.cross_kv, self.rows),
+                    self.src_attn_mask.index_select(0, self.rows), 1)
+        return self.cross_kv, self.src_attn_mask, self.group
+
+    def advanced(self, self_kv: list, new_steps: int) -> TransformerState:
+        """The state after a decode call that appended ``new_steps`` positions: its caches
+        ``self_kv``, all rows in order."""
+        return TransformerState(self.cross_kv, self.src_attn_mask, self_kv,
+                                self.steps + new_steps, self.rows, self.group)

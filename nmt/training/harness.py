@@ -42,7 +42,7 @@ from nmt.training import distributed as dist
 from nmt.training import run
 from nmt.training.ema import WeightAverage
 from nmt.training.hooks import NO_HOOKS, TrainingHooks
-from nmt.training.loss import compiled_label_smoothed_nll, label_smoothed_nll
+from nmt.training.loss import compiled_label_smoothed_nll, label_smoothed_nll, objective
 from nmt.training.optim import build_optimizer, build_schedule
 from nmt.training.progress import Progress
 from nmt.training.throughput import Throughput
@@ -101,7 +101,6 @@ class Harness:
         self.plan = plan or run.RunPlan("fresh")
         # The train section as plain Python values (DictConfig access is slow in a loop).
         self.t = SimpleNamespace(**to_plain(cfg.train))
-        self.guided = is_guided(self.t)   # guided alignment's loss in every step
         self.run_dir = Path(cfg.run_dir)
         self.manager = CheckpointManager(self.run_dir / "checkpoints", self.t.keep_last,
                                          self.t.keep_best)
@@ -212,8 +211,12 @@ class Harness:
                                                machine_info(self.device), info.world_size))
         mode = compile_mode(t, self.device, info.world_size)
         self.train_model: torch.nn.Module = self.model.compiled(mode) if t.compile else self.model
-        # The loss compiled too: fused kernels read the [N, V] logits once each way.
-        self.cross_entropy = compiled_label_smoothed_nll() if t.compile else label_smoothed_nll
+        # One batch's loss, its settings bound once; with train.compile the loss is compiled
+        # too (fused kernels read the [N, V] logits once each way).
+        self.objective = functools.partial(
+            objective, t=t, guided=is_guided(t), autocast=self.autocast,
+            cross_entropy=compiled_label_smoothed_nll() if t.compile else label_smoothed_nll,
+            regulariser=self.hooks.regulariser)
         if info.enabled:
             ids = [self.device.index] if self.device.type == "cuda" else None
             self.train_model = DistributedDataParallel(   # buffers are constants: no broadcast

@@ -19,6 +19,7 @@ R-Drop or SimCut).
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import math
 from collections.abc import Callable
@@ -145,24 +146,26 @@ class Regulariser(Protocol):
                  ) -> tuple[Tensor, dict[str, Tensor], Tensor | None]: ...
 
 
-def objective(model: torch.nn.Module, batch, t, autocast, regulariser: Regulariser | None = None,
-              cross_entropy: Callable = label_smoothed_nll, *, guided: bool
+def objective(model: torch.nn.Module, batch, t, *, guided: bool = False,
+              autocast: Callable = contextlib.nullcontext,
+              cross_entropy: Callable = label_smoothed_nll, regulariser: Regulariser | None = None
               ) -> tuple[Tensor, dict[str, Tensor]]:
-    """One teacher-forced forward of ``batch`` (src [B, S], tgt_in / tgt_out [B, T]) under
-    ``autocast`` and its loss, ``train`` settings ``t``:  L = label-smoothed cross-entropy
-    (section 5.4) [+ lambda * L_align]. Returns ``(objective_sum, parts)``: L in nats summed
-    over the batch's target tokens and its named, detached parts: ``loss`` (smoothed),
-    ``nll``, with ``guided`` alignment (decided once by the caller: :func:`nmt.config.is_guided`;
-    lambda = ``t.alignment_loss_weight``) ``alignment_loss``, and what a ``regulariser`` adds.
-    ``cross_entropy``: :func:`label_smoothed_nll`, or its compiled equal (``train.compile``)."""
+    """The loss of one batch (src [B, S], tgt_in / tgt_out [B, T]) under the ``train``
+    settings ``t``: one teacher-forced forward, L = label-smoothed cross-entropy (section 5.4)
+    [+ lambda * L_align]. Returns ``(objective_sum, parts)``: L in nats summed over the batch's
+    target tokens and its named, detached parts: ``loss`` (smoothed), ``nll``, with ``guided``
+    alignment (:func:`nmt.config.is_guided`; lambda = ``t.alignment_loss_weight``)
+    ``alignment_loss``, and what a ``regulariser`` adds. The trainer binds the rest once:
+    ``autocast`` (a context factory), ``cross_entropy`` (:func:`label_smoothed_nll` or its
+    compiled equal, ``train.compile``) and the training hooks' ``regulariser``."""
     if regulariser is None:
-        with autocast:
+        with autocast():
             logits, alignment = model(batch.src, batch.src_mask, batch.tgt_in,
                                       need_alignment=guided)          # [B, T, V], [B, T, S]
         total, nll = cross_entropy(logits, batch.tgt_out, t.label_smoothing, PAD_ID)
         parts = {"loss": total.detach(), "nll": nll}
     else:
-        total, parts, alignment = regulariser(model, batch, t, autocast, guided)
+        total, parts, alignment = regulariser(model, batch, t, autocast(), guided)
     if guided:   # Garg et al. 2019: the supervised heads' cross-entropy against the links
         align = alignment_loss(alignment, batch.links)
         total = total + t.alignment_loss_weight * align

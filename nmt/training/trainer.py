@@ -43,7 +43,6 @@ from nmt.training import distributed as dist
 from nmt.training import run
 from nmt.training.harness import Harness
 from nmt.training.hooks import NO_HOOKS, TrainingHooks
-from nmt.training.loss import objective
 
 log = logging.getLogger("nmt")
 
@@ -87,9 +86,7 @@ class Trainer(Harness):
             sync = self.train_model.no_sync() if ddp and i < len(mine) - 1 else \
                 contextlib.nullcontext()
             with sync:
-                total, parts = objective(self.train_model, batch, self.t, self.autocast(),
-                                         self.hooks.regulariser, self.cross_entropy,
-                                         guided=self.guided)
+                total, parts = self.objective(self.train_model, batch)
                 loss = total * scale
                 (loss if self.scaler is None else self.scaler.scale(loss)).backward()
             sums = {name: sums.get(name, 0) + value for name, value in parts.items()}

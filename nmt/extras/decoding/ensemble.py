@@ -118,13 +118,6 @@ class Ensemble(Seq2Seq):
             return mixed, alignment, None
         return mixed, alignment, EnsembleState(states, state.steps + tgt_in.size(1))
 
-    def flop_params(self) -> tuple[int, int]:
-        counts = [m.flop_params() for m in self.members]
-        return sum(c[0] for c in counts), sum(c[1] for c in counts)
-
-    def attention_flops(self, src_lens, tgt_lens) -> float:
-        return sum(m.attention_flops(src_lens, tgt_lens) for m in self.members)
-
 
 def ensemble_translator(paths: Sequence[str | Path], device: str | torch.device = "cpu",
                         weights: str = "inference") -> Translator:
