@@ -47,7 +47,7 @@ CHECKPOINT_VERSION = 1
 # The layout of the stored config (``config_version``). When a key is renamed, moved, removed or
 # given a new meaning, bump it and add a migration from version k to k + 1 to MIGRATIONS; a key
 # that is only added needs none (upgrade_config fills in today's default).
-CONFIG_VERSION = 2
+CONFIG_VERSION = 3
 
 
 def _drop_data_name(tree: dict) -> dict:
@@ -56,7 +56,16 @@ def _drop_data_name(tree: dict) -> dict:
     return {**tree, "data": data}
 
 
-MIGRATIONS: dict[int, Callable[[dict], dict]] = {1: _drop_data_name}
+def _alpha_of_the_method(tree: dict) -> dict:
+    """2 -> 3: ``train.consistency_alpha`` defaults to null, each method's own value; a run
+    without a regulariser stored 5.0, which meant nothing: null. A method's stored value stays."""
+    train = dict(tree.get("train") or {})
+    if train.get("consistency", "none") == "none" and "consistency_alpha" in train:
+        train["consistency_alpha"] = None
+    return {**tree, "train": train}
+
+
+MIGRATIONS: dict[int, Callable[[dict], dict]] = {1: _drop_data_name, 2: _alpha_of_the_method}
 
 # Keys added after a checkpoint may have been written, whose absence means "off" and whose
 # current default is on for some model (the Transformer recipe's train.ema_decay=0.999): an

@@ -100,6 +100,8 @@ class CorpusSchema:   # one of data.corpora
     weight: float = 1.0
     format: DataFormat | None = None   # null: data.format
     pairs: list[str] | None = None     # the directions it holds; null: every one of data.pairs
+    synthetic: bool | None = None      # back-translated; null: nmt-backtranslate's report,
+                                       # {split}.backtranslation.json, lies in its root
 
 
 @dataclass
@@ -138,7 +140,7 @@ class TrainSchema:
     save_every_steps: int | None = MISSING
     label_smoothing: float = MISSING
     consistency: Consistency = MISSING
-    consistency_alpha: float = MISSING
+    consistency_alpha: float | None = MISSING
     cutoff_p: float = MISSING
     alignment_loss_weight: float = MISSING
     optimizer: Optimizer = MISSING
@@ -251,6 +253,12 @@ def _check_sampling(tok: DictConfig) -> None:
                           "data.tokenizer.type=bpe (a merge-dropping probability).")
     if not (nbest == -1 or nbest >= 2):
         raise ConfigError(f"data.tokenizer.nbest_size={nbest} samples nothing: use -1 or >= 2.")
+
+
+# train.consistency_alpha=null: each method's published weight of its KL term (R-Drop, Liang et
+# al. 2021, eq. 3 on translation; SimCut, Gao et al. 2022, IWSLT; CrossConST, Gao et al. 2023,
+# its IWSLT17 fine-tuning).
+CONSISTENCY_ALPHA = {"rdrop": 5.0, "simcut": 3.0, "crossconst": 0.25}
 
 
 def has_consistency(train: Any) -> bool:
@@ -434,6 +442,12 @@ def validate(cfg: DictConfig) -> DictConfig:
         }
     )
     data, train = out.data, out.train
+    for c in data.corpora:   # the evaluator labels what only they hold "zero-resource"
+        if c.synthetic is None:
+            c.synthetic = (Path(str(c.root or data.root)) / f"{c.split}.backtranslation.json"
+                           ).is_file()
+    if train.consistency_alpha is None and has_consistency(train):
+        train.consistency_alpha = CONSISTENCY_ALPHA[str(train.consistency)]
     check_positive(out, "data.tokenizer.vocab_size", "data.tokenizer.input_sentence_size",
                    "data.max_len", "data.max_len_ratio", "data.max_train_pairs",
                    *(f"data.corpora[{k}].weight" for k in range(len(data.corpora))))

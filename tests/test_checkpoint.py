@@ -137,6 +137,7 @@ def test_checkpoint_of_2026_11_22_loads_and_translates():
     expected = json.loads(GOLDEN.with_suffix(".json").read_text(encoding="utf-8"))
     model, tok, cfg = load_for_inference(GOLDEN)
     assert cfg.model.d_model == 32 and cfg.train.resume == "auto"   # a key added since: defaulted
+    assert cfg.train.consistency_alpha is None                       # 5.0 then, unused: null
     assert cfg.data.pairs is None and directions(cfg.data) == [("de", "en")]   # bilingual: no tags
     for name, beam in (("greedy", 1), ("beam3", 3)):
         search = {"beam_size": beam, "length_penalty": 1.0, "max_len_a": 1.5, "max_len_b": 10,
@@ -165,6 +166,12 @@ def test_upgrade_config_fills_new_keys_and_runs_migrations(monkeypatch):
     assert upgrade_config(transformer).train.ema_decay == 0.999
     del transformer["train"]["ema_decay"]
     assert upgrade_config(transformer).train.ema_decay is None
+    # 2 -> 3: a run without a regulariser stored consistency_alpha 5.0, now null; a method keeps
+    # the weight it trained with.
+    for method, stored, upgraded in (("none", 5.0, None), ("rdrop", 5.0, 5.0)):
+        old = {**saved, "train": {**saved["train"], "consistency": method,
+                                  "consistency_alpha": stored}}
+        assert upgrade_config(old, version=2).train.consistency_alpha == upgraded
     # A renamed key: version 1 -> 2 moves train.lr to train.peak_lr (simulated).
     monkeypatch.setattr(config, "CONFIG_VERSION", 2)
     monkeypatch.setitem(config.MIGRATIONS, 1, lambda t: {**t, "train": {

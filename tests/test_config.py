@@ -113,6 +113,17 @@ def test_nan_and_inf_are_refused_naming_the_key(key, bound, value):
     assert "\n" not in str(err.value)
 
 
+@pytest.mark.parametrize(("overrides", "alpha"), [
+    ([], None),                                                    # no regulariser: no weight
+    (["train.consistency=rdrop"], 5.0),                            # R-Drop, eq. 3
+    (["train.consistency=simcut"], 3.0),                           # SimCut, IWSLT
+    (["data=multi30k_multi", "train.consistency=crossconst"], 0.25),   # CrossConST's authors
+    (["data=multi30k_multi", "train.consistency=crossconst", "train.consistency_alpha=1.5"], 1.5),
+])
+def test_consistency_alpha_follows_the_method_unless_set(overrides, alpha):
+    assert compose_config(overrides).train.consistency_alpha == alpha
+
+
 def test_unknown_group_option_is_a_config_error():
     with pytest.raises(ConfigError, match="model/foo"):
         compose_config(["model=foo"])

@@ -89,6 +89,24 @@ def test_corpora_are_read_after_the_training_split_into_one_cache(tmp_path):
     assert [p[3] for p in training_pairs(corpora, links=str(links))] == [0] * 20 + [1] * 30
 
 
+def test_a_tagged_corpus_without_bt_tag_is_refused_naming_it(tmp_path):
+    """Sources that start with <BT> (nmt-backtranslate tag=true) need data.tokenizer.bt_tag."""
+    corpus = write_corpus(tmp_path / "corpus", {"train": 20, "val": 5})
+    _extra(tmp_path / "bt", n=10)
+    src = tmp_path / "bt" / "extra.de"
+    src.write_text("".join(f"<BT> {line}\n" for line in src.read_text().splitlines()))
+    base = [f"data.root={corpus}", f"data.cache_dir={tmp_path / 'cache'}",
+            "data.tokenizer.vocab_size=100", f"data.corpora=[{{split: extra, root: {src.parent}}}]"]
+    with pytest.raises(ConfigError, match=re.escape(
+            f"{src.parent} split extra (de-en): its sources start with <BT> (a tagged "
+            "back-translation), but data.tokenizer.bt_tag=false")):
+        prepare_data(compose_config(base).data)
+    data = prepare_data(compose_config(base + ["data.tokenizer.bt_tag=true"]).data)
+    rows = np.flatnonzero(data.train.groups == 1)
+    assert len(rows) > 0 and all(data.tokenizer.bt_tag_id in data.train.src_ids(i)[:2]
+                                 for i in rows)   # "▁", "<BT>": one piece
+
+
 def cfg_corpora(tmp_path):
     return [f"data.corpora=[{{split: extra, root: {tmp_path / 'other'}, weight: 4}}]"]
 

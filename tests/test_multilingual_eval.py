@@ -401,9 +401,9 @@ def test_translate_cli_tgt_lang_and_pivot(trained, multi, tmp_path, capsys):
     inp = tmp_path / "in.de"
     inp.write_text("\n".join(SOURCES) + "\n", encoding="utf-8")
     for extra, want in (
-            (["tgt_lang=fr"], multi.translate(SOURCES, tgt_lang="fr", **SHORT)),
-            (["tgt_lang=fr", "pivot=en"], Pivot(multi, "en").translate(SOURCES, tgt_lang="fr",
-                                                                      **SHORT))):
+            (["src_lang=de", "tgt_lang=fr"], multi.translate(SOURCES, tgt_lang="fr", **SHORT)),
+            (["src_lang=de", "tgt_lang=fr", "pivot=en"],
+             Pivot(multi, "en").translate(SOURCES, tgt_lang="fr", **SHORT))):
         out = tmp_path / "out.txt"
         assert cli_translate.main([f"checkpoint={trained['source']}", f"input={inp}",
                                    f"output={out}", "max_len_a=0", "max_len_b=6", "device=cpu",

@@ -19,8 +19,8 @@ of L' -> L. ``pivot=en`` (a multilingual model, no ``input``) writes the zero-sh
 lines, blank translations and lines over ``max_len`` subwords are skipped and counted; a
 progress line goes to stderr per ``chunk_lines`` lines, the counts are printed at the end and
 kept in ``{split}.backtranslation.json`` beside the corpus. A missing or empty input or a bad
-setting is a one-line error before the model loads, an existing output file or a direction the
-model cannot translate one before any line is read. Options:
+setting is a one-line error before the model loads, an existing output file (or
+report) or a direction the model cannot translate one before any line is read. Options:
 configs/backtranslate.yaml (``nmt-backtranslate --help``).
 """
 
@@ -39,6 +39,7 @@ from nmt.cli.common import (
     decode_settings,
     load_translator,
     log_to_stderr,
+    require_direction,
     run_app,
     run_task,
 )
@@ -73,11 +74,19 @@ def _check(cfg: DictConfig) -> DictConfig:
 
 
 def _run(cfg: DictConfig) -> None:
-    from nmt.extras.decoding.backtranslate import backtranslate, backtranslate_pivot
+    from nmt.extras.decoding.backtranslate import (
+        backtranslate,
+        backtranslate_pivot,
+        refuse_existing,
+    )
     from nmt.runtime import ensure_writable_dir, write_json_atomic
 
     ensure_writable_dir(cfg.out_dir, "out_dir")
+    report_path = Path(cfg.out_dir) / f"{cfg.split}.backtranslation.json"
+    refuse_existing([report_path])   # before the model loads
     translator = load_translator(cfg)
+    if not cfg.pivot:
+        require_direction(cfg, translator)
     settings = translator.search_settings(**decode_settings(cfg))
     data = translator.config.data
     common = {"tag": bool(cfg.tag), "max_len": cfg.max_len, "chunk_lines": int(cfg.chunk_lines)}
@@ -94,7 +103,7 @@ def _run(cfg: DictConfig) -> None:
     max_len = int(cfg.max_len or data.max_len)
     for name, report in reports.items():
         print(f"nmt-backtranslate: {name}: {report.summary(max_len)}", file=sys.stderr)
-    write_json_atomic(Path(cfg.out_dir) / f"{cfg.split}.backtranslation.json", {
+    write_json_atomic(report_path, {
         "checkpoint": checkpoint_paths(cfg) if cfg.engine == "pytorch" else str(cfg.model_dir),
         "pivot": cfg.pivot, "input": cfg.input, "tag": bool(cfg.tag), "max_len": max_len,
         "settings": dict(settings),

@@ -30,6 +30,7 @@ from nmt.config import (
     SearchSchema,
     compose_config,
     finish_config,
+    is_multilingual,
     to_plain,
     validate_decoding,
 )
@@ -233,6 +234,17 @@ def check_engine(cfg: DictConfig) -> DictConfig:
                               "add engine=ctranslate2, or give checkpoint=PATH.")
         require(cfg, "checkpoint")
     return cfg
+
+
+def require_direction(cfg: DictConfig, translator) -> None:
+    """ConfigError unless ``cfg`` names ``src_lang`` and ``tgt_lang`` for a multilingual model
+    (its ``data.src_lang`` / ``tgt_lang`` are only the training's defaults: translating every
+    input as that direction is silently wrong for any other)."""
+    data = translator.config.data
+    if is_multilingual(data) and not (cfg.src_lang and cfg.tgt_lang):
+        pairs = ", ".join(f"{s}-{t}" for s, t in translator.directions)
+        raise ConfigError(f"a multilingual model (trained on {pairs}): name the direction with "
+                          "src_lang= and tgt_lang= (pivot=LANG for one it was not trained on).")
 
 
 def load_translator(cfg: DictConfig):

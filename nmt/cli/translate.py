@@ -3,7 +3,7 @@
     nmt-translate checkpoint=runs/tf/checkpoints/best.pt < input.de > output.en
     nmt-translate checkpoint=... input=input.de output=output.en beam_size=5
     nmt-translate engine=ctranslate2 model_dir=runs/tf/ct2 < input.de > output.en   # nmt-export
-    nmt-translate checkpoint=runs/multi/checkpoints/best.pt tgt_lang=fr < input.de > output.fr
+    nmt-translate checkpoint=runs/multi/checkpoints/best.pt src_lang=de tgt_lang=fr < input.de
     nmt-translate checkpoint=runs/multi/checkpoints/best.pt src_lang=de tgt_lang=fr pivot=en \\
         < input.de
     nmt-translate checkpoint=... decoding=mbr mbr.num=16 < input.de > output.en   # MBR
@@ -14,8 +14,8 @@ written (and flushed) in input order before the next is read, so output starts e
 lone ``\\r`` stays), so output line i belongs to input line i as ``wc -l`` counts them, and an empty
 line gives an empty line. With ``n_best=N`` (N > 1) each input line gives N lines ``i |||
 translation ||| score`` (Moses n-best format: ``i`` the 0-based input line, best first, score =
-length-penalised log-probability). A multilingual model translates into ``tgt_lang`` (default: its
-``data.tgt_lang``; ``src_lang`` is checked), through ``pivot`` if given
+length-penalised log-probability). A multilingual model needs the direction, ``src_lang`` and
+``tgt_lang`` (the source language is checked, the target's tag given), through ``pivot`` if given
 (:class:`nmt.extras.decoding.pivot.Pivot`). ``decoding=mbr`` translates by minimum-Bayes-risk
 decoding (:class:`nmt.extras.decoding.mbr.MbrTranslator`, the ``mbr.*`` settings). Options:
 configs/translate.yaml (``nmt-translate --help``).
@@ -39,6 +39,7 @@ from nmt.cli.common import (
     check_engine,
     decode_settings,
     load_translator,
+    require_direction,
     run_app,
     run_task,
 )
@@ -89,6 +90,7 @@ def _run(cfg: DictConfig) -> None:
         from nmt.extras.decoding.mbr import MbrTranslator
 
         translator = MbrTranslator(translator, to_plain(cfg.mbr))
+    require_direction(cfg, translator)
     if cfg.src_lang or cfg.tgt_lang or cfg.pivot:   # checked before any input is read
         from nmt.extras.decoding.pivot import Pivot, check_direction
 

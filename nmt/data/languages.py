@@ -50,12 +50,14 @@ def directions(data_cfg: Any) -> list[tuple[str, str]]:
     return parse_pairs(pairs)
 
 
-def trained_directions(data_cfg: Any) -> list[tuple[str, str]]:
+def trained_directions(data_cfg: Any, real: bool = False) -> list[tuple[str, str]]:
     """The directions of ``data_cfg`` some training corpus holds (``data.train_pairs``,
     ``data.corpora[k].pairs``; null: every direction), in :func:`directions` order; the
-    others were validated only: zero-shot directions for evaluation and serving."""
-    held = [_get(data_cfg, "train_pairs")]
-    held += [_get(c, "pairs") for c in _get(data_cfg, "corpora") or ()]
+    others were validated only: zero-shot directions for evaluation and serving. ``real``:
+    only those a corpus of real pairs holds, not only ``synthetic`` ones (back-translated:
+    zero-resource directions)."""
+    corpora = [c for c in _get(data_cfg, "corpora") or () if not (real and _get(c, "synthetic"))]
+    held = [_get(data_cfg, "train_pairs")] + [_get(c, "pairs") for c in corpora]
     if any(pairs is None for pairs in held):
         return directions(data_cfg)
     return [d for d in directions(data_cfg) if any(d in parse_pairs(p) for p in held)]

@@ -27,6 +27,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
+from nmt.config import ConfigError
 from nmt.data.corpus import (
     Corpus,
     CorpusError,
@@ -37,6 +38,7 @@ from nmt.data.corpus import (
     training_corpora,
 )
 from nmt.data.languages import (
+    BT_TAG,
     add_tag,
     directions,
     is_multilingual,
@@ -349,6 +351,21 @@ def training_groups(data_cfg: Any, corpora: Sequence[Corpus]
     return groups
 
 
+def check_bt_tag(data_cfg: Any, groups: Sequence[tuple[tuple[str, str], Corpus]]) -> None:
+    """ConfigError when a training corpus's first source starts with ``<BT>`` (a tagged
+    back-translation, ``nmt-backtranslate tag=true``) and ``data.tokenizer.bt_tag`` is false:
+    the tag would be cut into subwords of text, and no input would carry it as one token."""
+    if data_cfg.tokenizer.get("bt_tag"):
+        return
+    for pair, corpus in groups:
+        first = next(iter_parallel(corpus.data, corpus.split, pair), None)
+        if first is not None and first[0].startswith(BT_TAG + " "):
+            raise ConfigError(
+                f"{corpus.data.root} split {corpus.split} ({'-'.join(pair)}): its sources start "
+                f"with {BT_TAG} (a tagged back-translation), but data.tokenizer.bt_tag=false "
+                "would cut the tag into subwords: set data.tokenizer.bt_tag=true.")
+
+
 def prepare_data(data_cfg: Any, tokenizer: Tokenizer | None = None) -> PreparedData:
     """The tokenizer and the tokenized, cached training and validation splits of ``data_cfg``.
     ``tokenizer`` (fine-tuning's, or ``data.tokenizer.model``'s) is used as it is; else one is
@@ -362,6 +379,7 @@ def prepare_data(data_cfg: Any, tokenizer: Tokenizer | None = None) -> PreparedD
         directions(data_cfg)
     corpora = training_corpora(data_cfg)   # data.corpora, prepared once
     groups = training_groups(data_cfg, corpora)
+    check_bt_tag(data_cfg, groups)
     fingerprints = [split_fingerprint(c.data, c.split, pair) for c in corpora
                     for pair in pairs if c.holds(pair)]
     train_id = cache_key(fingerprints[0] if len(fingerprints) == 1 else fingerprints,

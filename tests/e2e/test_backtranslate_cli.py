@@ -93,6 +93,21 @@ def test_pivot_writes_the_zero_shot_pairs_of_a_multilingual_model(tmp_path, caps
                      "chunk_lines=16"]) == 0
     err = capsys.readouterr().err
     assert "fr-de: 40 lines -> 40 pairs" in err and "de-fr: 40 lines -> 40 pairs" in err
+    # without a direction, a multilingual model is refused (it translated as its data.src_lang /
+    # tgt_lang, de-en, whatever the input), by nmt-backtranslate and nmt-translate alike
+    from nmt.cli import translate
+
+    ckpt = tmp_path / "m" / "checkpoints" / "last.pt"
+    mono = _mono(tmp_path / "mono.en", corpus, n=4)
+    for main, prog, args in ((cli.main, "nmt-backtranslate", [f"out_dir={tmp_path / 'bt'}"]),
+                             (translate.main, "nmt-translate", [])):
+        for direction in ([], ["tgt_lang=de"]):
+            assert main([f"checkpoint={ckpt}", f"input={mono}", *args, *direction]) == 2
+            assert "a multilingual model (trained on de-en, en-de, fr-en, en-fr): name the " \
+                "direction with src_lang= and tgt_lang=" in user_error(capsys, prog)
+    assert translate.main([f"checkpoint={ckpt}", f"input={mono}", "src_lang=en", "tgt_lang=de",
+                           f"output={tmp_path / 'out.de'}"]) == 0
+    assert len((tmp_path / "out.de").read_text(encoding="utf-8").splitlines()) == 6
     for x, y in (("fr", "de"), ("de", "fr")):   # x: English translated into x; y: real
         rows = [r.split("\t") for r in (out / f"train.{x}-{y}.tsv").read_text(
             encoding="utf-8").splitlines()]
@@ -122,6 +137,15 @@ def test_pivot_writes_the_zero_shot_pairs_of_a_multilingual_model(tmp_path, caps
     counts = np.bincount(groups).tolist()
     assert counts[:4] == [40] * 4 and len(counts) == 6 and min(counts[4:]) > 0
     assert (run / "checkpoints" / "last.pt").is_file()
+    # its corpus holds nmt-backtranslate's report: synthetic, so what only it holds is
+    # zero-resource to the evaluator (not supervised), the untrained rest zero-shot
+    from nmt.extras.decoding.multilingual import direction_kind
+    from nmt.inference.translator import Translator
+
+    zr = Translator.from_checkpoint(run / "checkpoints" / "last.pt")
+    assert zr.config.data.corpora[0].synthetic is True
+    assert [direction_kind(zr, *d) for d in (("de", "en"), ("de", "fr"), ("fr", "de"))] == [
+        "supervised", "zero-resource", "zero-resource"]
 
 
 def test_it_streams_chunk_by_chunk(en_de, tmp_path):
@@ -150,6 +174,24 @@ def test_it_streams_chunk_by_chunk(en_de, tmp_path):
     assert asked == [3, 3, 3, 1] and max(ahead) == 2 and report.pairs == 10
 
 
+def test_sampling_draws_each_chunk_from_the_runs_one_generator(en_de, tmp_path):
+    """One line six times in chunks of two: each chunk samples with its own seed from the run's
+    generator (one seed for every chunk gave [a, b, a, b, a, b]); the run repeats with its seed."""
+    from nmt.extras.decoding.backtranslate import backtranslate
+    from nmt.inference.translator import Translator
+
+    translator = Translator.from_checkpoint(en_de[0])
+    settings = translator.search_settings(sampling=True, top_k=0, seed=3)
+    runs = []
+    for k in range(2):
+        backtranslate(translator, ["A dog runs in the snow ."] * 6, tmp_path / str(k), "bt",
+                      settings, chunk_lines=2)
+        runs.append((tmp_path / str(k) / "bt.de").read_text(encoding="utf-8").splitlines())
+    assert runs[0] == runs[1]
+    chunks = [runs[0][i:i + 2] for i in (0, 2, 4)]
+    assert chunks[0] != chunks[1] and chunks[1] != chunks[2]
+
+
 def test_bad_input_is_one_line_and_writes_nothing(en_de, tmp_path, capsys):
     ckpt, corpus = en_de
     (tmp_path / "empty.en").write_bytes(b"")
@@ -174,6 +216,11 @@ def test_bad_input_is_one_line_and_writes_nothing(en_de, tmp_path, capsys):
     (tmp_path / "o" / "bt.de").write_text("x\n")
     assert cli.main(args + [f"input={corpus / 'train.en'}"]) == 2
     assert "bt.de exists" in user_error(capsys, "nmt-backtranslate")
+    (tmp_path / "o" / "bt.de").unlink()
+    (tmp_path / "o" / "bt.backtranslation.json").write_text("{}\n")   # another run's report
+    assert cli.main(args + [f"input={corpus / 'train.en'}"]) == 2
+    assert "bt.backtranslation.json exists: nmt-backtranslate does not overwrite a corpus or its " \
+        "report" in user_error(capsys, "nmt-backtranslate")
 
 
 def test_bt_tag_with_a_given_tokenizer_without_it_is_refused(en_de, tmp_path):

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import itertools
 import logging
+import random
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
@@ -75,11 +76,12 @@ def corpus_files(out_dir: str | Path, split: str, src: str, tgt: str, fmt: str) 
             "tsv-pairs": [out / f"{split}.{src}-{tgt}.tsv"]}[fmt]
 
 
-def _refuse_existing(paths: Iterable[Path]) -> None:
+def refuse_existing(paths: Iterable[Path]) -> None:
+    """ConfigError naming the first of ``paths`` that exists (a corpus or its report)."""
     for path in paths:
         if path.exists():
-            raise ConfigError(f"{path} exists: nmt-backtranslate does not overwrite a corpus; give "
-                              "another split= or out_dir=, or delete it.")
+            raise ConfigError(f"{path} exists: nmt-backtranslate does not overwrite a corpus or "
+                              "its report; give another split= or out_dir=, or delete it.")
 
 
 @contextmanager
@@ -120,6 +122,16 @@ def _kept(tokenizer, texts: Sequence[str], first_line: int, max_len: int,
     return keep
 
 
+def _seeds(settings: Mapping) -> Iterator[Mapping]:
+    """``settings`` for each translate call of a run: with sampling, each call's own seed drawn
+    from the run's one generator (seeded with ``settings["seed"]``), so a line repeated in
+    another chunk gets another sample (one seed for every call would repeat it) and the run is
+    a function of seed, input and ``chunk_lines``."""
+    rng = random.Random(settings["seed"] if settings["sampling"] else 0)
+    while True:
+        yield {**settings, "seed": rng.randrange(2**31)} if settings["sampling"] else settings
+
+
 def _synthetic(translator, texts: list[str], settings: Mapping, src: str | None, tgt: str | None,
                tag: bool) -> list[str | None]:
     """Each text's translation (``src`` -> ``tgt``), ``<BT> `` first with ``tag``; None: blank."""
@@ -144,16 +156,16 @@ def backtranslate(translator, lines: Iterable[str], out_dir: str | Path, split: 
     src, tgt = str(src_lang or data.src_lang), str(tgt_lang or data.tgt_lang)
     check_direction(translator, src, tgt)
     paths = corpus_files(out_dir, split, tgt, src, fmt)
-    _refuse_existing(paths)
+    refuse_existing(paths)
     max_len = int(max_len or data.max_len)
-    report, stream = Report(), iter(lines)
+    report, stream, seeds = Report(), iter(lines), _seeds(settings)
     with _writer(paths) as write:
         while chunk := list(itertools.islice(stream, chunk_lines)):
             first, report.lines = report.lines + 1, report.lines + len(chunk)
             keep = _kept(translator.tokenizer, chunk, first, max_len, report)
             texts = [chunk[k] for k in keep]
-            pairs = [(s, t) for s, t in zip(_synthetic(translator, texts, settings, src, tgt, tag)
-                                            if texts else [], texts, strict=True) if s is not None]
+            synthetic = _synthetic(translator, texts, next(seeds), src, tgt, tag) if texts else []
+            pairs = [(s, t) for s, t in zip(synthetic, texts, strict=True) if s is not None]
             report.blank += len(texts) - len(pairs)
             report.pairs += len(pairs)
             write(pairs)
@@ -201,9 +213,9 @@ def backtranslate_pivot(translator, data_cfg: Any, input_split: str, out_dir: st
             check_direction(translator, pivot, x)
     paths = {f"{x}-{y}": corpus_files(out_dir, split, x, y, "tsv-pairs")
              for y, (_, xs) in jobs.items() for x in xs}
-    _refuse_existing(p for ps in paths.values() for p in ps)
+    refuse_existing(p for ps in paths.values() for p in ps)
     max_len = int(max_len or data_cfg.max_len)
-    reports = {name: Report() for name in paths}
+    reports, seeds = {name: Report() for name in paths}, _seeds(settings)
     with ExitStack() as stack:   # every file renamed into place at the end, or none
         writers = {name: stack.enter_context(_writer(p)) for name, p in paths.items()}
         for y, (direction, xs) in jobs.items():
@@ -216,8 +228,8 @@ def backtranslate_pivot(translator, data_cfg: Any, input_split: str, out_dir: st
                 keep = _kept(translator.tokenizer, texts, first, max_len, shared)
                 for x in xs:
                     report = reports[f"{x}-{y}"]
-                    synthetic = _synthetic(translator, [texts[k] for k in keep], settings, pivot,
-                                           x, tag) if keep else []
+                    synthetic = _synthetic(translator, [texts[k] for k in keep], next(seeds),
+                                           pivot, x, tag) if keep else []
                     pairs = [(s, chunk[k][1 - side]) for s, k in zip(synthetic, keep, strict=True)
                              if s is not None]
                     report.lines, report.pairs = read, report.pairs + len(pairs)

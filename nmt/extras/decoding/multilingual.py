@@ -8,7 +8,8 @@ src_lang=de tgt_lang=fr``, ``directions=all``, ``pivot=en``).
     off_target(["Un chien .", "A dog ."], "fr", ["de", "en", "fr"])   # [False, True]
     off_target_percent([False, True])                                   # 50.0
 
-A direction is *supervised* when the model was trained on it (``data.pairs``), *zero-shot*
+A direction is *supervised* when the model was trained on real pairs of it, *zero-resource*
+when only on synthetic (back-translated, ``data.corpora[k].synthetic``) ones, *zero-shot*
 when both languages are the model's, the target one of its target languages (it has a tag),
 but the pair was not trained (Johnson et al. 2017, sec. 5). The *off-target rate* is the
 share of outputs whose language, as py3langid (Lui and Baldwin 2012, langid.py) identifies
@@ -28,6 +29,7 @@ from typing import Any
 
 from nmt.config import ConfigError
 from nmt.data.corpus import CorpusError, check_split, iter_parallel, with_root
+from nmt.data.languages import trained_directions
 from nmt.evaluation.evaluate import Evaluation, evaluate_split, write_outputs
 from nmt.extras.decoding.pivot import Pivot
 from nmt.inference.translator import direction_tags
@@ -68,9 +70,15 @@ def off_target_percent(flags: Sequence[bool]) -> float:
     return round(100.0 * sum(flags) / len(flags), 2) if flags else 0.0
 
 
+KINDS = ("supervised", "zero-resource", "zero-shot")
+
+
 def direction_kind(translator, src_lang: str, tgt_lang: str) -> str:
-    """``supervised`` (a trained direction) or ``zero-shot``."""
-    return "supervised" if (src_lang, tgt_lang) in translator.directions else "zero-shot"
+    """``supervised`` (trained on real pairs), ``zero-resource`` (trained on synthetic pairs
+    only: ``data.corpora[k].synthetic``) or ``zero-shot`` (not trained)."""
+    if (src_lang, tgt_lang) in trained_directions(translator.config.data, real=True):
+        return "supervised"
+    return "zero-resource" if (src_lang, tgt_lang) in translator.directions else "zero-shot"
 
 
 def read_direction(data_cfg: Any, split: str, src_lang: str, tgt_lang: str,
@@ -87,7 +95,8 @@ def split_directions(translator, data_cfg: Any, split: str, root: str | None = N
     """Every ordered pair of the model's languages that it can translate (the target has a
     tag: :func:`~nmt.inference.translator.direction_tags`) and ``split`` has, found before any
     is read (:func:`~nmt.data.corpus.check_split`: both files, or both languages of the
-    dataset): trained directions first, then zero-shot ones, each group in sorted order."""
+    dataset): supervised directions first, then zero-resource and zero-shot ones
+    (:func:`direction_kind`), each group in sorted order."""
     found, data = [], with_root(data_cfg, root)
     for src in translator.languages:
         for tgt in translator.languages:
@@ -97,7 +106,7 @@ def split_directions(translator, data_cfg: Any, split: str, root: str | None = N
             except (ConfigError, CorpusError):
                 continue
             found.append((src, tgt))
-    return sorted(found, key=lambda d: (direction_kind(translator, *d) != "supervised", d))
+    return sorted(found, key=lambda d: (KINDS.index(direction_kind(translator, *d)), d))
 
 
 def evaluate_direction(translator, sources: Sequence[str], references: Sequence[str],
@@ -170,7 +179,7 @@ def directions_table(rows: Sequence[dict]) -> str:
 
     lines += [f"| {r['src']}-{r['tgt']} | {r['direction']} | {r['bleu']:.2f} | {r['chrf']:.2f} | "
               f"{rate(r['off_target_percent'])} | {r['pivot'] or ''} |" for r in rows]
-    for kind in ("supervised", "zero-shot"):
+    for kind in KINDS:
         group = [r for r in rows if r["direction"] == kind]
         if group:
             mean = {k: None if any(r[k] is None for r in group) else
