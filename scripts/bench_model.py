@@ -83,6 +83,7 @@ Reported (last line, ``key=value``; with an A/B option also ``eager_``/``compile
 from __future__ import annotations
 
 import argparse
+import functools
 import statistics
 import sys
 import time
@@ -182,9 +183,9 @@ def main(argv: list[str] | None = None) -> dict:
         reg = regulariser(t)
         cutoff = add_token_cutoff(model, t.cutoff_p) if t.consistency == "simcut" else []
         loss_fn = label_smoothed_nll if fwd is model else compiled_label_smoothed_nll()
-        total, _ = objective(fwd, b, t, torch.autocast(device.type, dtype=torch.bfloat16,
-                                                       enabled=bf16), reg, loss_fn,
-                             guided=is_guided(t))
+        amp = functools.partial(torch.autocast, device.type, dtype=torch.bfloat16, enabled=bf16)
+        total, _ = objective(fwd, b, t, guided=is_guided(t), autocast=amp, cross_entropy=loss_fn,
+                             regulariser=reg)
         for hook in cutoff:
             hook.remove()
         loss = total / b.n_tgt_tokens

@@ -379,7 +379,6 @@ def prepare_data(data_cfg: Any, tokenizer: Tokenizer | None = None) -> PreparedD
         directions(data_cfg)
     corpora = training_corpora(data_cfg)   # data.corpora, prepared once
     groups = training_groups(data_cfg, corpora)
-    check_bt_tag(data_cfg, groups)
     fingerprints = [split_fingerprint(c.data, c.split, pair) for c in corpora
                     for pair in pairs if c.holds(pair)]
     train_id = cache_key(fingerprints[0] if len(fingerprints) == 1 else fingerprints,
@@ -404,6 +403,7 @@ def prepare_data(data_cfg: Any, tokenizer: Tokenizer | None = None) -> PreparedD
     if path.is_file():
         log.info("%s: token cache hit %s", split, path)
     else:
+        check_bt_tag(data_cfg, groups)   # what a cache holds was checked when it was written
         if multi:
             stream = itertools.chain.from_iterable(
                 ((s, t, g) for s, t, _ in training_pairs([c], direction=pair))
