@@ -19,6 +19,12 @@
 # data.tgt_lang), then evaluates every direction of both splits with beam 5
 # (nmt-evaluate directions=all: supervised and zero-shot, BLEU, chrF, off-target rate; one
 # table, eval/<split>/directions.md) and plots the default direction's test alignments.
+# With ZERO_RESOURCE=1 it then fine-tunes the model for its zero-shot directions
+# (docs/multilingual.md): nmt-backtranslate pivot=$PIVOT (default en; greedy) translates the
+# pivot side of each training pair into every other language, the model is fine-tuned from
+# best.pt on the real pairs and these synthetic ones ($ZR_STEPS steps, default 1000, at a
+# constant learning rate of $ZR_LR, default 5e-4), and every direction of the test split is
+# scored direct, beside the base model through the pivot: zero_resource/table.md.
 set -euo pipefail
 
 model="${1:?usage: bash scripts/run_multi30k.sh transformer|rnn [nmt-train overrides ...]}"
@@ -58,6 +64,29 @@ if [[ "${multilingual}" == true ]]; then
     out="${run_dir}/eval/heatmaps"
   echo "== results (${test_split}, beam 5)"
   cat "${run_dir}/eval/${test_split}/directions.md"
+  [[ "${ZERO_RESOURCE:-0}" == 1 ]] || exit 0
+
+  pivot="${PIVOT:-en}" zr="${run_dir}/zero_resource"
+  echo "== back-translate: the ${pivot} side of each training pair into every other language"
+  rm -rf "${zr}"
+  nmt-backtranslate checkpoint="${ckpt}" pivot="${pivot}" split=train out_dir="${zr}/bt" \
+    beam_size=1
+  synthetic="$(python -c 'import json, sys; print(",".join(json.load(open(sys.argv[1]))
+    ["directions"]))' "${zr}/bt/train.backtranslation.json")"
+  real="$(tr -d "[]' " <<< "${pairs}")"
+  echo "== fine-tune on the real directions and the synthetic ${synthetic}"
+  nmt-train "${overrides[@]}" train.init_from="${ckpt}" "data.pairs=[${real},${synthetic}]" \
+    "data.train_pairs=[${real}]" \
+    "data.corpora=[{split: train, root: ${zr}/bt, format: tsv, pairs: [${synthetic}]}]" \
+    train.max_steps="${ZR_STEPS:-1000}" train.max_minutes=null train.schedule=constant \
+    train.lr="${ZR_LR:-0.0005}" train.warmup_steps=100 run_dir="${zr}/ft"
+  echo "== evaluate ${test_split}: the fine-tuned model direct, the base model through ${pivot}"
+  nmt-evaluate checkpoint="${zr}/ft/checkpoints/best.pt" split="${test_split}" beam_size=5 \
+    length_penalty="${alpha}" directions=all save_alignments=false out_dir="${zr}/eval"
+  nmt-evaluate checkpoint="${ckpt}" split="${test_split}" beam_size=5 length_penalty="${alpha}" \
+    directions=all pivot="${pivot}" save_alignments=false out_dir="${run_dir}/eval/${test_split}_pivot"
+  python "${here}/zero_resource_table.py" "${run_dir}/eval/${test_split}_pivot" "${zr}/eval" \
+    | tee "${zr}/table.md"
   exit 0
 fi
 

@@ -151,6 +151,40 @@ def test_main_job_runs_end_to_end_on_a_tiny_slice(tmp_path: Path):
     assert "test BLEU beam 5" in proc.stdout and "nrefs:1|case:mixed" in proc.stdout
 
 
+def test_multilingual_main_job_fine_tunes_for_zero_resource_directions(tmp_path: Path):
+    """ZERO_RESOURCE=1 with data=multi30k_multi on a tiny 4-language corpus: the base model's
+    12 directions, back-translation through English, the fine-tuning on the 6 real and 6
+    synthetic directions, and the table of both, zero-resource rows beside the pivot."""
+    sizes = {"train": 200, "val": 12, "test_2016_flickr": 12}
+    corpus = write_multilingual_corpus(tmp_path / "multi30k", sizes)
+    for split in sizes:                     # Czech stand-in: the German side, upper-cased
+        text = (corpus / f"{split}.de").read_text(encoding="utf-8")
+        (corpus / f"{split}.cs").write_text(text.upper(), encoding="utf-8")
+    run_dir = tmp_path / "run"
+    cmd = sliced_main_job(tmp_path, corpus, run_dir) + ["data=multi30k_multi",
+                                                        "data.tokenizer.vocab_size=160"]
+    env = {**os.environ, "CI": "1", "OMP_NUM_THREADS": "1", "ZERO_RESOURCE": "1",
+           "ZR_STEPS": "2", "LENGTH_PENALTIES": "1.0"}
+    proc = subprocess.run(cmd, cwd=REPO_ROOT, env=env, capture_output=True, text=True,
+                          timeout=600)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
+    zr = run_dir / "zero_resource"
+    report = json.loads((zr / "bt" / "train.backtranslation.json").read_text())
+    assert sorted(report["directions"]) == ["cs-de", "cs-fr", "de-cs", "de-fr", "fr-cs", "fr-de"]
+    tuned = json.loads((zr / "ft" / "summary.json").read_text())
+    assert tuned["steps"] == 2 and len(tuned["best_bleu_directions"]) == 12
+    kinds = [r["direction"] for r in json.loads((zr / "eval" / "directions.json").read_text())
+             ["directions"]]
+    assert kinds == ["supervised"] * 6 + ["zero-resource"] * 6
+    table = (zr / "table.md").read_text(encoding="utf-8").splitlines()
+    assert table == proc.stdout.splitlines()[-len(table):]
+    rows = [line.split(" | ") for line in table[2:14]]
+    assert [(r[1], r[3]) for r in rows] == [("supervised", "direct")] * 6 + [
+        ("zero-resource", "en")] * 6
+    assert table[14].startswith("| mean of 6 | supervised |")
+    assert table[15].startswith("| mean of 6 | zero-resource |") and "tuned / base" in table[15]
+
+
 def test_main_job_reads_a_hugging_face_dataset_saved_locally(tmp_path: Path):
     """data/README.md's Hugging Face route: other split names, read from the config."""
     import datasets
