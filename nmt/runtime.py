@@ -125,8 +125,8 @@ def train_flops(flop_params: tuple[int, int], src_tokens: int, tgt_tokens: int,
     ``tgt_tokens`` real (non-padding) tokens, by the 6N rule (Kaplan et al. 2020, section 2.1:
     2N per token forward, 4N backward) plus the attention scores (PaLM, appendix B):
     ``copies * (6 * (N_src * src_tokens + N_tgt * tgt_tokens) + attention)``, ``flop_params`` =
-    (N_src, N_tgt) of ``nmt.training.throughput.flop_params`` (the output projection counted,
-    lookups not), ``attention`` = ``throughput.attention_flops`` of the step's pairs;
+    (N_src, N_tgt) of ``nmt.models.flops.flop_params`` (the output projection counted,
+    lookups not), ``attention`` = ``flops.attention_flops`` of the step's pairs;
     ``copies``: 2 when every pair runs twice (``train.consistency``)."""
     n_src, n_tgt = flop_params
     return copies * (6.0 * (n_src * src_tokens + n_tgt * tgt_tokens) + attention)

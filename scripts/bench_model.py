@@ -67,7 +67,7 @@ Reported (last line, ``key=value``; with an A/B option also ``eager_``/``compile
     RNN's U_a), N_tgt: the other decoder parameters and the output projection (V x d, also
     when tied), src/tgt_tokens: real (non-padding) tokens of the batch (twice with
     ``train.consistency`` rdrop or simcut; ``tgt_tokens_per_s`` counts them once), attention:
-    ``nmt.training.throughput.attention_flops`` (PaLM's 12 d per query-key pair and layer,
+    ``nmt.models.flops.attention_flops`` (PaLM's 12 d per query-key pair and layer,
     forward and backward). Embedding lookups are not counted. On a CPU without
     ``train.peak_tflops`` the divisor is a measured matmul rate, not a peak: the figure is a
     matmul utilisation.
@@ -102,6 +102,7 @@ from nmt.data.sampler import BatchShapes, TokenBatchSampler  # noqa: E402
 from nmt.data.vocab import PAD_ID  # noqa: E402
 from nmt.extras.training.consistency import add_token_cutoff, regulariser  # noqa: E402
 from nmt.models import build_model  # noqa: E402
+from nmt.models.flops import attention_flops, flop_params  # noqa: E402
 from nmt.runtime import (  # noqa: E402
     bound_onednn_cache,
     compile_stats,
@@ -119,7 +120,6 @@ from nmt.training.loss import (  # noqa: E402
     objective,
 )
 from nmt.training.optim import build_optimizer  # noqa: E402
-from nmt.training.throughput import attention_flops, flop_params  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> dict:

@@ -8,7 +8,7 @@ from omegaconf import OmegaConf
 
 from nmt.config import ConfigError, compose_config
 from nmt.models import MODELS, BahdanauRNN, Transformer, build_model, validate_model
-from nmt.training.throughput import flop_params
+from nmt.models.flops import flop_params
 
 V_SRC, V_TGT = 23, 23
 PAD, BOS, EOS = 0, 2, 3

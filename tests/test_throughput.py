@@ -12,9 +12,10 @@ import torch
 from conftest import TINY_MODEL, TINY_TRAIN
 
 from nmt.config import compose_config
+from nmt.models.flops import attention_flops, flop_params
 from nmt.runtime import compile_stats
 from nmt.training import trainer as trainer_module
-from nmt.training.throughput import Throughput, attention_flops, flop_params
+from nmt.training.throughput import Throughput
 from nmt.training.trainer import Trainer, train
 
 

@@ -1,8 +1,9 @@
 """Model FLOP/s and MFU of training, for every ``train.log`` line and ``summary.json``.
 
 MFU (model FLOPs utilisation; Chowdhery et al. 2022, appendix B) = model FLOPs of the steps
-(:func:`nmt.runtime.train_flops`: 6N per real token, N from :func:`flop_params`, plus the
-attention scores of :func:`attention_flops`, padding and recomputation not counted) / their
+(:func:`nmt.runtime.train_flops`: 6N per real token, N from
+:func:`~nmt.models.flops.flop_params`, plus the attention scores of
+:func:`~nmt.models.flops.attention_flops`, padding and recomputation not counted) / their
 seconds / the peak FLOP/s of all devices (:func:`nmt.runtime.peak_flops`). On a CPU without
 ``train.peak_tflops`` the divisor is a matmul rate measured at start-up, not a peak: the
 figure is then called ``matmul_util``.
@@ -20,57 +21,16 @@ from typing import Any
 import numpy as np
 import torch
 
-from nmt.models import BahdanauRNN, Transformer
+from nmt.models.flops import attention_flops, flop_params
 from nmt.runtime import peak_flops, train_flops
 
 log = logging.getLogger("nmt")
 
 
-def _params(*modules: torch.nn.Module) -> int:
-    return sum(p.numel() for m in modules for p in m.parameters())
-
-
-def flop_params(model: torch.nn.Module) -> tuple[int, int]:
-    """(N_src, N_tgt): the parameters applied per source and per target token, the output
-    projection counted even when tied, lookups not; projections of the encoder memory (the
-    Transformer's cross-attention K, V; the RNN's U_a h_j) per source token, the RNN's W_s
-    (once per sentence) as the decoder's. A training step then costs about
-    ``6 * (N_src * src_tokens + N_tgt * tgt_tokens)`` FLOPs (Kaplan et al. 2020) plus
-    :func:`attention_flops`. Another model: every parameter per target token."""
-    if isinstance(model, Transformer):
-        kv = sum(_params(layer.cross_attn.kv_proj) for layer in model.decoder)
-        enc, dec = _params(model.encoder, model.encoder_norm), _params(model.decoder,
-                                                                       model.decoder_norm)
-        return enc + kv, dec - kv + model.tgt_vocab_size * model.d_model
-    total = _params(model)
-    if isinstance(model, BahdanauRNN):
-        embeds = dict.fromkeys((model.src_embed.weight, model.tgt_embed.weight))  # tied: once
-        enc = _params(model.encoder, model.attention.key_proj)
-        return enc, total - sum(p.numel() for p in embeds) - enc
-    return 0, total
-
-
-def attention_flops(model: torch.nn.Module, src_lens: np.ndarray, tgt_lens: np.ndarray
-                    ) -> float:
-    """FLOPs of the attention scores and weighted sums, forward and backward (x3), of a step
-    over pairs of ``src_lens``, ``tgt_lens`` [N] real tokens (PaLM, Chowdhery et al. 2022,
-    app. B): the Transformer's QK^T and AV, 2 matmuls x 2 FLOPs x d_model per query-key pair
-    and layer; the RNN's v_a^T tanh(.) and alpha_ij h_j, 2 FLOPs per dimension per (i, j).
-    Another model: 0."""
-    s, t = np.asarray(src_lens, np.float64), np.asarray(tgt_lens, np.float64)
-    if isinstance(model, Transformer):
-        pairs = len(model.encoder) * (s * s).sum() + len(model.decoder) * (t * t + t * s).sum()
-        return 12.0 * model.d_model * float(pairs)
-    if isinstance(model, BahdanauRNN):
-        key_proj = model.attention.key_proj
-        return 6.0 * (key_proj.out_features + key_proj.in_features) * float((t * s).sum())
-    return 0.0
-
-
 class Throughput:
     """FLOPs of the steps since the last :meth:`take`, the peak of ``world_size`` devices.
 
-    ``model``: the one :func:`flop_params` and :func:`attention_flops` count; ``copies``: 2
+    ``model``: the one :mod:`nmt.models.flops` counts; ``copies``: 2
     when every pair runs twice (``train.consistency``); ``peak_tflops``:
     ``train.peak_tflops`` (None: the device's). ``name``: ``mfu``, or ``matmul_util`` for a
     measured CPU matmul rate.

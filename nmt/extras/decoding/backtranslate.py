@@ -127,9 +127,10 @@ def _seeds(settings: Mapping) -> Iterator[Mapping]:
     from the run's one generator (seeded with ``settings["seed"]``), so a line repeated in
     another chunk gets another sample (one seed for every call would repeat it) and the run is
     a function of seed, input and ``chunk_lines``."""
-    rng = random.Random(settings["seed"] if settings["sampling"] else 0)
-    while True:
-        yield {**settings, "seed": rng.randrange(2**31)} if settings["sampling"] else settings
+    if not settings["sampling"]:
+        return itertools.repeat(settings)
+    rng = random.Random(settings["seed"])
+    return ({**settings, "seed": rng.randrange(2**31)} for _ in itertools.count())
 
 
 def _synthetic(translator, texts: list[str], settings: Mapping, src: str | None, tgt: str | None,
