@@ -9,8 +9,10 @@ from conftest import make_pairs, train_tokenizer
 from omegaconf import OmegaConf
 
 from nmt.config import ConfigError
-from nmt.extras.decoding.backtranslate import Report, _writer, corpus_files, pivot_jobs
+from nmt.data.corpus import CorpusError
+from nmt.extras.decoding.backtranslate import Report, _Output, corpus_files, pivot_jobs
 
+SETTINGS = {"sampling": True, "seed": 1}
 TOK = {"type": "unigram", "vocab_size": 120, "character_coverage": 1.0, "joint": True,
        "input_sentence_size": 1000}
 
@@ -62,14 +64,50 @@ def test_corpus_files_are_what_data_corpora_reads(tmp_path):
 
 def test_a_tab_in_a_tsv_sentence_becomes_a_space_the_tokenizer_reads_alike(tmp_path):
     # Multi30k's train.de holds one ("... in einer \tWasserfontäne."): a pivot corpus is a TSV
-    with _writer([tmp_path / "bt.tsv"]) as write:
-        write([("<BT> Zwei\tMänner .", "Two men ."), ("Ein Hund .", "A\tdog .")])
-        write([])
+    paths = {"tsv": [tmp_path / "bt.tsv"], "text": [tmp_path / "bt.de", tmp_path / "bt.en"]}
+    with _Output(tmp_path, "bt", paths, {}, SETTINGS) as out:
+        out.write("tsv", [("<BT> Zwei\tMänner .", "Two men ."), ("Ein Hund .", "A\tdog .")])
+        out.write("tsv", [])
+        out.write("text", [("Zwei\tMänner .", "Two men .")])   # text: kept as it is
     assert (tmp_path / "bt.tsv").read_text(encoding="utf-8") == \
         "<BT> Zwei Männer .\tTwo men .\nEin Hund .\tA dog .\n"
-    with _writer([tmp_path / "bt.de", tmp_path / "bt.en"]) as write:   # text: kept as it is
-        write([("Zwei\tMänner .", "Two men .")])
     assert (tmp_path / "bt.de").read_text(encoding="utf-8") == "Zwei\tMänner .\n"
     tok = train_tokenizer(TOK, make_pairs(200, 0), tmp_path)
     assert (tok.encode_src_batch(["Ein großer\tHund ."])
             == tok.encode_src_batch(["Ein großer Hund ."]))
+
+
+def test_a_stopped_run_resumes_after_its_last_chunk(tmp_path):
+    """A run stopped mid-chunk (an interrupt after an uncommitted write) leaves .partial files
+    and the progress file; the same run resumes with its lines done, reports and seed position,
+    the torn chunk cut off; another run's settings are refused by name; the end renames."""
+    paths = {"fr-de": [tmp_path / "bt.fr-de.tsv"]}
+    run = {"checkpoint": "m.pt", "chunk_lines": 2}
+    with pytest.raises(KeyboardInterrupt), _Output(tmp_path, "bt", paths, run, SETTINGS) as out:
+        first = [out.settings(), out.settings()]
+        out.write("fr-de", [("Un chien .", "Ein Hund .")])
+        out.reports["fr-de"].pairs = 1
+        out.commit("de", 2)
+        out.write("fr-de", [("torn", "torn")])
+        raise KeyboardInterrupt
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        "bt.backtranslation.progress.json", "bt.fr-de.tsv.partial"]
+    with pytest.raises(ConfigError, match=r"progress.json: a back-translation with other "
+                       r"settings \(checkpoint, chunk_lines\) stopped here; rerun it to resume"):
+        _Output(tmp_path, "bt", paths, {"checkpoint": "n.pt", "chunk_lines": 3}, SETTINGS)
+    with _Output(tmp_path, "bt", paths, run, SETTINGS) as out:
+        assert out.done == {"de": 2} and out.reports["fr-de"].pairs == 1
+        resumed = out.settings()
+        out.write("fr-de", [("Un chat .", "Eine Katze .")])
+    with _Output(tmp_path, "u", {"fr-de": [tmp_path / "u.tsv"]}, run, SETTINGS) as out:
+        assert [out.settings() for _ in range(3)] == [*first, resumed]   # the seeds go on
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["bt.fr-de.tsv", "u.tsv"]
+    assert (tmp_path / "bt.fr-de.tsv").read_text(encoding="utf-8") == \
+        "Un chien .\tEin Hund .\nUn chat .\tEine Katze .\n"
+    with pytest.raises(ConfigError, match="bt.fr-de.tsv exists"):   # a finished corpus stays
+        _Output(tmp_path, "bt", paths, run, SETTINGS)
+    with pytest.raises(CorpusError), _Output(tmp_path, "x", {"d": [tmp_path / "x.tsv"]}, run,
+                                             SETTINGS) as out:   # a user error: nothing left
+        out.commit("de", 2)
+        raise CorpusError("no pair")
+    assert not list(tmp_path.glob("x.*"))

@@ -18,7 +18,10 @@ of L' -> L. ``pivot=en`` (a multilingual model, no ``input``) writes the zero-sh
 ``{split}.{X}-{Y}.tsv`` from the model's own corpus (``input_split``, ``data.root``). Blank
 lines, blank translations and lines over ``max_len`` subwords are skipped and counted; a
 progress line goes to stderr per ``chunk_lines`` lines, the counts are printed at the end and
-kept in ``{split}.backtranslation.json`` beside the corpus. A missing or empty input or a bad
+kept in ``{split}.backtranslation.json`` beside the corpus. A stopped run (interrupted,
+killed) resumes where its last chunk ended when the same command is run again
+(``{split}.backtranslation.progress.json`` and the ``.partial`` files: see
+:class:`nmt.extras.decoding.backtranslate._Output`). A missing or empty input or a bad
 setting is a one-line error before the model loads, an existing output file (or
 report) or a direction the model cannot translate one before any line is read. Options:
 configs/backtranslate.yaml (``nmt-backtranslate --help``).
@@ -89,7 +92,9 @@ def _run(cfg: DictConfig) -> None:
         require_direction(cfg, translator)
     settings = translator.search_settings(**decode_settings(cfg))
     data = translator.config.data
-    common = {"tag": bool(cfg.tag), "max_len": cfg.max_len, "chunk_lines": int(cfg.chunk_lines)}
+    model = checkpoint_paths(cfg) if cfg.engine == "pytorch" else str(cfg.model_dir)
+    common = {"tag": bool(cfg.tag), "max_len": cfg.max_len, "chunk_lines": int(cfg.chunk_lines),
+              "run": {"checkpoint": model, "input": cfg.input}}   # a stopped run resumes
     with log_to_stderr("nmt.extras"):   # a line per chunk: a long input shows its progress
         if cfg.pivot:
             reports = backtranslate_pivot(translator, with_root(data, cfg.data.root),
@@ -104,7 +109,7 @@ def _run(cfg: DictConfig) -> None:
     for name, report in reports.items():
         print(f"nmt-backtranslate: {name}: {report.summary(max_len)}", file=sys.stderr)
     write_json_atomic(report_path, {
-        "checkpoint": checkpoint_paths(cfg) if cfg.engine == "pytorch" else str(cfg.model_dir),
+        "checkpoint": model,
         "pivot": cfg.pivot, "input": cfg.input, "tag": bool(cfg.tag), "max_len": max_len,
         "settings": dict(settings),
         "directions": {name: dataclasses.asdict(r) for name, r in reports.items()}})

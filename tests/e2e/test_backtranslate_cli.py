@@ -192,6 +192,38 @@ def test_sampling_draws_each_chunk_from_the_runs_one_generator(en_de, tmp_path):
     assert chunks[0] != chunks[1] and chunks[1] != chunks[2]
 
 
+def test_a_stopped_run_resumes_to_the_corpus_of_an_uninterrupted_one(en_de, tmp_path):
+    """Sampled, in chunks of two: a run interrupted at its third chunk, started again with the
+    same settings, reads on after its second chunk and writes the uninterrupted run's corpus
+    (each chunk's seed included)."""
+    from nmt.extras.decoding.backtranslate import backtranslate
+    from nmt.inference.translator import Translator
+
+    translator = Translator.from_checkpoint(en_de[0])
+    settings = translator.search_settings(sampling=True, top_k=0, seed=5)
+    lines = [f"A dog runs {i} times in the snow ." for i in range(7)]
+    backtranslate(translator, lines, tmp_path / "whole", "bt", settings, chunk_lines=2)
+    translate_with, asked = translator.translate_with, []
+
+    def stopping(texts, settings, **kwargs):
+        asked.append(texts[0])
+        if len(asked) == 3:
+            raise KeyboardInterrupt
+        return translate_with(texts, settings, **kwargs)
+
+    translator.translate_with = stopping
+    with pytest.raises(KeyboardInterrupt):
+        backtranslate(translator, lines, tmp_path / "stopped", "bt", settings, chunk_lines=2)
+    assert not (tmp_path / "stopped" / "bt.de").exists()
+    report = backtranslate(translator, lines, tmp_path / "stopped", "bt", settings,
+                           chunk_lines=2)
+    assert asked == [lines[0], lines[2], lines[4], lines[4], lines[6]] and report.pairs == 7
+    for name in ("bt.de", "bt.en"):
+        assert (tmp_path / "stopped" / name).read_bytes() == \
+            (tmp_path / "whole" / name).read_bytes()
+    assert sorted(p.name for p in (tmp_path / "stopped").iterdir()) == ["bt.de", "bt.en"]
+
+
 def test_bad_input_is_one_line_and_writes_nothing(en_de, tmp_path, capsys):
     ckpt, corpus = en_de
     (tmp_path / "empty.en").write_bytes(b"")

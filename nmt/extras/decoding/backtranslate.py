@@ -21,19 +21,23 @@ Correlations", ACL, and Lakew et al. 2018), one ``{split}.{X}-{Y}.tsv`` per dire
 layout of a multilingual ``data.format=tsv`` split.
 
 Both stream: ``chunk_lines`` lines are read, translated and written at a time, so memory does
-not grow with the input; each output file is written beside its name and renamed into place
-when the whole input is done (an error leaves no corpus). A line is skipped, and counted in
+not grow with the input; each output file grows beside its name (``.partial``) and is renamed
+into place when the whole input is done. A run stopped in the middle resumes after its last
+chunk when started again with the same settings (:class:`_Output`); a user error (no pair
+written) leaves no corpus. A line is skipped, and counted in
 the :class:`Report`, when it is blank, when its translation is blank, or when it is longer
 than ``max_len`` subwords (training drops such pairs too: ``data.max_len``).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
+import json
 import logging
+import os
 import random
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from contextlib import ExitStack, contextmanager
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -42,7 +46,7 @@ from nmt.config import ConfigError
 from nmt.data.corpus import CorpusError, iter_parallel
 from nmt.data.languages import BT_TAG, directions, target_languages
 from nmt.extras.decoding.pivot import check_direction
-from nmt.runtime import atomic_path
+from nmt.runtime import write_json_atomic
 
 log = logging.getLogger("nmt.extras")
 
@@ -84,27 +88,101 @@ def refuse_existing(paths: Iterable[Path]) -> None:
                               "its report; give another split= or out_dir=, or delete it.")
 
 
-@contextmanager
-def _writer(paths: Sequence[Path]) -> Iterator[Callable[[list[tuple[str, str]]], None]]:
-    """``write(pairs)`` appending (source, target) pairs to ``paths`` (two line-aligned files,
-    or one TSV), each renamed into place when the block ends without error. In a TSV a tab
-    inside a sentence becomes a space: the tokenizer's normalization (``nmt_nfkc``) reads both
-    as one space, so the model sees the same pieces."""
-    with ExitStack() as stack:
-        files = [stack.enter_context(open(stack.enter_context(atomic_path(p)), "w",
-                                          encoding="utf-8", newline="\n")) for p in paths]
+def _line(pair: tuple[str, str], tsv: bool) -> str | tuple[str, str]:
+    """A pair as one TSV line, a tab inside a sentence a space (the tokenizer's normalization,
+    ``nmt_nfkc``, reads both as one space, so the model sees the same pieces), or as it is."""
+    return "\t".join(text.replace("\t", " ") for text in pair) if tsv else pair
 
-        def write(pairs: list[tuple[str, str]]) -> None:
-            if not pairs:
-                return
-            if len(files) == 2:
-                for f, side in zip(files, zip(*pairs, strict=True), strict=True):
-                    f.write("".join(text + "\n" for text in side))
-                return
-            files[0].write("".join("\t".join(text.replace("\t", " ") for text in pair) + "\n"
-                                   for pair in pairs))
 
-        yield write
+class _Output:
+    """The corpus files of one run, resumable (like ``nmt-train``'s ``resume: auto``): each
+    file grows as ``{name}.partial``, and after every chunk
+    ``{split}.backtranslation.progress.json`` records the run's settings (``run``), the input
+    lines done per job, the translate calls made (the seeds drawn), the reports and each
+    file's size. The same command started again
+    truncates the files to those sizes (a chunk half-written when the run stopped goes), skips
+    the lines done and goes on: the corpus is the one an uninterrupted run writes. A block that
+    ends well renames every file into place and deletes the progress file; a user error
+    (ConfigError, CorpusError: no pair written) deletes them all; anything else (an interrupt,
+    a crash) leaves them to resume from. ConfigError: a progress file of other settings, or an
+    existing corpus file."""
+
+    def __init__(self, out_dir: str | Path, split: str, paths: Mapping[str, Sequence[Path]],
+                 run: Mapping, settings: Mapping):
+        self.paths = {name: list(ps) for name, ps in paths.items()}
+        self.run = json.loads(json.dumps(run))       # as it reads back from the progress file
+        self.progress = Path(out_dir) / f"{split}.backtranslation.progress.json"
+        self.reports = {name: Report() for name in paths}
+        self.done: dict[str, int] = {}
+        self.calls, sizes = 0, {}
+        parts = [p.with_name(p.name + ".partial") for ps in self.paths.values() for p in ps]
+        if self.progress.exists():
+            state = json.loads(self.progress.read_text(encoding="utf-8"))
+            if changed := [k for k in sorted({*state["run"], *self.run})
+                           if state["run"].get(k) != self.run.get(k)]:
+                raise ConfigError(f"{self.progress}: a back-translation with other settings "
+                                  f"({', '.join(changed)}) stopped here; rerun it to resume, or "
+                                  "delete this file and its .partial files to start over.")
+            if missing := [str(p) for p in parts if not p.is_file()]:
+                raise ConfigError(f"{self.progress}: {missing[0]} is missing; delete the "
+                                  "progress file to start over.")
+            self.reports = {name: Report(**r) for name, r in state["reports"].items()}
+            self.done, self.calls, sizes = state["done"], state["calls"], state["sizes"]
+            log.info("back-translation: resuming after %s", ", ".join(
+                f"{n} lines of {job}" for job, n in self.done.items()))
+        else:
+            refuse_existing(p for ps in self.paths.values() for p in ps)
+        Path(out_dir).mkdir(parents=True, exist_ok=True)
+        for part in parts:
+            if part.name in sizes:
+                os.truncate(part, sizes[part.name])
+        self.files = {name: [open(p.with_name(p.name + ".partial"), "a" if sizes else "w",
+                                  encoding="utf-8", newline="\n") for p in ps]
+                      for name, ps in self.paths.items()}
+        self.seeds = itertools.islice(_seeds(settings), self.calls, None)
+
+    def settings(self) -> Mapping:
+        """The settings of the run's next translate call (its own seed with sampling)."""
+        self.calls += 1
+        return next(self.seeds)
+
+    def write(self, name: str, pairs: list[tuple[str, str]]) -> None:
+        """Append (source, target) pairs to ``name``'s files: two line-aligned text files, or
+        one TSV."""
+        files = self.files[name]
+        lines = [_line(pair, len(files) == 1) for pair in pairs]
+        for k, f in enumerate(files):
+            f.write("".join((line if len(files) == 1 else line[k]) + "\n" for line in lines))
+
+    def commit(self, job: str, lines: int) -> None:
+        """A chunk is done: ``lines`` input lines of ``job`` read; save the resume point."""
+        self.done[job] = lines
+        sizes = {}
+        for f in itertools.chain.from_iterable(self.files.values()):
+            f.flush()
+            sizes[Path(f.name).name] = os.fstat(f.fileno()).st_size
+        write_json_atomic(self.progress, {
+            "run": self.run, "done": self.done, "calls": self.calls, "sizes": sizes,
+            "reports": {name: dataclasses.asdict(r) for name, r in self.reports.items()}})
+
+    def __enter__(self) -> _Output:
+        return self
+
+    def __exit__(self, kind, error, trace) -> None:
+        for f in itertools.chain.from_iterable(self.files.values()):
+            f.close()
+        pairs = [(p.with_name(p.name + ".partial"), p)
+                 for ps in self.paths.values() for p in ps]
+        if kind is None:
+            for part, path in pairs:
+                os.replace(part, path)
+        elif issubclass(kind, (ConfigError, CorpusError)):
+            for part, _ in pairs:
+                part.unlink(missing_ok=True)
+        else:
+            log.info("back-translation stopped: the same command resumes it (%s)", self.progress)
+            return
+        self.progress.unlink(missing_ok=True)
 
 
 def _kept(tokenizer, texts: Sequence[str], first_line: int, max_len: int,
@@ -143,33 +221,40 @@ def _synthetic(translator, texts: list[str], settings: Mapping, src: str | None,
 def backtranslate(translator, lines: Iterable[str], out_dir: str | Path, split: str,
                   settings: Mapping, *, src_lang: str | None = None, tgt_lang: str | None = None,
                   tag: bool = False, max_len: int | None = None, fmt: str = "text",
-                  chunk_lines: int = 10_000) -> Report:
+                  chunk_lines: int = 10_000, run: Mapping | None = None) -> Report:
     """Back-translate monolingual ``lines`` of ``src_lang`` (L) with ``translator`` (an engine
     of :class:`~nmt.inference.translator.TranslatorBase`, or a decoder over one) into
     ``tgt_lang`` (L'; both default to the model's ``data.src_lang`` / ``data.tgt_lang``) by the
     checked search or sampling ``settings`` (``search_settings``), and write the corpus of
     L' -> L under ``out_dir`` (:func:`corpus_files` of ``fmt``, ``text`` or ``tsv``): each
     translation (``<BT> `` first with ``tag``) as the source, its line as the target.
-    ``max_len``: subwords of a line (None: the model's ``data.max_len``). Returns the
-    :class:`Report`. ConfigError: a direction the model cannot translate, or an existing
-    output file; CorpusError: no pair was written."""
+    ``max_len``: subwords of a line (None: the model's ``data.max_len``). A stopped run
+    resumes (:class:`_Output`) when started again with the same arguments and ``run`` (what
+    else identifies it, e.g. the checkpoint and input file). Returns the :class:`Report`.
+    ConfigError: a direction the model cannot translate, an existing output file, or a
+    progress file of other settings; CorpusError: no pair was written."""
     data = translator.config.data
     src, tgt = str(src_lang or data.src_lang), str(tgt_lang or data.tgt_lang)
     check_direction(translator, src, tgt)
-    paths = corpus_files(out_dir, split, tgt, src, fmt)
-    refuse_existing(paths)
-    max_len = int(max_len or data.max_len)
-    report, stream, seeds = Report(), iter(lines), _seeds(settings)
-    with _writer(paths) as write:
+    name, max_len = f"{tgt}-{src}", int(max_len or data.max_len)
+    stream = iter(lines)
+    run = {**(run or {}), "direction": name, "format": fmt, "tag": tag, "max_len": max_len,
+           "chunk_lines": chunk_lines, "settings": dict(settings)}
+    with _Output(out_dir, split, {name: corpus_files(out_dir, split, tgt, src, fmt)}, run,
+                 settings) as out:
+        report = out.reports[name]
+        next(itertools.islice(stream, report.lines, report.lines), None)   # the lines done
         while chunk := list(itertools.islice(stream, chunk_lines)):
             first, report.lines = report.lines + 1, report.lines + len(chunk)
             keep = _kept(translator.tokenizer, chunk, first, max_len, report)
             texts = [chunk[k] for k in keep]
-            synthetic = _synthetic(translator, texts, next(seeds), src, tgt, tag) if texts else []
+            synthetic = (_synthetic(translator, texts, out.settings(), src, tgt, tag)
+                         if texts else [])
             pairs = [(s, t) for s, t in zip(synthetic, texts, strict=True) if s is not None]
             report.blank += len(texts) - len(pairs)
             report.pairs += len(pairs)
-            write(pairs)
+            out.write(name, pairs)
+            out.commit(name, report.lines)
             log.info("back-translation %s-%s: %d lines read, %d pairs", src, tgt, report.lines,
                      report.pairs)
         if not report.pairs:
@@ -197,8 +282,8 @@ def pivot_jobs(data_cfg: Any, pivot: str) -> dict[str, tuple[tuple[str, str], li
 
 def backtranslate_pivot(translator, data_cfg: Any, input_split: str, out_dir: str | Path,
                         split: str, settings: Mapping, pivot: str, *, tag: bool = False,
-                        max_len: int | None = None, chunk_lines: int = 10_000
-                        ) -> dict[str, Report]:
+                        max_len: int | None = None, chunk_lines: int = 10_000,
+                        run: Mapping | None = None) -> dict[str, Report]:
     """Synthetic pairs for a multilingual model's zero-shot directions: for each language Y
     paired with ``pivot`` (:func:`pivot_jobs`), the pairs of split ``input_split`` of
     ``data_cfg`` (the model's own ``data`` section, its ``root`` as given) in chunks of
@@ -206,22 +291,24 @@ def backtranslate_pivot(translator, data_cfg: Any, input_split: str, out_dir: st
     ``settings``, written as (X' (``<BT> `` first with ``tag``), Y) to
     ``{split}.{X}-{Y}.tsv`` under ``out_dir``. A pair is skipped when a side is blank or its
     pivot side is over ``max_len`` subwords (None: ``data.max_len``). Returns a :class:`Report`
-    per direction ``"X-Y"``. ConfigError: no such direction, a step the model cannot
-    translate, or an existing output file (all checked before any text is read)."""
+    per direction ``"X-Y"``; a stopped run resumes as :func:`backtranslate`'s does.
+    ConfigError: no such direction, a step the model cannot translate, an existing output file
+    or a progress file of other settings (all checked before any text is read)."""
     jobs = pivot_jobs(data_cfg, pivot)
     for _, xs in jobs.values():
         for x in xs:
             check_direction(translator, pivot, x)
     paths = {f"{x}-{y}": corpus_files(out_dir, split, x, y, "tsv-pairs")
              for y, (_, xs) in jobs.items() for x in xs}
-    refuse_existing(p for ps in paths.values() for p in ps)
     max_len = int(max_len or data_cfg.max_len)
-    reports, seeds = {name: Report() for name in paths}, _seeds(settings)
-    with ExitStack() as stack:   # every file renamed into place at the end, or none
-        writers = {name: stack.enter_context(_writer(p)) for name, p in paths.items()}
+    run = {**(run or {}), "pivot": pivot, "root": str(data_cfg.root), "input_split": input_split,
+           "tag": tag, "max_len": max_len, "chunk_lines": chunk_lines, "settings": dict(settings)}
+    with _Output(out_dir, split, paths, run, settings) as out:
+        reports = out.reports
         for y, (direction, xs) in jobs.items():
-            side, read = direction.index(pivot), 0
+            side, read = direction.index(pivot), out.done.get(y, 0)
             stream = iter_parallel(data_cfg, input_split, direction)
+            next(itertools.islice(stream, read, read), None)   # the lines done
             while chunk := list(itertools.islice(stream, chunk_lines)):
                 first, read = read + 1, read + len(chunk)
                 shared = Report()   # the checks of the pivot side (a blank Y: blank), for every X
@@ -229,15 +316,16 @@ def backtranslate_pivot(translator, data_cfg: Any, input_split: str, out_dir: st
                 keep = _kept(translator.tokenizer, texts, first, max_len, shared)
                 for x in xs:
                     report = reports[f"{x}-{y}"]
-                    synthetic = _synthetic(translator, [texts[k] for k in keep], next(seeds),
-                                           pivot, x, tag) if keep else []
+                    synthetic = _synthetic(translator, [texts[k] for k in keep],
+                                           out.settings(), pivot, x, tag) if keep else []
                     pairs = [(s, chunk[k][1 - side]) for s, k in zip(synthetic, keep, strict=True)
                              if s is not None]
                     report.lines, report.pairs = read, report.pairs + len(pairs)
                     report.blank += shared.blank + len(keep) - len(pairs)
                     report.too_long += shared.too_long
                     report.first_too_long = report.first_too_long or shared.first_too_long
-                    writers[f"{x}-{y}"](pairs)
+                    out.write(f"{x}-{y}", pairs)
+                out.commit(y, read)
                 log.info("back-translation %s -> %s for %s: %d pairs read", pivot, ", ".join(xs),
                          y, read)
         if empty := [name for name, report in reports.items() if not report.pairs]:
