@@ -102,7 +102,6 @@ class CorpusSchema:   # one of data.corpora
     pairs: list[str] | None = None     # the directions it holds; null: every one of data.pairs
     synthetic: bool | None = None      # back-translated; null: nmt-backtranslate's report,
                                        # {split}.backtranslation.json, lies in its root
-    reverse: bool = False              # direction X-Y read from the files of Y-X, sides swapped
 
 
 @dataclass

@@ -16,7 +16,7 @@ from conftest import make_pairs, write_corpus, write_multilingual_corpus
 from omegaconf import OmegaConf
 
 from nmt.config import ConfigError, compose_config
-from nmt.data.corpus import CorpusError, iter_training, split_fingerprint, training_corpora
+from nmt.data.corpus import iter_training, training_corpora
 from nmt.data.languages import directions, trained_directions
 from nmt.data.pipeline import prepare_data, training_groups, training_pairs
 from nmt.data.sampler import TokenBatchSampler
@@ -205,29 +205,3 @@ def test_zero_shot_pairs_from_a_tsv_corpus_and_a_validation_only_direction(tmp_p
                             "data.tokenizer.vocab_size=120", "data.pairs=[de-en,en-fr,de-fr]"])
     assert trained_directions(every.data) == directions(every.data)
     assert prepare_data(every.data).train.groups.tolist() == [0] * 40 + [1] * 40 + [2] * 40
-
-
-def test_a_reversed_corpus_reads_the_opposite_directions_files_swapped(tmp_path):
-    """reverse: true reads fr-de from bt.de-fr.tsv (synthetic de, real fr) as (real fr,
-    synthetic de): forward-translated pairs beside the back-translated ones, one cache group
-    each; its fingerprint is not the plain reading's."""
-    root = write_multilingual_corpus(tmp_path / "corpus", {"train": 40, "val": 5})
-    bt = tmp_path / "bt"
-    bt.mkdir()
-    (bt / "bt.de-fr.tsv").write_text("Ein Hund .\tUn chien .\nZwei Katzen .\tDeux chats .\n",
-                                     encoding="utf-8")
-    held = "{split: bt, root: " + str(bt) + ", format: tsv, pairs: [fr-de]"
-    cfg = compose_config([f"data.root={root}", f"data.cache_dir={tmp_path / 'cache'}",
-                          "data.tokenizer.vocab_size=120", "data.pairs=[de-en,fr-en,fr-de]",
-                          "data.train_pairs=[de-en,fr-en]",
-                          f"data.corpora=[{held}, reverse: true}}]"])
-    corpora = training_corpora(cfg.data)
-    assert list(iter_training(corpora, ("fr", "de"))) == [
-        ("Un chien .", "Ein Hund .", 1), ("Deux chats .", "Zwei Katzen .", 1)]
-    plain = compose_config([f"data.root={root}", "data.pairs=[de-en,fr-en,fr-de]",
-                            f"data.corpora=[{held}}}]"])
-    with pytest.raises(CorpusError, match="bt.fr-de.tsv: file not found"):
-        list(iter_training(training_corpora(plain.data), ("fr", "de")))
-    assert corpora[1].fingerprint(("fr", "de")) == "reverse:" + split_fingerprint(
-        corpora[1].data, "bt", ("de", "fr"))
-    assert np.bincount(prepare_data(cfg.data).train.groups).tolist() == [40, 40, 2]

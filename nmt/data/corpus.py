@@ -223,44 +223,23 @@ class Corpus:
     (None: all), drawn by ``weight``: fairseq's upsampling, each pair ``weight`` times per
     epoch on average, so a corpus's share of an epoch is proportional to weight x size
     (:meth:`~nmt.data.sampler.TokenBatchSampler.epoch_rows`). ``pairs``: the directions it
-    holds (None: every direction of the model). ``reverse``: direction X-Y is read from the
-    files of Y-X, its sides swapped, so a back-translated corpus (synthetic source, real
-    target) of Y-X gives X-Y pairs with a real source and a synthetic target: forward
-    translation, the pivot teacher's output of Chen et al. (2017), "A Teacher-Student
-    Framework for Zero-Resource Neural Machine Translation", ACL."""
+    holds (None: every direction of the model)."""
 
     data: Any
     split: str
     weight: float = 1.0
     limit: int | None = None
     pairs: tuple[tuple[str, str], ...] | None = None
-    reverse: bool = False
 
     def holds(self, direction: tuple[str, str]) -> bool:
         return self.pairs is None or tuple(direction) in self.pairs
-
-    def _files_direction(self, direction: tuple[str, str] | None) -> tuple[str, str]:
-        src, tgt = _direction(self.data, direction)
-        return (tgt, src) if self.reverse else (src, tgt)
-
-    def read(self, direction: tuple[str, str] | None = None) -> Iterator[tuple[str, str]]:
-        """``(source, target)`` of each pair in ``direction`` (default the config's), raw, as
-        :func:`iter_parallel` (with ``reverse``: the opposite direction's, swapped)."""
-        pairs = iter_parallel(self.data, self.split, self._files_direction(direction))
-        return ((t, s) for s, t in pairs) if self.reverse else pairs
-
-    def fingerprint(self, direction: tuple[str, str] | None = None) -> str:
-        """:func:`split_fingerprint` of what :meth:`read` reads, ``reverse`` marked."""
-        key = split_fingerprint(self.data, self.split, self._files_direction(direction))
-        return f"reverse:{key}" if self.reverse else key
 
 
 def training_corpora(data_cfg: Any) -> list[Corpus]:
     """``data.corpora`` prepared once, the list every reader of the training data takes:
     ``data.train_split`` (weight 1, its first ``data.max_train_pairs``, the directions of
     ``data.train_pairs``), then each of ``data.corpora``, read from its own ``root`` (default
-    ``data.root``) as its ``format`` (default ``data.format``) says, holding its ``pairs``
-    (``reverse``: read from the opposite direction's files)."""
+    ``data.root``) as its ``format`` (default ``data.format``) says, holding its ``pairs``."""
     def held(pairs: Any) -> tuple | None:
         return None if pairs is None else tuple(parse_pairs(pairs))
 
@@ -268,7 +247,7 @@ def training_corpora(data_cfg: Any) -> list[Corpus]:
                    held(data_cfg.get("train_pairs")))] + [
         Corpus(OmegaConf.merge(data_cfg, {"root": str(c.root or data_cfg.root),
                                           "format": str(c.get("format") or data_cfg.format)}),
-               str(c.split), float(c.weight), None, held(c.get("pairs")), bool(c.get("reverse")))
+               str(c.split), float(c.weight), None, held(c.get("pairs")))
         for c in data_cfg.get("corpora") or ()]
 
 
@@ -281,7 +260,7 @@ def iter_training(corpora: Sequence[Corpus], direction: tuple[str, str] | None =
     for k, corpus in enumerate(corpora):
         if direction is not None and not corpus.holds(direction):
             continue
-        pairs = corpus.read(direction)
+        pairs = iter_parallel(corpus.data, corpus.split, direction)
         if corpus.limit is not None:
             head = itertools.islice(pairs, int(corpus.limit))
             pairs = itertools.chain(head, filter(lambda _: False, pairs))

@@ -358,7 +358,7 @@ def check_bt_tag(data_cfg: Any, groups: Sequence[tuple[tuple[str, str], Corpus]]
     if data_cfg.tokenizer.get("bt_tag"):
         return
     for pair, corpus in groups:
-        first = next(corpus.read(pair), None)
+        first = next(iter_parallel(corpus.data, corpus.split, pair), None)
         if first is not None and first[0].startswith(BT_TAG + " "):
             raise ConfigError(
                 f"{corpus.data.root} split {corpus.split} ({'-'.join(pair)}): its sources start "
@@ -379,7 +379,8 @@ def prepare_data(data_cfg: Any, tokenizer: Tokenizer | None = None) -> PreparedD
         directions(data_cfg)
     corpora = training_corpora(data_cfg)   # data.corpora, prepared once
     groups = training_groups(data_cfg, corpora)
-    fingerprints = [c.fingerprint(pair) for c in corpora for pair in pairs if c.holds(pair)]
+    fingerprints = [split_fingerprint(c.data, c.split, pair) for c in corpora
+                    for pair in pairs if c.holds(pair)]
     train_id = cache_key(fingerprints[0] if len(fingerprints) == 1 else fingerprints,
                          data_cfg.max_train_pairs)
     multi = is_multilingual(data_cfg)

@@ -38,6 +38,7 @@ from nmt.data.corpus import (
     CorpusError,
     iter_lines,
     iter_training,
+    split_fingerprint,
     training_corpora,
 )
 from nmt.data.links import Link, parse_links, symmetrize, write_links
@@ -109,7 +110,7 @@ def links_path(data_cfg: Any) -> Path:
     split = str(data_cfg.train_split)
     key = hashlib.sha256(json.dumps(
         [LINKS_VERSION, str(data_cfg.teacher_symmetrize), version,
-         [c.fingerprint() for c in training_corpora(data_cfg)],
+         [split_fingerprint(c.data, c.split) for c in training_corpora(data_cfg)],
          data_cfg.max_train_pairs, str(data_cfg.src_lang), str(data_cfg.tgt_lang)],
         sort_keys=True).encode()).hexdigest()[:24]
     path = Path(str(data_cfg.cache_dir)) / "alignments" / f"{split}-{key}.txt"
