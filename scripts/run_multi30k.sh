@@ -19,12 +19,13 @@
 # data.tgt_lang), then evaluates every direction of both splits with beam 5
 # (nmt-evaluate directions=all: supervised and zero-shot, BLEU, chrF, off-target rate; one
 # table, eval/<split>/directions.md) and plots the default direction's test alignments.
-# With ZERO_RESOURCE=1 it then fine-tunes the model for its zero-shot directions
-# (docs/multilingual.md): nmt-backtranslate pivot=$PIVOT (default en; greedy) translates the
-# pivot side of each training pair into every other language, the model is fine-tuned from
-# best.pt on the real pairs and these synthetic ones ($ZR_STEPS steps, default 1000, at a
-# constant learning rate of $ZR_LR, default 5e-4), and every direction of the test split is
-# scored direct, beside the base model through the pivot: zero_resource/table.md.
+# Then it fine-tunes the model for its zero-shot directions (docs/multilingual.md; ZERO_RESOURCE=0
+# skips it): nmt-backtranslate pivot=$PIVOT (default en; greedy) translates the pivot side of
+# each training pair into every other language, the model is fine-tuned from best.pt on the
+# real pairs and these synthetic ones ($ZR_STEPS steps, default 3000, at a constant learning
+# rate of $ZR_LR, default 5e-4), and every direction of the test split is scored direct,
+# beside the base model through the pivot: zero_resource/table.md, the model to translate
+# with zero_resource/ft/checkpoints/best.pt.
 set -euo pipefail
 
 model="${1:?usage: bash scripts/run_multi30k.sh transformer|rnn [nmt-train overrides ...]}"
@@ -64,7 +65,7 @@ if [[ "${multilingual}" == true ]]; then
     out="${run_dir}/eval/heatmaps"
   echo "== results (${test_split}, beam 5)"
   cat "${run_dir}/eval/${test_split}/directions.md"
-  [[ "${ZERO_RESOURCE:-0}" == 1 ]] || exit 0
+  [[ "${ZERO_RESOURCE:-1}" == 1 ]] || exit 0
 
   pivot="${PIVOT:-en}" zr="${run_dir}/zero_resource"
   echo "== back-translate: the ${pivot} side of each training pair into every other language"
@@ -78,7 +79,7 @@ if [[ "${multilingual}" == true ]]; then
   nmt-train "${overrides[@]}" train.init_from="${ckpt}" "data.pairs=[${real},${synthetic}]" \
     "data.train_pairs=[${real}]" \
     "data.corpora=[{split: train, root: ${zr}/bt, format: tsv, pairs: [${synthetic}]}]" \
-    train.max_steps="${ZR_STEPS:-1000}" train.max_minutes=null train.schedule=constant \
+    train.max_steps="${ZR_STEPS:-3000}" train.max_minutes=null train.schedule=constant \
     train.lr="${ZR_LR:-0.0005}" train.warmup_steps=100 run_dir="${zr}/ft"
   echo "== evaluate ${test_split}: the fine-tuned model direct, the base model through ${pivot}"
   nmt-evaluate checkpoint="${zr}/ft/checkpoints/best.pt" split="${test_split}" beam_size=5 \
