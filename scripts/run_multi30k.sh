@@ -22,7 +22,7 @@
 # Then it fine-tunes the model for its zero-shot directions (docs/multilingual.md; ZERO_RESOURCE=0
 # skips it): nmt-backtranslate pivot=$PIVOT (default en; greedy) translates the pivot side of
 # each training pair into every other language, the model is fine-tuned from best.pt on the
-# real pairs and these synthetic ones ($ZR_STEPS steps, default 3000, at a constant learning
+# real pairs and these synthetic ones ($ZR_STEPS steps, default 5000, at a constant learning
 # rate of $ZR_LR, default 5e-4), and every direction of the test split is scored direct,
 # beside the base model through the pivot: zero_resource/table.md, the model to translate
 # with zero_resource/ft/checkpoints/best.pt.
@@ -79,7 +79,7 @@ if [[ "${multilingual}" == true ]]; then
   nmt-train "${overrides[@]}" train.init_from="${ckpt}" "data.pairs=[${real},${synthetic}]" \
     "data.train_pairs=[${real}]" \
     "data.corpora=[{split: train, root: ${zr}/bt, format: tsv, pairs: [${synthetic}]}]" \
-    train.max_steps="${ZR_STEPS:-3000}" train.max_minutes=null train.schedule=constant \
+    train.max_steps="${ZR_STEPS:-5000}" train.max_minutes=null train.schedule=constant \
     train.lr="${ZR_LR:-0.0005}" train.warmup_steps=100 run_dir="${zr}/ft"
   echo "== evaluate ${test_split}: the fine-tuned model direct, the base model through ${pivot}"
   nmt-evaluate checkpoint="${zr}/ft/checkpoints/best.pt" split="${test_split}" beam_size=5 \
