@@ -88,34 +88,34 @@ def refuse_existing(paths: Iterable[Path]) -> None:
                               "its report; give another split= or out_dir=, or delete it.")
 
 
-def _line(pair: tuple[str, str], tsv: bool) -> str | tuple[str, str]:
+def _tsv(pair: tuple[str, str]) -> str:
     """A pair as one TSV line, a tab inside a sentence a space (the tokenizer's normalization,
-    ``nmt_nfkc``, reads both as one space, so the model sees the same pieces), or as it is."""
-    return "\t".join(text.replace("\t", " ") for text in pair) if tsv else pair
+    ``nmt_nfkc``, reads both as one space, so the model sees the same pieces)."""
+    return "\t".join(text.replace("\t", " ") for text in pair)
 
 
 class _Output:
     """The corpus files of one run, resumable (like ``nmt-train``'s ``resume: auto``): each
     file grows as ``{name}.partial``, and after every chunk
-    ``{split}.backtranslation.progress.json`` records the run's settings (``run``), the input
-    lines done per job, the translate calls made (the seeds drawn), the reports and each
-    file's size. The same command started again
-    truncates the files to those sizes (a chunk half-written when the run stopped goes), skips
-    the lines done and goes on: the corpus is the one an uninterrupted run writes. A block that
-    ends well renames every file into place and deletes the progress file; a user error
-    (ConfigError, CorpusError: no pair written) deletes them all; anything else (an interrupt,
-    a crash) leaves them to resume from. ConfigError: a progress file of other settings, or an
-    existing corpus file."""
+    ``{split}.backtranslation.progress.json`` records the run's settings (``run`` and
+    ``settings``), the input lines done per job, the translate calls made (the seeds drawn),
+    the reports and each file's size. The same command started again truncates the files to
+    those sizes (a chunk half-written when the run stopped goes), skips the lines done and goes
+    on: the corpus is the one an uninterrupted run writes. A block that ends well renames every
+    file into place and deletes the progress file; a user error (ConfigError, CorpusError: no
+    pair written) deletes them all; anything else (an interrupt, a crash) leaves them to resume
+    from. ConfigError: a progress file of other settings, or an existing corpus file."""
 
     def __init__(self, out_dir: str | Path, split: str, paths: Mapping[str, Sequence[Path]],
                  run: Mapping, settings: Mapping):
         self.paths = {name: list(ps) for name, ps in paths.items()}
-        self.run = json.loads(json.dumps(run))       # as it reads back from the progress file
+        self.parts = {p: p.with_name(p.name + ".partial") for ps in self.paths.values() for p in ps}
+        # as it reads back from the progress file
+        self.run = json.loads(json.dumps({**run, "settings": dict(settings)}))
         self.progress = Path(out_dir) / f"{split}.backtranslation.progress.json"
         self.reports = {name: Report() for name in paths}
         self.done: dict[str, int] = {}
         self.calls, sizes = 0, {}
-        parts = [p.with_name(p.name + ".partial") for ps in self.paths.values() for p in ps]
         if self.progress.exists():
             state = json.loads(self.progress.read_text(encoding="utf-8"))
             if changed := [k for k in sorted({*state["run"], *self.run})
@@ -123,7 +123,7 @@ class _Output:
                 raise ConfigError(f"{self.progress}: a back-translation with other settings "
                                   f"({', '.join(changed)}) stopped here; rerun it to resume, or "
                                   "delete this file and its .partial files to start over.")
-            if missing := [str(p) for p in parts if not p.is_file()]:
+            if missing := [str(p) for p in self.parts.values() if not p.is_file()]:
                 raise ConfigError(f"{self.progress}: {missing[0]} is missing; delete the "
                                   "progress file to start over.")
             self.reports = {name: Report(**r) for name, r in state["reports"].items()}
@@ -131,13 +131,13 @@ class _Output:
             log.info("back-translation: resuming after %s", ", ".join(
                 f"{n} lines of {job}" for job, n in self.done.items()))
         else:
-            refuse_existing(p for ps in self.paths.values() for p in ps)
+            refuse_existing(self.parts)
         Path(out_dir).mkdir(parents=True, exist_ok=True)
-        for part in parts:
+        for part in self.parts.values():
             if part.name in sizes:
                 os.truncate(part, sizes[part.name])
-        self.files = {name: [open(p.with_name(p.name + ".partial"), "a" if sizes else "w",
-                                  encoding="utf-8", newline="\n") for p in ps]
+        self.files = {name: [open(self.parts[p], "a" if sizes else "w", encoding="utf-8",
+                                  newline="\n") for p in ps]
                       for name, ps in self.paths.items()}
         self.seeds = itertools.islice(_seeds(settings), self.calls, None)
 
@@ -150,9 +150,8 @@ class _Output:
         """Append (source, target) pairs to ``name``'s files: two line-aligned text files, or
         one TSV."""
         files = self.files[name]
-        lines = [_line(pair, len(files) == 1) for pair in pairs]
         for k, f in enumerate(files):
-            f.write("".join((line if len(files) == 1 else line[k]) + "\n" for line in lines))
+            f.write("".join((_tsv(pair) if len(files) == 1 else pair[k]) + "\n" for pair in pairs))
 
     def commit(self, job: str, lines: int) -> None:
         """A chunk is done: ``lines`` input lines of ``job`` read; save the resume point."""
@@ -171,13 +170,11 @@ class _Output:
     def __exit__(self, kind, error, trace) -> None:
         for f in itertools.chain.from_iterable(self.files.values()):
             f.close()
-        pairs = [(p.with_name(p.name + ".partial"), p)
-                 for ps in self.paths.values() for p in ps]
         if kind is None:
-            for part, path in pairs:
+            for path, part in self.parts.items():
                 os.replace(part, path)
         elif issubclass(kind, (ConfigError, CorpusError)):
-            for part, _ in pairs:
+            for part in self.parts.values():
                 part.unlink(missing_ok=True)
         else:
             log.info("back-translation stopped: the same command resumes it (%s)", self.progress)
@@ -239,7 +236,7 @@ def backtranslate(translator, lines: Iterable[str], out_dir: str | Path, split: 
     name, max_len = f"{tgt}-{src}", int(max_len or data.max_len)
     stream = iter(lines)
     run = {**(run or {}), "direction": name, "format": fmt, "tag": tag, "max_len": max_len,
-           "chunk_lines": chunk_lines, "settings": dict(settings)}
+           "chunk_lines": chunk_lines}
     with _Output(out_dir, split, {name: corpus_files(out_dir, split, tgt, src, fmt)}, run,
                  settings) as out:
         report = out.reports[name]
@@ -302,7 +299,7 @@ def backtranslate_pivot(translator, data_cfg: Any, input_split: str, out_dir: st
              for y, (_, xs) in jobs.items() for x in xs}
     max_len = int(max_len or data_cfg.max_len)
     run = {**(run or {}), "pivot": pivot, "root": str(data_cfg.root), "input_split": input_split,
-           "tag": tag, "max_len": max_len, "chunk_lines": chunk_lines, "settings": dict(settings)}
+           "tag": tag, "max_len": max_len, "chunk_lines": chunk_lines}
     with _Output(out_dir, split, paths, run, settings) as out:
         reports = out.reports
         for y, (direction, xs) in jobs.items():
