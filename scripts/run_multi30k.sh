@@ -20,12 +20,14 @@
 # (nmt-evaluate directions=all: supervised and zero-shot, BLEU, chrF, off-target rate; one
 # table, eval/<split>/directions.md) and plots the default direction's test alignments.
 # Then it fine-tunes the model for its zero-shot directions (docs/multilingual.md; ZERO_RESOURCE=0
-# skips it): nmt-backtranslate pivot=$PIVOT (default en; greedy) translates the pivot side of
-# each training pair into every other language, the model is fine-tuned from best.pt on the
-# real pairs and these synthetic ones ($ZR_STEPS steps, default 5000, at a constant learning
-# rate of $ZR_LR, default 5e-4), and every direction of the test split is scored direct,
-# beside the base model through the pivot: zero_resource/table.md, the model to translate
-# with zero_resource/ft/checkpoints/best.pt.
+# skips it), in rounds of iterative back-translation: each round, nmt-backtranslate
+# pivot=$PIVOT (default en; greedy) translates the pivot side of each training pair into every
+# other language with the latest model, which is then fine-tuned from its best.pt on the real
+# pairs and these synthetic ones at a constant learning rate of $ZR_LR (default 5e-4).
+# $ZR_STEPS gives each round's steps (default "5000 3000": two rounds). Every direction of the
+# test split is scored direct with the last round's model, beside the base model through the
+# pivot: zero_resource/table.md; the model to translate with is
+# zero_resource/round<last>/ft/checkpoints/best.pt.
 set -euo pipefail
 
 model="${1:?usage: bash scripts/run_multi30k.sh transformer|rnn [nmt-train overrides ...]}"
@@ -67,22 +69,29 @@ if [[ "${multilingual}" == true ]]; then
   cat "${run_dir}/eval/${test_split}/directions.md"
   [[ "${ZERO_RESOURCE:-1}" == 1 ]] || exit 0
 
-  pivot="${PIVOT:-en}" zr="${run_dir}/zero_resource"
-  echo "== back-translate: the ${pivot} side of each training pair into every other language"
-  rm -rf "${zr}"
-  nmt-backtranslate checkpoint="${ckpt}" pivot="${pivot}" split=train out_dir="${zr}/bt" \
-    beam_size=1
-  synthetic="$(python -c 'import json, sys; print(",".join(json.load(open(sys.argv[1]))
-    ["directions"]))' "${zr}/bt/train.backtranslation.json")"
+  pivot="${PIVOT:-en}" zr="${run_dir}/zero_resource" tuned="${ckpt}" round=0
+  read -r -a round_steps <<< "${ZR_STEPS:-5000 3000}"
   real="$(tr -d "[]' " <<< "${pairs}")"
-  echo "== fine-tune on the real directions and the synthetic ${synthetic}"
-  nmt-train "${overrides[@]}" train.init_from="${ckpt}" "data.pairs=[${real},${synthetic}]" \
-    "data.train_pairs=[${real}]" \
-    "data.corpora=[{split: train, root: ${zr}/bt, format: tsv, pairs: [${synthetic}]}]" \
-    train.max_steps="${ZR_STEPS:-5000}" train.max_minutes=null train.schedule=constant \
-    train.lr="${ZR_LR:-0.0005}" train.warmup_steps=100 run_dir="${zr}/ft"
-  echo "== evaluate ${test_split}: the fine-tuned model direct, the base model through ${pivot}"
-  nmt-evaluate checkpoint="${zr}/ft/checkpoints/best.pt" split="${test_split}" beam_size=5 \
+  rm -rf "${zr}"
+  for steps in "${round_steps[@]}"; do
+    round=$((round + 1)) dir="${zr}/round${round}"
+    echo "== round ${round}: back-translate the ${pivot} side of each training pair into every" \
+      "other language with ${tuned}"
+    nmt-backtranslate checkpoint="${tuned}" pivot="${pivot}" split=train out_dir="${dir}/bt" \
+      beam_size=1
+    synthetic="$(python -c 'import json, sys; print(",".join(json.load(open(sys.argv[1]))
+      ["directions"]))' "${dir}/bt/train.backtranslation.json")"
+    echo "== round ${round}: fine-tune ${steps} steps on the real directions and the synthetic" \
+      "${synthetic}"
+    nmt-train "${overrides[@]}" train.init_from="${tuned}" "data.pairs=[${real},${synthetic}]" \
+      "data.train_pairs=[${real}]" \
+      "data.corpora=[{split: train, root: ${dir}/bt, format: tsv, pairs: [${synthetic}]}]" \
+      train.max_steps="${steps}" train.max_minutes=null train.schedule=constant \
+      train.lr="${ZR_LR:-0.0005}" train.warmup_steps=100 run_dir="${dir}/ft"
+    tuned="${dir}/ft/checkpoints/best.pt"
+  done
+  echo "== evaluate ${test_split}: ${tuned} direct, the base model through ${pivot}"
+  nmt-evaluate checkpoint="${tuned}" split="${test_split}" beam_size=5 \
     length_penalty="${alpha}" directions=all save_alignments=false out_dir="${zr}/eval"
   nmt-evaluate checkpoint="${ckpt}" split="${test_split}" beam_size=5 length_penalty="${alpha}" \
     directions=all pivot="${pivot}" save_alignments=false out_dir="${run_dir}/eval/${test_split}_pivot"

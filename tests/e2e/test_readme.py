@@ -153,9 +153,10 @@ def test_main_job_runs_end_to_end_on_a_tiny_slice(tmp_path: Path):
 
 def test_multilingual_main_job_fine_tunes_for_zero_resource_directions(tmp_path: Path):
     """data=multi30k_multi on a tiny 4-language corpus runs the zero-resource stages by default
-    (ZERO_RESOURCE=0 skips them): the base model's 12 directions, back-translation through
-    English, the fine-tuning on the 6 real and 6 synthetic directions, and the table of both,
-    zero-resource rows beside the pivot."""
+    (ZERO_RESOURCE=0 skips them): the base model's 12 directions; two rounds, each a
+    back-translation through English with the latest model and a fine-tuning from it on the 6
+    real and 6 synthetic directions; and the table of the last round's model, zero-resource
+    rows beside the base's pivot."""
     sizes = {"train": 200, "val": 12, "test_2016_flickr": 12}
     corpus = write_multilingual_corpus(tmp_path / "multi30k", sizes)
     for split in sizes:                     # Czech stand-in: the German side, upper-cased
@@ -164,17 +165,24 @@ def test_multilingual_main_job_fine_tunes_for_zero_resource_directions(tmp_path:
     run_dir = tmp_path / "run"
     cmd = sliced_main_job(tmp_path, corpus, run_dir) + ["data=multi30k_multi",
                                                         "data.tokenizer.vocab_size=160"]
-    env = {**os.environ, "CI": "1", "OMP_NUM_THREADS": "1", "ZR_STEPS": "2",
+    env = {**os.environ, "CI": "1", "OMP_NUM_THREADS": "1", "ZR_STEPS": "2 3",
            "LENGTH_PENALTIES": "1.0"}
     env.pop("ZERO_RESOURCE", None)
     proc = subprocess.run(cmd, cwd=REPO_ROOT, env=env, capture_output=True, text=True,
                           timeout=600)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
     zr = run_dir / "zero_resource"
-    report = json.loads((zr / "bt" / "train.backtranslation.json").read_text())
-    assert sorted(report["directions"]) == ["cs-de", "cs-fr", "de-cs", "de-fr", "fr-cs", "fr-de"]
-    tuned = json.loads((zr / "ft" / "summary.json").read_text())
-    assert tuned["steps"] == 2 and len(tuned["best_bleu_directions"]) == 12
+    model = run_dir / "checkpoints" / "best.pt"      # each round translates with the latest
+    for round_dir, steps in ((zr / "round1", 2), (zr / "round2", 3)):
+        report = json.loads((round_dir / "bt" / "train.backtranslation.json").read_text())
+        assert report["checkpoint"] == str(model)
+        assert sorted(report["directions"]) == ["cs-de", "cs-fr", "de-cs", "de-fr", "fr-cs",
+                                                "fr-de"]
+        tuned = json.loads((round_dir / "ft" / "summary.json").read_text())
+        assert tuned["steps"] == steps and len(tuned["best_bleu_directions"]) == 12
+        model = round_dir / "ft" / "checkpoints" / "best.pt"
+    assert json.loads((zr / "eval" / "cs-de" / "scores.json").read_text())["checkpoint"] == str(
+        model)
     kinds = [r["direction"] for r in json.loads((zr / "eval" / "directions.json").read_text())
              ["directions"]]
     assert kinds == ["supervised"] * 6 + ["zero-resource"] * 6
@@ -203,7 +211,8 @@ def test_main_job_reads_a_hugging_face_dataset_saved_locally(tmp_path: Path):
     run_dir = tmp_path / "run"
     cmd = sliced_main_job(tmp_path, local, run_dir) + [
         "data.format=hf", "data.valid_split=validation", "data.test_split=test"]
-    env = {**os.environ, "CI": "1", "OMP_NUM_THREADS": "1"}
+    # one length penalty: the search itself is the tiny slice's test above
+    env = {**os.environ, "CI": "1", "OMP_NUM_THREADS": "1", "LENGTH_PENALTIES": "1.0"}
     proc = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
     for split_name in ("validation", "test", "validation_greedy", "test_greedy"):
